@@ -1,0 +1,13 @@
+// The one door to workspace data: a transaction with app.workspace_id set locally.
+// Row-level security does the rest, so a forgotten WHERE cannot leak across workspaces.
+import type { Sql, TransactionSql } from 'postgres';
+
+export type WorkspaceTx = TransactionSql & { readonly workspaceId: string };
+
+export async function withWorkspace<T>(sql: Sql, workspaceId: string, fn: (tx: WorkspaceTx) => Promise<T>): Promise<T> {
+  if (!workspaceId) throw new Error('withWorkspace: a workspace id is required');
+  return (await sql.begin(async (tx) => {
+    await tx`select set_config('app.workspace_id', ${workspaceId}, true)`;
+    return fn(Object.assign(tx, { workspaceId }) as WorkspaceTx);
+  })) as T;
+}

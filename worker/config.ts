@@ -1,0 +1,92 @@
+// Every environment variable of the contract, parsed once with zod at start-up.
+// A bad value stops the process with a message naming the variable.
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { z } from 'zod';
+
+export const PROJECT_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+
+const bool = z
+  .enum(['1', '0', 'true', 'false', 'yes', 'no', ''])
+  .transform((v) => v === '1' || v === 'true' || v === 'yes');
+const int = (min: number) => z.coerce.number().int().min(min);
+
+const schema = z.object({
+  DATABASE_URL: z.string().url().optional(),
+  ECHODO_HOME: z.string().min(1).default(path.join(PROJECT_ROOT, '.echodo')),
+  REDIS_URL: z.string().url().optional(),
+  WORKER_QUEUE_KEY: z.string().min(1).default('echodo:orchestrator:jobs'),
+  WORKER_DRY_RUN: bool.default(false),
+  WORKER_BLPOP_TIMEOUT_S: int(1).default(5),
+  WORKER_MAX_TOOL_STEPS: int(1).default(12),
+  WORKER_CHECKPOINT_EVERY_N_STEPS: int(1).default(1),
+  WORKER_CHECKPOINT_HISTORY_LIMIT: int(1).default(50),
+  WORKER_CHECKPOINT_RETENTION_DAYS: int(1).optional(),
+  WORKER_REPO_ROOT: z.string().min(1).default(PROJECT_ROOT),
+  WORKER_WORKTREE_BASE: z.string().min(1).default(path.join(os.tmpdir(), 'echodo-worker-worktrees')),
+  WORKER_NOTES_REF: z
+    .string()
+    .regex(/^refs\/notes\/[A-Za-z0-9._\/-]+$/, 'must be a ref under refs/notes/')
+    .default('refs/notes/echodo-checkpoints'),
+  WORKER_HEARTBEAT_MS: int(10).default(2000),
+  WORKER_LEASE_MS: int(50).default(10000),
+  WORKER_ID: z.string().min(1).default(`${os.hostname()}-${process.pid}`),
+  WORKER_ALLOWED_COMMANDS: z.string().optional(),
+  WORKER_COMMAND_TIMEOUT_MS: int(100).default(120000),
+  STALL_CHECK_MS: int(10).default(2000),
+  STALL_MAX_ATTEMPTS: int(1).default(5),
+  STALL_QUEUED_MS: int(100).default(60000),
+  MISSION_CONTROL_PORT: int(0).max(65535).default(4700),
+  LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+});
+
+export type Config = z.infer<typeof schema>;
+
+export class ConfigError extends Error {
+  constructor(readonly issues: string[]) {
+    super(`invalid configuration:\n${issues.map((i) => `  ${i}`).join('\n')}`);
+    this.name = 'ConfigError';
+  }
+}
+
+/** Parse the environment. Empty strings count as unset, as in most shells' habits. */
+export function parseConfig(env: NodeJS.ProcessEnv = process.env): Config {
+  const raw: Record<string, string> = {};
+  for (const key of Object.keys(schema.shape)) {
+    const value = env[key];
+    if (value !== undefined && value !== '') raw[key] = value;
+  }
+  const result = schema.safeParse(raw);
+  if (!result.success) {
+    throw new ConfigError(result.error.issues.map((i) => `${String(i.path[0])}: ${i.message} (got ${JSON.stringify(raw[String(i.path[0])])})`));
+  }
+  const config = result.data;
+  if (config.WORKER_HEARTBEAT_MS >= config.WORKER_LEASE_MS) {
+    throw new ConfigError([`WORKER_HEARTBEAT_MS: must be shorter than WORKER_LEASE_MS (${config.WORKER_HEARTBEAT_MS} >= ${config.WORKER_LEASE_MS})`]);
+  }
+  return config;
+}
+
+/** For CLI entry points: parse or exit 2 with the message. */
+export function loadConfigOrExit(env: NodeJS.ProcessEnv = process.env): Config {
+  try {
+    return parseConfig(env);
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      process.stderr.write(`${err.message}\n`);
+      process.exit(2);
+    }
+    throw err;
+  }
+}
+
+/** The config with anything secret masked, for banners. */
+export function maskedConfig(config: Config): Record<string, unknown> {
+  const masked: Record<string, unknown> = { ...config };
+  for (const key of ['DATABASE_URL', 'REDIS_URL'] as const) {
+    const value = config[key];
+    if (value) masked[key] = value.replace(/\/\/([^:@/]*):([^@/]*)@/, '//$1:***@');
+  }
+  return masked;
+}

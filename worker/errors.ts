@@ -1,0 +1,53 @@
+// Typed errors. Each names the problem; `cause` keeps the underlying error.
+// Unknown throws are coerced once, at the boundary, with toEchodoError.
+
+export type ErrorCode =
+  | 'invalid_job'
+  | 'workspace_not_found'
+  | 'run_not_found'
+  | 'lease_lost'
+  | 'harness_unknown'
+  | 'model_unknown'
+  | 'repo_invalid'
+  | 'worktree_unrecoverable'
+  | 'tool_refused'
+  | 'schema_too_new'
+  | 'transient'
+  | 'internal';
+
+export class EchodoError extends Error {
+  constructor(
+    readonly code: ErrorCode,
+    message: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+    this.name = 'EchodoError';
+  }
+}
+
+/** The run's lease was taken over (its epoch moved on) or this worker lost contact for longer than its lease. */
+export class LeaseLostError extends EchodoError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('lease_lost', message, options);
+    this.name = 'LeaseLostError';
+  }
+}
+
+/** A tool call the harness refuses: reported to the model as a tool error, the run goes on. */
+export class ToolRefusedError extends EchodoError {
+  constructor(message: string) {
+    super('tool_refused', message);
+    this.name = 'ToolRefusedError';
+  }
+}
+
+export function toEchodoError(err: unknown): EchodoError {
+  if (err instanceof EchodoError) return err;
+  if (err instanceof Error) return new EchodoError('internal', err.message, { cause: err });
+  return new EchodoError('internal', String(err));
+}
+
+export function errorMessage(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
