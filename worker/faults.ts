@@ -1,0 +1,43 @@
+// Named fault points, like DBOS's debugpoint: tests set ECHODO_FAULT=<name>[@<hit>] and the
+// process kills itself with SIGKILL the <hit>-th time (default 1st) it passes that point.
+// Unset, a fault point is one Map lookup on an empty map.
+
+export type FaultPoint =
+  | 'after-take' // a job taken from the queue, not yet claimed
+  | 'after-claim'
+  | 'after-content-commit' // checkpoint commit written, row not yet inserted
+  | 'after-checkpoint-row' // row inserted, note not yet written
+  | 'after-note'
+  | 'mid-write-file' // temp file written, not yet renamed into place
+  | 'during-command'
+  | 'during-model-call'
+  | 'before-tool-call';
+
+const armed = new Map<string, number>();
+for (const spec of (process.env.ECHODO_FAULT ?? '').split(',').filter(Boolean)) {
+  const [name, hit] = spec.split('@');
+  armed.set(name!, Number(hit ?? 1));
+}
+
+export function faultPoint(name: FaultPoint): void {
+  if (armed.size === 0) return;
+  const remaining = armed.get(name);
+  if (remaining === undefined) return;
+  if (remaining > 1) {
+    armed.set(name, remaining - 1);
+    return;
+  }
+  process.stderr.write(`echodo: fault point ${name} reached, SIGKILL\n`);
+  process.kill(process.pid, 'SIGKILL');
+}
+
+/** For injected I/O faults (ENOSPC) rather than kills: ECHODO_FAULT_ERRNO=<point>:<code>. */
+export function injectedErrno(name: string): NodeJS.ErrnoException | undefined {
+  const spec = process.env.ECHODO_FAULT_ERRNO;
+  if (!spec) return undefined;
+  const [point, code] = spec.split(':');
+  if (point !== name || !code) return undefined;
+  const err: NodeJS.ErrnoException = new Error(`${code}: injected at fault point ${name}`);
+  err.code = code;
+  return err;
+}
