@@ -1,0 +1,33 @@
+// npm run worker: the worker daemon.
+import { loadConfigOrExit, maskedConfig } from '../worker/config.ts';
+import { openDatabase } from '../store/connection.ts';
+import { createLogger } from '../worker/log.ts';
+import { createQueue } from '../worker/queue/index.ts';
+import { WorkerDaemon } from '../worker/daemon.ts';
+import { errorMessage } from '../worker/errors.ts';
+
+const config = loadConfigOrExit();
+const log = createLogger({ level: config.LOG_LEVEL, name: 'echodo-worker' }).child({ workerId: config.WORKER_ID });
+
+if (config.WORKER_DRY_RUN) {
+  process.stdout.write(`echodo-worker ${config.WORKER_ID} (dry run)\n${JSON.stringify(maskedConfig(config), null, 2)}\n`);
+  process.exit(0);
+}
+
+try {
+  const db = await openDatabase(config);
+  const queue = createQueue({ config, db, workerId: config.WORKER_ID, onError: (err) => log.warn({ error: errorMessage(err) }, 'queue error') });
+  const daemon = new WorkerDaemon({ config, db, queue, workerId: config.WORKER_ID, log });
+  process.once('SIGTERM', () => daemon.stop());
+  process.once('SIGINT', () => daemon.stop());
+  log.info({ queue: queue.backend }, 'worker started');
+  const code = await daemon.run();
+  log.info({ results: daemon.results, exitCode: code }, 'worker stopped');
+  await queue.close();
+  await db.close();
+  process.exit(code);
+} catch (err) {
+  log.fatal({ error: errorMessage(err) }, 'worker could not start');
+  process.stderr.write(`echodo-worker: ${errorMessage(err)}\n`);
+  process.exit(1);
+}

@@ -1,0 +1,265 @@
+// Mission control's read model: what the operator panel shows, each function one round
+// trip of plain indexed SQL inside a workspace transaction. Row-level security scopes every
+// read; the explicit workspace_id predicates are there so the planner can use the indexes
+// that lead with workspace_id (and so a reader sees the scoping without knowing about RLS).
+import { verifyChain, type ChainRow, type FileTouched } from '../worker/checkpoints/hash.ts';
+import type { Sql } from 'postgres';
+import type { RunStatus } from './runs.ts';
+import type { WorkspaceTx } from './workspace.ts';
+
+export const RUN_STATUSES: readonly RunStatus[] = ['queued', 'running', 'completed', 'failed'];
+
+export interface ConvoySummary {
+  convoyId: string;
+  createdAt: Date;
+  runs: Record<RunStatus, number>;
+  checkpointCount: number;
+  lastCheckpointAt: Date | null;
+}
+
+export interface RunSummary {
+  agentRunId: string;
+  briefId: string;
+  status: RunStatus;
+  attempt: number;
+  workerId: string | null;
+  heartbeatAt: Date | null;
+  leaseExpiresAt: Date | null;
+  step: number;
+  checkpointCount: number;
+  lastCheckpointAt: Date | null;
+  createdAt: Date;
+  finishedAt: Date | null;
+}
+
+export interface ConvoyDetail {
+  convoyId: string;
+  createdAt: Date;
+  checkpointCount: number;
+  lastCheckpointAt: Date | null;
+  runs: RunSummary[];
+}
+
+export interface CheckpointEntry {
+  seq: number;
+  occurredAt: Date;
+  step: number;
+  attempt: number;
+  /** Tools called in this checkpoint's round (tool_history entries whose round is the step). */
+  tools: string[];
+  filesTouchedCount: number;
+  files: { path: string; sha256: string | null; deleted: boolean }[];
+  commitOid: string | null;
+  hash: string;
+  prevHash: string | null;
+  /** Does this row's hash verify and link to every row before it? */
+  verified: boolean;
+}
+
+export interface RunEvent {
+  type: string;
+  occurredAt: Date;
+  metadata: Record<string, unknown>;
+}
+
+export interface RunHistory {
+  run: RunSummary & { convoyId: string; branch: string | null; harnessAlias: string | null; failureReason: string | null };
+  checkpoints: CheckpointEntry[];
+  chain: { ok: boolean; problems: string[] };
+  events: RunEvent[];
+}
+
+const LIST_CONVOYS_SQL = `
+select v.id as convoy_id, v.created_at, r.queued, r.running, r.completed, r.failed,
+       cp.checkpoint_count, cp.last_checkpoint_at
+  from convoys v
+ cross join lateral (
+   select count(*) filter (where a.status = 'queued')::int as queued,
+          count(*) filter (where a.status = 'running')::int as running,
+          count(*) filter (where a.status = 'completed')::int as completed,
+          count(*) filter (where a.status = 'failed')::int as failed
+     from agent_runs a
+    where a.workspace_id = v.workspace_id and a.convoy_id = v.id) r
+ cross join lateral (
+   select count(*)::int as checkpoint_count, max(c.occurred_at) as last_checkpoint_at
+     from worker_checkpoints c
+    where c.workspace_id = v.workspace_id and c.convoy_id = v.id) cp
+ where v.workspace_id = $1
+ order by v.created_at desc, v.id
+ limit $2`;
+
+/** The workspace's newest convoys (up to `limit`), each with its runs by status and checkpoint totals. */
+export async function listConvoys(tx: WorkspaceTx, limit = 200): Promise<ConvoySummary[]> {
+  const rows = await tx.unsafe(LIST_CONVOYS_SQL, [tx.workspaceId, limit]);
+  return rows.map((row) => ({
+    convoyId: row.convoy_id,
+    createdAt: row.created_at,
+    runs: { queued: row.queued, running: row.running, completed: row.completed, failed: row.failed },
+    checkpointCount: row.checkpoint_count,
+    lastCheckpointAt: row.last_checkpoint_at,
+  }));
+}
+
+/**
+ * One row per run of the convoy (or one row with null run columns when it has none; no
+ * rows when the convoy does not exist). Per-run count and last time come from one pass over
+ * worker_checkpoints_convoy (workspace_id, convoy_id, agent_run_id, occurred_at): an
+ * index-only scan grouped in index order. Exported so the EXPLAIN test checks this very text.
+ */
+export const CONVOY_DETAIL_SQL = `
+with cp as (
+  select c.agent_run_id, count(*)::int as checkpoint_count, max(c.occurred_at) as last_checkpoint_at
+    from worker_checkpoints c
+   where c.workspace_id = $1 and c.convoy_id = $2
+   group by c.agent_run_id
+), totals as (
+  select coalesce(sum(cp.checkpoint_count), 0)::int as total_count, max(cp.last_checkpoint_at) as total_last from cp
+)
+select v.id as convoy_id, v.created_at as convoy_created_at, t.total_count, t.total_last,
+       r.id as agent_run_id, r.brief_id, r.status, r.attempt, r.worker_id, r.heartbeat_at,
+       r.lease_expires_at, r.step, r.created_at, r.finished_at,
+       coalesce(cp.checkpoint_count, 0) as checkpoint_count, cp.last_checkpoint_at
+  from convoys v
+ cross join totals t
+  left join agent_runs r on r.workspace_id = v.workspace_id and r.convoy_id = v.id
+  left join cp on cp.agent_run_id = r.id
+ where v.workspace_id = $1 and v.id = $2
+ order by r.created_at, r.id`;
+
+/** The convoy's runs with their checkpoint counts and times; undefined when it does not exist in this workspace. */
+export async function convoyDetail(tx: WorkspaceTx, convoyId: string): Promise<ConvoyDetail | undefined> {
+  const rows = await tx.unsafe(CONVOY_DETAIL_SQL, [tx.workspaceId, convoyId]);
+  const first = rows[0];
+  if (!first) return undefined;
+  return {
+    convoyId: first.convoy_id,
+    createdAt: first.convoy_created_at,
+    checkpointCount: first.total_count,
+    lastCheckpointAt: first.total_last,
+    runs: rows.filter((row) => row.agent_run_id !== null).map(runSummaryOf),
+  };
+}
+
+function runSummaryOf(row: Record<string, any>): RunSummary {
+  return {
+    agentRunId: row.agent_run_id,
+    briefId: row.brief_id,
+    status: row.status,
+    attempt: row.attempt,
+    workerId: row.worker_id,
+    heartbeatAt: row.heartbeat_at,
+    leaseExpiresAt: row.lease_expires_at,
+    step: row.step,
+    checkpointCount: row.checkpoint_count,
+    lastCheckpointAt: row.last_checkpoint_at,
+    createdAt: row.created_at,
+    finishedAt: row.finished_at,
+  };
+}
+
+// Checkpoints and events come back as jsonb aggregates so the whole history is one round trip.
+const RUN_HISTORY_SQL = `
+select r.id as agent_run_id, r.convoy_id, r.brief_id, r.status, r.attempt, r.worker_id, r.heartbeat_at,
+       r.lease_expires_at, r.step, r.created_at, r.finished_at, r.branch, r.harness_alias, r.failure_reason,
+       (select coalesce(jsonb_agg(jsonb_build_object(
+                 'checkpoint_seq', c.checkpoint_seq, 'step', c.step, 'attempt', c.attempt,
+                 'tool_history', c.tool_history, 'files_touched', c.files_touched, 'branch', c.branch,
+                 'worktree_path', c.worktree_path, 'commit_oid', c.commit_oid, 'prev_hash', c.prev_hash,
+                 'hash', c.hash, 'occurred_at', c.occurred_at) order by c.checkpoint_seq), '[]'::jsonb)
+          from worker_checkpoints c where c.workspace_id = r.workspace_id and c.agent_run_id = r.id) as checkpoints,
+       (select coalesce(jsonb_agg(jsonb_build_object('type', e.type, 'metadata', e.metadata, 'occurred_at', e.occurred_at)
+                 order by e.occurred_at, e.id), '[]'::jsonb)
+          from convoy_events e where e.workspace_id = r.workspace_id and e.agent_run_id = r.id) as events
+  from agent_runs r
+ where r.workspace_id = $1 and r.id = $2`;
+
+interface StoredCheckpoint extends ChainRow {
+  attempt: number;
+  occurred_at: string;
+}
+
+/** The run, its checkpoints (with the hash chain verified) and its events; undefined when it does not exist here. */
+export async function runHistory(tx: WorkspaceTx, agentRunId: string): Promise<RunHistory | undefined> {
+  const [row] = await tx.unsafe(RUN_HISTORY_SQL, [tx.workspaceId, agentRunId]);
+  if (!row) return undefined;
+  const stored = (row.checkpoints as Omit<StoredCheckpoint, 'workspace_id' | 'agent_run_id'>[]).map(
+    (c): StoredCheckpoint => ({ ...c, workspace_id: tx.workspaceId, agent_run_id: row.agent_run_id }),
+  );
+  // A pruned chain starts after seq 1; it can then only be checked from its first kept link.
+  const anchor = stored[0] && stored[0].checkpoint_seq !== 1 ? stored[0].prev_hash : null;
+  const verdict = verifyChain(stored, anchor);
+  const last = stored.at(-1);
+  return {
+    run: {
+      ...runSummaryOf({ ...row, checkpoint_count: stored.length, last_checkpoint_at: last ? new Date(last.occurred_at) : null }),
+      convoyId: row.convoy_id,
+      branch: row.branch,
+      harnessAlias: row.harness_alias,
+      failureReason: row.failure_reason,
+    },
+    checkpoints: stored.map((c, i) => ({
+      seq: c.checkpoint_seq,
+      occurredAt: new Date(c.occurred_at),
+      step: c.step,
+      attempt: c.attempt,
+      tools: toolsOfRound(c.tool_history, c.step),
+      filesTouchedCount: c.files_touched.length,
+      files: c.files_touched.map((f: FileTouched) => ({ path: f.path, sha256: f.sha256, deleted: Boolean(f.deleted) })),
+      commitOid: c.commit_oid,
+      hash: c.hash,
+      prevHash: c.prev_hash,
+      verified: verdict.verified[i] ?? false,
+    })),
+    chain: { ok: verdict.ok, problems: verdict.problems },
+    events: (row.events as { type: string; metadata: Record<string, unknown>; occurred_at: string }[]).map((e) => ({
+      type: e.type,
+      occurredAt: new Date(e.occurred_at),
+      metadata: e.metadata,
+    })),
+  };
+}
+
+/** tool_history entries are `{round, tool, ...}`; the tools of a checkpoint are those of its own round. */
+export function toolsOfRound(toolHistory: unknown[], round: number): string[] {
+  const tools: string[] = [];
+  for (const entry of toolHistory) {
+    if (entry && typeof entry === 'object') {
+      const { round: r, tool } = entry as { round?: unknown; tool?: unknown };
+      if (r === round && typeof tool === 'string') tools.push(tool);
+    }
+  }
+  return tools;
+}
+
+export interface FleetWorkspace {
+  workspaceId: string;
+  queued: number;
+  running: number;
+  stalled: number;
+  completedLastDay: number;
+  failedLastDay: number;
+  checkpointsLastMinute: number;
+  workers: { workerId: string; lastHeartbeatAt: string | null }[];
+}
+
+/**
+ * The admin rollup: one row per workspace. It reads across workspaces, so it goes through the
+ * security-definer echodo_fleet_summary() on the owner connection, never through withWorkspace.
+ */
+export async function fleetSummary(admin: Sql): Promise<FleetWorkspace[]> {
+  const rows = await admin`select * from echodo_fleet_summary()`;
+  return rows.map((r) => ({
+    workspaceId: r.workspace_id,
+    queued: Number(r.queued),
+    running: Number(r.running),
+    stalled: Number(r.stalled),
+    completedLastDay: Number(r.completed_last_day),
+    failedLastDay: Number(r.failed_last_day),
+    checkpointsLastMinute: Number(r.checkpoints_last_minute),
+    // jsonb timestamps keep Postgres' text form; normalise to ISO like the rest of the API.
+    workers: (r.workers as { workerId: string; lastHeartbeatAt: string | null }[]).map((w) => ({
+      workerId: w.workerId,
+      lastHeartbeatAt: w.lastHeartbeatAt ? new Date(w.lastHeartbeatAt).toISOString() : null,
+    })),
+  }));
+}

@@ -1,0 +1,32 @@
+// Retention: prune checkpoint rows of finished runs, keeping each run's last row and an anchor
+// (the hash the first kept row links to) so the chain stays verifiable.
+import type { WorkspaceTx } from './workspace.ts';
+
+/** The anchor the run's oldest remaining checkpoint links to; undefined if never pruned. */
+export async function anchorOf(tx: WorkspaceTx, agentRunId: string): Promise<string | undefined> {
+  const [row] = await tx<{ anchor_hash: string }[]>`select anchor_hash from checkpoint_anchors where agent_run_id = ${agentRunId}`;
+  return row?.anchor_hash;
+}
+
+/**
+ * Deletes every checkpoint of the run but the last, recording the hash of the last deleted one
+ * as the anchor. Returns the number of rows deleted (0 on dry run: counts only).
+ */
+export async function pruneRunCheckpoints(tx: WorkspaceTx, agentRunId: string, dryRun: boolean): Promise<number> {
+  const [last] = await tx<{ seq: number }[]>`
+    select max(checkpoint_seq) as seq from worker_checkpoints where agent_run_id = ${agentRunId}`;
+  if (!last?.seq || last.seq <= 1) return 0;
+  if (dryRun) {
+    const [c] = await tx<{ n: number }[]>`
+      select count(*)::int as n from worker_checkpoints where agent_run_id = ${agentRunId} and checkpoint_seq < ${last.seq}`;
+    return c!.n;
+  }
+  const [anchor] = await tx<{ seq: number; hash: string }[]>`
+    select checkpoint_seq as seq, hash from worker_checkpoints where agent_run_id = ${agentRunId} and checkpoint_seq = ${last.seq - 1}`;
+  if (!anchor) return 0;
+  await tx`insert into checkpoint_anchors (workspace_id, agent_run_id, anchor_seq, anchor_hash)
+           values (${tx.workspaceId}, ${agentRunId}, ${anchor.seq}, ${anchor.hash})
+           on conflict (agent_run_id) do update set anchor_seq = excluded.anchor_seq, anchor_hash = excluded.anchor_hash, pruned_at = now()`;
+  const deleted = await tx`delete from worker_checkpoints where agent_run_id = ${agentRunId} and checkpoint_seq < ${last.seq}`;
+  return deleted.count;
+}

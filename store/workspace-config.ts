@@ -1,0 +1,41 @@
+// Per-workspace configuration rows: harness overrides, role routes, model providers.
+import type { WorkspaceTx } from './workspace.ts';
+
+export interface HarnessRow {
+  alias: string;
+  needs_worktree: boolean;
+  allowed_commands: string[];
+  write_prefixes: string[] | null;
+}
+
+export interface ModelProviderRow {
+  alias: string;
+  provider: 'openai-compatible';
+  base_url: string;
+  model: string;
+  api_key_env_var: string | null;
+}
+
+export async function harnessOverride(tx: WorkspaceTx, alias: string): Promise<HarnessRow | undefined> {
+  const [row] = await tx<HarnessRow[]>`
+    select alias, needs_worktree, allowed_commands, write_prefixes from harness_providers where alias = ${alias}`;
+  return row;
+}
+
+export async function harnessAliasForRole(tx: WorkspaceTx, roleId: string): Promise<string | undefined> {
+  const [row] = await tx<{ harness_alias: string }[]>`select harness_alias from role_harness_routes where role_id = ${roleId}`;
+  return row?.harness_alias;
+}
+
+export async function modelProvider(tx: WorkspaceTx, alias: string): Promise<ModelProviderRow | undefined> {
+  const [row] = await tx<ModelProviderRow[]>`
+    select alias, provider, base_url, model, api_key_env_var from model_providers where alias = ${alias}`;
+  return row;
+}
+
+/** Names of the variables that hold this workspace's API keys: their values must be redacted. */
+export async function apiKeyEnvVars(tx: WorkspaceTx): Promise<string[]> {
+  const rows = await tx<{ api_key_env_var: string }[]>`
+    select distinct api_key_env_var from model_providers where api_key_env_var is not null`;
+  return rows.map((r) => r.api_key_env_var);
+}

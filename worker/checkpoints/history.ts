@@ -1,0 +1,78 @@
+// The bounded tool history a checkpoint keeps: each call with its input and a short result.
+// File contents become {bytes, sha256}; command output becomes an exit code and a short tail;
+// every string is redacted and truncated before it can reach a row or a log.
+import { createHash } from 'node:crypto';
+import { redactOrDrop } from './redact.ts';
+
+export interface ToolCallRecord {
+  round: number;
+  tool: string;
+  input: unknown;
+  ok: boolean;
+  result?: unknown;
+  error?: string;
+}
+
+const TAIL_CHARS = 400;
+
+function digest(text: string): { bytes: number; sha256: string } {
+  return { bytes: Buffer.byteLength(text), sha256: createHash('sha256').update(text).digest('hex') };
+}
+
+function summarizeInput(tool: string, input: unknown): unknown {
+  if (tool === 'write_file' && input && typeof input === 'object') {
+    const { path, content } = input as { path?: unknown; content?: unknown };
+    return { path, content: typeof content === 'string' ? digest(content) : null };
+  }
+  return input;
+}
+
+function summarizeResult(tool: string, result: unknown): unknown {
+  if (!result || typeof result !== 'object') return result;
+  const r = result as Record<string, unknown>;
+  switch (tool) {
+    case 'read_file':
+      return { path: r.path, bytes: r.bytes, sha256: r.sha256, truncated: r.truncated, binary: r.binary };
+    case 'write_file':
+      return { path: r.path, bytes: r.bytes, sha256: r.sha256 };
+    case 'grep': {
+      const matches = Array.isArray(r.matches) ? (r.matches as { path?: string }[]) : [];
+      return { matchCount: matches.length, files: [...new Set(matches.map((m) => m.path))].slice(0, 20), truncated: r.truncated };
+    }
+    case 'run_command': {
+      const output = `${r.stdout ?? ''}${r.stderr ?? ''}`;
+      return { exitCode: r.exitCode, timedOut: r.timedOut, tail: output.slice(-TAIL_CHARS) };
+    }
+    default:
+      return { keys: Object.keys(r) };
+  }
+}
+
+export function recordToolCall(args: { round: number; tool: string; input: unknown; output?: unknown; error?: unknown }): ToolCallRecord {
+  const record: ToolCallRecord = {
+    round: args.round,
+    tool: args.tool,
+    input: redactOrDrop(summarizeInput(args.tool, args.input), 500),
+    ok: args.error === undefined,
+  };
+  if (args.error !== undefined) record.error = redactOrDrop(String(args.error instanceof Error ? args.error.message : args.error), 500) as string;
+  else record.result = redactOrDrop(summarizeResult(args.tool, args.output), TAIL_CHARS);
+  return record;
+}
+
+/** Keeps the last `limit` rounds. */
+export function boundHistory(history: ToolCallRecord[], limit: number): ToolCallRecord[] {
+  if (!history.length) return history;
+  const lastRound = history[history.length - 1]!.round;
+  return history.filter((h) => h.round > lastRound - limit);
+}
+
+/** The prior rounds, for the system prompt of a resumed session. */
+export function summarizeHistoryForPrompt(history: ToolCallRecord[]): string {
+  return history
+    .map((h) => {
+      const outcome = h.ok ? JSON.stringify(h.result) : `error: ${h.error}`;
+      return `- round ${h.round}: ${h.tool} ${JSON.stringify(h.input)} -> ${outcome}`;
+    })
+    .join('\n');
+}

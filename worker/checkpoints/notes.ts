@@ -1,0 +1,112 @@
+// Step 3 of a checkpoint: mirror the row as a git note on the checkpoint commit.
+// Notes refs are shared by every worktree of a repo, and concurrent `git notes add` silently
+// loses notes, so every write goes through one writer per repository: an in-process queue, a
+// cross-process lock file in the common git dir, and a compare-and-set ref update (fast-import
+// refuses a non-fast-forward update, so a writer that raced anyway retries instead of losing).
+import { open, readFile, stat, unlink } from 'node:fs/promises';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { GitError, runGit } from '../git.ts';
+
+export interface CheckpointNote {
+  workspaceId: string;
+  agentRunId: string;
+  checkpointSeq: number;
+  step: number;
+  hash: string;
+  prevHash: string | null;
+  branch: string | null;
+  files: { path: string; sha256: string | null }[];
+}
+
+const queues = new Map<string, Promise<unknown>>();
+const STALE_LOCK_MS = 30_000;
+
+async function commonDirOf(cwd: string): Promise<string> {
+  return path.resolve(cwd, (await runGit(cwd, ['rev-parse', '--git-common-dir'])).stdout.trim());
+}
+
+function pidAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+async function withFileLock<T>(lockPath: string, fn: () => Promise<T>, timeoutMs = 15_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    try {
+      const handle = await open(lockPath, 'wx');
+      await handle.writeFile(String(process.pid));
+      await handle.close();
+      break;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+      const holder = Number(await readFile(lockPath, 'utf8').catch(() => ''));
+      const age = Date.now() - ((await stat(lockPath).catch(() => undefined))?.mtimeMs ?? Date.now());
+      // A holder killed mid-write leaves its lock behind: take it over once it is provably stale.
+      if ((holder > 0 && !pidAlive(holder)) || age > STALE_LOCK_MS) await unlink(lockPath).catch(() => {});
+      else if (Date.now() > deadline) throw new Error(`timed out waiting for the notes lock ${lockPath} (held by pid ${holder})`);
+      else await sleep(2 + Math.random() * 8);
+    }
+  }
+  try {
+    return await fn();
+  } finally {
+    await unlink(lockPath).catch(() => {});
+  }
+}
+
+function fastImportScript(notesRef: string, commitOid: string, body: string, hasParent: boolean): string {
+  const message = 'echodo checkpoint note\n';
+  const lines = [
+    `commit ${notesRef}`,
+    `committer echodo-worker <echodo-worker@localhost> ${Math.floor(Date.now() / 1000)} +0000`,
+    `data ${Buffer.byteLength(message)}`,
+    message,
+  ];
+  if (hasParent) lines.push(`from ${notesRef}^0`);
+  lines.push(`N inline ${commitOid}`, `data ${Buffer.byteLength(body)}`, body, '');
+  return lines.join('\n');
+}
+
+async function writeNoteOnce(cwd: string, notesRef: string, commitOid: string, body: string): Promise<void> {
+  const parent = await runGit(cwd, ['rev-parse', '--verify', '--quiet', notesRef], { allowExitCodes: [1] });
+  await runGit(cwd, ['fast-import', '--quiet'], { input: fastImportScript(notesRef, commitOid, body, parent.exitCode === 0) });
+}
+
+/** Writes (or overwrites) the note on commitOid. Serialized per repository; retries a lost race. */
+export async function writeCheckpointNote(cwd: string, notesRef: string, commitOid: string, note: CheckpointNote): Promise<void> {
+  const commonDir = await commonDirOf(cwd);
+  const body = JSON.stringify(note);
+  const run = async () =>
+    withFileLock(path.join(commonDir, 'echodo-notes.lock'), async () => {
+      for (let attempt = 1; ; attempt++) {
+        try {
+          return await writeNoteOnce(cwd, notesRef, commitOid, body);
+        } catch (err) {
+          // Someone outside our lock (an operator's `git notes`, a locked ref) got in the way.
+          if (!(err instanceof GitError) || attempt >= 5) throw err;
+          await sleep(attempt * 20 + Math.random() * 20);
+        }
+      }
+    });
+  const previous = queues.get(commonDir) ?? Promise.resolve();
+  const mine = previous.then(run, run);
+  queues.set(commonDir, mine.catch(() => {}));
+  return mine;
+}
+
+/** The note on a commit, parsed; undefined when there is none or it is not our JSON. */
+export async function readCheckpointNote(cwd: string, notesRef: string, commitOid: string): Promise<CheckpointNote | undefined> {
+  const r = await runGit(cwd, ['notes', `--ref=${notesRef}`, 'show', commitOid], { allowExitCodes: [1, 128] });
+  if (r.exitCode !== 0) return undefined;
+  try {
+    return JSON.parse(r.stdout) as CheckpointNote;
+  } catch {
+    return undefined;
+  }
+}

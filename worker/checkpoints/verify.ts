@@ -1,0 +1,129 @@
+// Verification of a run's working tree against Postgres (the truth) and the git-notes mirror.
+// Read-only: integrity-check prints the findings, resume repairs what it can (resume.ts).
+import { existsSync } from 'node:fs';
+import path from 'node:path';
+import type { CheckpointRow } from '../../store/checkpoints.ts';
+import type { RunRow } from '../../store/runs.ts';
+import { runGit } from '../git.ts';
+import { inspectWorktree, repoCommonDir, type WorktreeState } from '../worktrees.ts';
+import { describeFiles } from './content.ts';
+import { verifyChain } from './hash.ts';
+import { readCheckpointNote } from './notes.ts';
+
+export type FindingKind =
+  | 'hash_chain_broken'
+  | 'repo_missing'
+  | 'worktree_missing'
+  | 'worktree_foreign'
+  | 'wrong_branch'
+  | 'branch_moved'
+  | 'commit_unreachable'
+  | 'note_missing'
+  | 'note_mismatch'
+  | 'file_changed'
+  | 'file_missing'
+  | 'uncommitted_changes'
+  | 'stale_index_lock';
+
+export interface Finding {
+  kind: FindingKind;
+  detail: string;
+}
+
+export interface Inspection {
+  /** The commit the worktree must be at: the latest checkpoint's, or the branch base before any. */
+  targetOid: string | null;
+  worktree: WorktreeState | null;
+  findings: Finding[];
+}
+
+/** Findings resume cannot repair: the run is failed with the finding as its reason. */
+export const UNREPAIRABLE: ReadonlySet<FindingKind> = new Set(['hash_chain_broken', 'repo_missing', 'commit_unreachable']);
+
+export async function inspectRun(args: {
+  run: Pick<RunRow, 'id' | 'branch' | 'worktree_path' | 'base_oid' | 'job'>;
+  chain: CheckpointRow[];
+  anchor?: string | null;
+  repoRoot: string;
+  notesRef: string;
+}): Promise<Inspection> {
+  const findings: Finding[] = [];
+  const latest = args.chain.at(-1);
+  const verdict = verifyChain(args.chain, args.anchor ?? null);
+  for (const problem of verdict.problems) findings.push({ kind: 'hash_chain_broken', detail: problem });
+
+  // Doc-writer runs have no worktree: files are checked in the repo root, hashes only.
+  if (!args.run.worktree_path || !args.run.branch) {
+    if (latest) findings.push(...(await compareFiles(args.repoRoot, latest)));
+    return { targetOid: null, worktree: null, findings };
+  }
+
+  const targetOid = latest?.commit_oid ?? args.run.base_oid;
+  const repoPath = args.run.job.repoPath ?? args.repoRoot;
+  let commonDir: string;
+  try {
+    commonDir = await repoCommonDir(repoPath);
+  } catch (err) {
+    findings.push({ kind: 'repo_missing', detail: (err as Error).message });
+    return { targetOid, worktree: null, findings };
+  }
+  const wt = await inspectWorktree(args.run.worktree_path, commonDir);
+  if (targetOid) {
+    const reachable = await runGit(repoPath, ['cat-file', '-e', `${targetOid}^{commit}`], { allowExitCodes: [1, 128] });
+    if (reachable.exitCode !== 0) findings.push({ kind: 'commit_unreachable', detail: `checkpoint commit ${targetOid} is not in ${repoPath}` });
+  }
+  if (!wt.exists) {
+    findings.push({ kind: 'worktree_missing', detail: `worktree ${args.run.worktree_path} does not exist` });
+    if (latest?.commit_oid) findings.push(...(await compareNote(repoPath, args.notesRef, latest)));
+    return { targetOid, worktree: wt, findings };
+  }
+  if (!wt.belongsToRepo) {
+    findings.push({ kind: 'worktree_foreign', detail: `${args.run.worktree_path} is not a worktree of ${repoPath}` });
+    return { targetOid, worktree: wt, findings };
+  }
+  if (wt.branch !== args.run.branch) findings.push({ kind: 'wrong_branch', detail: `worktree is on ${wt.branch ?? '(detached)'}, not ${args.run.branch}` });
+  if (wt.gitDir && existsSync(path.join(wt.gitDir, 'index.lock'))) {
+    findings.push({ kind: 'stale_index_lock', detail: `${path.join(wt.gitDir, 'index.lock')} left behind` });
+  }
+
+  // The three git reads and the file hashes are independent: run them side by side.
+  const [status, noteFindings, fileFindings] = await Promise.all([
+    runGit(args.run.worktree_path, ['status', '--porcelain=v2', '--branch', '-z', '--untracked-files=all', '--no-renames'], { allowExitCodes: [128] }),
+    latest?.commit_oid ? compareNote(args.run.worktree_path, args.notesRef, latest) : Promise.resolve([]),
+    latest ? compareFiles(args.run.worktree_path, latest) : Promise.resolve([]),
+  ]);
+  const entries = status.stdout.split('\0').filter(Boolean);
+  const tip = entries.find((e) => e.startsWith('# branch.oid '))?.slice('# branch.oid '.length);
+  if (targetOid && tip && tip !== targetOid) {
+    findings.push({ kind: 'branch_moved', detail: `branch tip is ${tip}, the checkpoint is at ${targetOid}` });
+  }
+  const changed = entries.filter((e) => !e.startsWith('#'));
+  if (changed.length) {
+    const paths = changed.map((e) => (e.startsWith('? ') ? e.slice(2) : e.split(' ').slice(8).join(' '))).slice(0, 20);
+    findings.push({ kind: 'uncommitted_changes', detail: `${changed.length} path(s) differ from the checkpoint commit: ${paths.join(', ')}` });
+  }
+  findings.push(...noteFindings, ...fileFindings);
+  return { targetOid, worktree: wt, findings };
+}
+
+async function compareNote(cwd: string, notesRef: string, latest: CheckpointRow): Promise<Finding[]> {
+  const note = await readCheckpointNote(cwd, notesRef, latest.commit_oid!);
+  if (!note) return [{ kind: 'note_missing', detail: `no note under ${notesRef} on ${latest.commit_oid} (checkpoint ${latest.checkpoint_seq})` }];
+  if (note.checkpointSeq !== latest.checkpoint_seq || note.hash !== latest.hash || note.agentRunId !== latest.agent_run_id) {
+    return [{ kind: 'note_mismatch', detail: `note says seq ${note.checkpointSeq} hash ${String(note.hash).slice(0, 12)}, Postgres says seq ${latest.checkpoint_seq} hash ${latest.hash.slice(0, 12)}` }];
+  }
+  return [];
+}
+
+async function compareFiles(root: string, latest: CheckpointRow): Promise<Finding[]> {
+  const recorded = latest.files_touched;
+  const actual = await describeFiles(root, recorded.map((f) => f.path));
+  const findings: Finding[] = [];
+  recorded.forEach((want, i) => {
+    const have = actual[i]!;
+    if (want.deleted && have.deleted) return;
+    if (have.deleted) findings.push({ kind: 'file_missing', detail: `${want.path} is gone (expected sha256 ${want.sha256?.slice(0, 12)})` });
+    else if (have.sha256 !== want.sha256) findings.push({ kind: 'file_changed', detail: `${want.path} has sha256 ${have.sha256?.slice(0, 12)}, checkpoint recorded ${want.deleted ? 'deleted' : want.sha256?.slice(0, 12)}` });
+  });
+  return findings;
+}

@@ -1,0 +1,161 @@
+// Where a checkpoint is written. Order, and why:
+//  1. content: commit the touched paths on the run's branch (git objects; contents stay in git);
+//  2. truth: insert the worker_checkpoints row, fenced on lease_epoch, renewing the heartbeat
+//     (the commit point: a crash before it resumes from the previous checkpoint);
+//  3. mirror: the git note on the commit (a failure is logged and retried, never fatal).
+import type { Sql } from 'postgres';
+import { appendCheckpoint, type CheckpointRow } from '../../store/checkpoints.ts';
+import { withWorkspace } from '../../store/workspace.ts';
+import { errorMessage } from '../errors.ts';
+import { faultPoint } from '../faults.ts';
+import type { Lease } from '../lease.ts';
+import type { Logger } from '../log.ts';
+import { commitTouchedPaths, describeFiles } from './content.ts';
+import { checkpointHash, type CheckpointPayload, type FileTouched } from './hash.ts';
+import { boundHistory, type ToolCallRecord } from './history.ts';
+import { writeCheckpointNote, type CheckpointNote } from './notes.ts';
+import { redactOrDrop } from './redact.ts';
+import type { TouchTracker } from './tracker.ts';
+import { LeaseLostError } from '../errors.ts';
+
+export interface RunIdentity {
+  workspaceId: string;
+  agentRunId: string;
+  convoyId: string;
+  briefId: string;
+  attempt: number;
+}
+
+/** Everything a run's next checkpoint builds on. Loaded from the latest row on resume. */
+export interface CheckpointState {
+  seq: number;
+  prevHash: string | null;
+  /** The last checkpoint's commit (or the branch's base before the first one). */
+  headOid: string | null;
+  step: number;
+  history: ToolCallRecord[];
+  files: Map<string, FileTouched>;
+}
+
+export function stateFromRow(row: CheckpointRow | undefined, baseOid: string | null): CheckpointState {
+  if (!row) return { seq: 0, prevHash: null, headOid: baseOid, step: 0, history: [], files: new Map() };
+  return {
+    seq: row.checkpoint_seq,
+    prevHash: row.hash,
+    headOid: row.commit_oid ?? baseOid,
+    step: row.step,
+    history: row.tool_history as ToolCallRecord[],
+    files: new Map(row.files_touched.map((f) => [f.path, f])),
+  };
+}
+
+export interface WorkingTree {
+  root: string;
+  /** Set for the code harness: the worktree is committed. Null for doc-writer: hashes only. */
+  git: { branch: string; worktreePath: string } | null;
+}
+
+export class CheckpointWriter {
+  private pendingNotes: { commitOid: string; note: CheckpointNote }[] = [];
+
+  constructor(
+    private readonly deps: {
+      sql: Sql;
+      run: RunIdentity;
+      lease: Lease;
+      tree: WorkingTree;
+      tracker: TouchTracker;
+      notesRef: string;
+      historyLimit: number;
+      leaseMs: number;
+      log: Logger;
+    },
+    readonly state: CheckpointState,
+  ) {}
+
+  /** Writes checkpoint seq+1 for the rounds done so far. Throws LeaseLostError when fenced off. */
+  async write(): Promise<void> {
+    const { run, tree, lease, log } = this.deps;
+    await lease.assertHeld();
+    const seq = this.state.seq + 1;
+    const prevHash = this.state.prevHash;
+    const paths = await this.deps.tracker.drain();
+
+    let commitOid: string | null = null;
+    if (tree.git) {
+      commitOid = await commitTouchedPaths({
+        worktree: tree.root,
+        branch: tree.git.branch,
+        parentOid: this.state.headOid!,
+        paths,
+        message: `echodo checkpoint ${seq} (run ${run.agentRunId})`,
+      });
+      faultPoint('after-content-commit');
+    }
+
+    for (const f of await describeFiles(tree.root, paths)) this.state.files.set(f.path, f);
+    const history = boundHistory(this.state.history, this.deps.historyLimit);
+    const payload: CheckpointPayload = {
+      workspaceId: run.workspaceId,
+      agentRunId: run.agentRunId,
+      checkpointSeq: seq,
+      step: this.state.step,
+      toolHistory: history,
+      filesTouched: [...this.state.files.values()].sort((a, b) => (a.path < b.path ? -1 : 1)),
+      branch: tree.git?.branch ?? null,
+      worktreePath: tree.git?.worktreePath ?? null,
+      commitOid,
+    };
+    // Fail closed: the whole payload passes the redactor once more before it is hashed and stored.
+    const safe = redactOrDrop(payload) as CheckpointPayload;
+    if (!('checkpointSeq' in safe)) throw new Error('redaction of the checkpoint payload failed; nothing stored');
+    const hash = checkpointHash(prevHash, safe);
+
+    const inserted = await withWorkspace(this.deps.sql, run.workspaceId, (tx) =>
+      appendCheckpoint(
+        tx,
+        { ...run, checkpointSeq: seq, step: safe.step, toolHistory: safe.toolHistory, filesTouched: safe.filesTouched, branch: safe.branch, worktreePath: safe.worktreePath, commitOid, prevHash, hash },
+        { leaseEpoch: lease.epoch, leaseMs: this.deps.leaseMs },
+      ),
+    );
+    if (!inserted) throw new LeaseLostError(`run ${run.agentRunId}: fenced off at checkpoint ${seq} (lease epoch ${lease.epoch} is no longer current)`);
+    lease.renewed();
+    Object.assign(this.state, { seq, prevHash: hash, headOid: commitOid ?? this.state.headOid, history });
+    faultPoint('after-checkpoint-row');
+    log.debug({ seq, step: safe.step, commitOid, files: paths.length }, 'checkpoint written');
+
+    if (tree.git && commitOid) {
+      this.pendingNotes.push({
+        commitOid,
+        note: {
+          workspaceId: run.workspaceId,
+          agentRunId: run.agentRunId,
+          checkpointSeq: seq,
+          step: safe.step,
+          hash,
+          prevHash,
+          branch: tree.git.branch,
+          files: safe.filesTouched.map((f) => ({ path: f.path, sha256: f.sha256 })),
+        },
+      });
+      await this.flushNotes();
+      faultPoint('after-note');
+    }
+  }
+
+  /** Mirrors pending notes; what fails stays pending for the next checkpoint (and resume repairs it). */
+  async flushNotes(): Promise<void> {
+    const still: typeof this.pendingNotes = [];
+    for (const item of this.pendingNotes) {
+      try {
+        this.deps.lease.assertFresh();
+        await writeCheckpointNote(this.deps.tree.root, this.deps.notesRef, item.commitOid, item.note);
+      } catch (err) {
+        if (err instanceof LeaseLostError) throw err;
+        this.deps.log.warn({ commitOid: item.commitOid, seq: item.note.checkpointSeq, error: errorMessage(err) }, 'git note mirror write failed; will retry');
+        still.push(item);
+      }
+    }
+    this.pendingNotes = still;
+  }
+}

@@ -1,0 +1,76 @@
+// The worker daemon: one run at a time, explicit states, an interruptible wait.
+//   idle → taking → running → idle … ; SIGTERM → stopping (the run in flight checkpoints
+//   and is released) → stopped. A lost lease means this process may have been paused or cut
+//   off: it stops and exits with LEASE_LOST_EXIT so a supervisor starts a fresh one.
+import type { Config } from './config.ts';
+import type { Database } from '../store/connection.ts';
+import { errorMessage } from './errors.ts';
+import type { Logger } from './log.ts';
+import type { JobQueue } from './queue/types.ts';
+import { processDelivery, type JobResult } from './run-job.ts';
+
+export const LEASE_LOST_EXIT = 3;
+
+export type DaemonState = 'idle' | 'taking' | 'running' | 'stopping' | 'stopped';
+
+export class WorkerDaemon {
+  state: DaemonState = 'idle';
+  readonly results: Record<JobResult, number> = { completed: 0, failed: 0, released: 0, skipped: 0, dead_lettered: 0, lease_lost: 0 };
+  private readonly shutdown = new AbortController();
+
+  constructor(
+    private readonly deps: { config: Config; db: Database; queue: JobQueue; workerId: string; log: Logger },
+  ) {}
+
+  stop(): void {
+    if (this.state === 'stopped') return;
+    this.deps.log.info({ state: this.state }, 'stop requested');
+    this.state = 'stopping';
+    this.shutdown.abort();
+  }
+
+  /** Runs until stop() or a lost lease; resolves with the exit code. */
+  async run(options: { maxJobs?: number } = {}): Promise<number> {
+    const { config, queue, log } = this.deps;
+    let handled = 0;
+    while (!this.shutdown.signal.aborted) {
+      this.state = 'taking';
+      let delivery;
+      try {
+        delivery = await queue.take({ timeoutMs: config.WORKER_BLPOP_TIMEOUT_S * 1000, signal: this.shutdown.signal });
+      } catch (err) {
+        log.warn({ error: errorMessage(err) }, 'taking a job failed; retrying');
+        await this.pause(1000);
+        continue;
+      }
+      if (!delivery) continue;
+      this.state = 'running';
+      let result: JobResult;
+      try {
+        result = await processDelivery({ ...this.deps, shutdown: this.shutdown.signal }, delivery);
+      } catch (err) {
+        // Outside any claimed run (e.g. the database unreachable while recording): the job stays
+        // in Postgres / the queue, and the daemon goes on.
+        log.error({ error: errorMessage(err) }, 'job could not be processed; it stays queued');
+        await this.pause(1000);
+        continue;
+      }
+      this.results[result]++;
+      if (result === 'lease_lost') {
+        this.state = 'stopped';
+        return LEASE_LOST_EXIT;
+      }
+      if (this.state === 'running') this.state = 'idle';
+      if (options.maxJobs && ++handled >= options.maxJobs) break;
+    }
+    this.state = 'stopped';
+    return 0;
+  }
+
+  private pause(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const timer = setTimeout(resolve, ms);
+      this.shutdown.signal.addEventListener('abort', () => { clearTimeout(timer); resolve(); }, { once: true });
+    });
+  }
+}

@@ -1,0 +1,84 @@
+// The run's lease: heartbeats push lease_expires_at forward while lease_epoch is ours.
+// A worker whose last successful heartbeat is older than its lease stops itself before it
+// touches the worktree again: it may have been paused (SIGSTOP, a VM freeze) or cut off,
+// and another worker may already own the run.
+import type { Sql } from 'postgres';
+import { LeaseLostError } from './errors.ts';
+import type { Logger } from './log.ts';
+import { heartbeatRun, holdsLease } from '../store/runs.ts';
+import { withWorkspace } from '../store/workspace.ts';
+
+export class Lease {
+  private lastOkAt = performance.now();
+  private timer: NodeJS.Timeout | undefined;
+  private lost: LeaseLostError | undefined;
+  readonly lostSignal: AbortSignal;
+  private readonly controller = new AbortController();
+
+  constructor(
+    private readonly sql: Sql,
+    readonly workspaceId: string,
+    readonly agentRunId: string,
+    readonly epoch: number,
+    private readonly options: { heartbeatMs: number; leaseMs: number; log: Logger },
+  ) {
+    this.lostSignal = this.controller.signal;
+  }
+
+  start(): void {
+    this.timer = setInterval(() => void this.beat(), this.options.heartbeatMs);
+    this.timer.unref();
+  }
+
+  stop(): void {
+    clearInterval(this.timer);
+  }
+
+  /** Marks a successful lease renewal done elsewhere (a checkpoint renews it too). */
+  renewed(): void {
+    this.lastOkAt = performance.now();
+  }
+
+  private markLost(reason: string): void {
+    if (this.lost) return;
+    this.lost = new LeaseLostError(`run ${this.agentRunId}: ${reason}`);
+    this.options.log.warn({ epoch: this.epoch }, this.lost.message);
+    this.stop();
+    this.controller.abort(this.lost);
+  }
+
+  private async beat(): Promise<void> {
+    if (this.lost) return;
+    this.assertFresh();
+    try {
+      const ok = await withWorkspace(this.sql, this.workspaceId, (tx) =>
+        heartbeatRun(tx, { agentRunId: this.agentRunId, leaseEpoch: this.epoch, leaseMs: this.options.leaseMs }),
+      );
+      if (ok) this.renewed();
+      else this.markLost(`lease epoch ${this.epoch} is no longer current (taken over or finished)`);
+    } catch (err) {
+      // A database blip: keep trying; assertFresh() stops us if it outlasts the lease.
+      this.options.log.warn({ err }, 'heartbeat failed; will retry');
+    }
+  }
+
+  /** Local check, no I/O: throws if the lease was lost or may have expired unnoticed. */
+  assertFresh(): void {
+    if (!this.lost && performance.now() - this.lastOkAt > this.options.leaseMs) {
+      this.markLost(`no successful heartbeat for ${Math.round(performance.now() - this.lastOkAt)} ms (lease ${this.options.leaseMs} ms); stopping before touching anything`);
+    }
+    if (this.lost) throw this.lost;
+  }
+
+  /** The fencing check before a tool call: local freshness, then the epoch in Postgres. */
+  async assertHeld(): Promise<void> {
+    this.assertFresh();
+    const ok = await withWorkspace(this.sql, this.workspaceId, (tx) => holdsLease(tx, { agentRunId: this.agentRunId, leaseEpoch: this.epoch }));
+    if (!ok) this.markLost(`lease epoch ${this.epoch} is no longer current (taken over or finished)`);
+    this.assertFresh();
+  }
+
+  get isLost(): boolean {
+    return this.lost !== undefined;
+  }
+}

@@ -1,0 +1,95 @@
+// Resume: verify the run's worktree against Postgres and the notes, repair what can be
+// repaired, and hand back the state to continue from. Never a clone: a missing worktree is
+// added again from the local repo's objects.
+import { rm, unlink } from 'node:fs/promises';
+import path from 'node:path';
+import type { CheckpointRow } from '../store/checkpoints.ts';
+import type { RunRow } from '../store/runs.ts';
+import { EchodoError } from './errors.ts';
+import { runGit } from './git.ts';
+import type { Logger } from './log.ts';
+import { writeCheckpointNote } from './checkpoints/notes.ts';
+import { inspectRun, UNREPAIRABLE, type Finding } from './checkpoints/verify.ts';
+import { prepareWorktree, type PreparedWorktree } from './worktrees.ts';
+
+export interface ResumeReport {
+  fromSeq: number;
+  findings: Finding[];
+  repairs: string[];
+  worktree: PreparedWorktree | null;
+}
+
+export function noteForRow(row: CheckpointRow) {
+  return {
+    workspaceId: row.workspace_id,
+    agentRunId: row.agent_run_id,
+    checkpointSeq: row.checkpoint_seq,
+    step: row.step,
+    hash: row.hash,
+    prevHash: row.prev_hash,
+    branch: row.branch,
+    files: row.files_touched.map((f) => ({ path: f.path, sha256: f.sha256 })),
+  };
+}
+
+export async function verifyAndRepair(args: {
+  run: RunRow;
+  chain: CheckpointRow[];
+  anchor: string | null;
+  repoRoot: string;
+  worktreeBase: string;
+  notesRef: string;
+  log: Logger;
+}): Promise<ResumeReport> {
+  const { run, chain, log } = args;
+  const latest = chain.at(-1);
+  const inspection = await inspectRun({ run, chain, anchor: args.anchor, repoRoot: args.repoRoot, notesRef: args.notesRef });
+  const fatal = inspection.findings.filter((f) => UNREPAIRABLE.has(f.kind));
+  if (fatal.length) {
+    throw new EchodoError('worktree_unrecoverable', `cannot resume run ${run.id}: ${fatal.map((f) => f.detail).join('; ')}`);
+  }
+  const report: ResumeReport = { fromSeq: latest?.checkpoint_seq ?? 0, findings: inspection.findings, repairs: [], worktree: null };
+  if (!run.worktree_path || !run.branch) return report; // doc-writer: findings are reported, nothing to repair
+
+  const kinds = new Set(inspection.findings.map((f) => f.kind));
+  const target = inspection.targetOid!;
+  const repoPath = run.job.repoPath ?? args.repoRoot;
+
+  if (kinds.has('worktree_foreign')) {
+    await rm(run.worktree_path, { recursive: true, force: true });
+    report.repairs.push(`removed ${run.worktree_path}: it was not a worktree of ${repoPath}`);
+  }
+  const worktree = await prepareWorktree({
+    repoPath,
+    worktreeBase: args.worktreeBase,
+    agentRunId: run.id,
+    briefId: run.brief_id,
+    baseRef: run.job.baseRef,
+    knownBaseOid: run.base_oid,
+    log,
+  });
+  report.worktree = worktree;
+  if (worktree.created) report.repairs.push(`worktree re-added with git worktree add from ${repoPath} (no clone)`);
+
+  if (kinds.has('stale_index_lock') && inspection.worktree?.gitDir) {
+    // We hold the lease and the previous holder is fenced off: nobody else may be using this index.
+    await unlink(path.join(inspection.worktree.gitDir, 'index.lock')).catch(() => {});
+    report.repairs.push('removed the stale index.lock left by the killed worker');
+  }
+  if (kinds.has('wrong_branch')) {
+    await runGit(worktree.path, ['symbolic-ref', 'HEAD', `refs/heads/${run.branch}`]);
+    report.repairs.push(`put HEAD back on ${run.branch}`);
+  }
+  const drift = ['branch_moved', 'uncommitted_changes', 'file_changed', 'file_missing', 'wrong_branch'].some((k) => kinds.has(k as never));
+  if (drift || worktree.created) {
+    // Inside the worktree only: back to the last checkpoint, dropping the interrupted round.
+    await runGit(worktree.path, ['reset', '--hard', '--quiet', target]);
+    await runGit(worktree.path, ['clean', '-fd', '--quiet']);
+    if (drift) report.repairs.push(`reset the worktree to checkpoint commit ${target.slice(0, 12)} and cleaned it (interrupted round discarded)`);
+  }
+  if (latest?.commit_oid && (kinds.has('note_missing') || kinds.has('note_mismatch'))) {
+    await writeCheckpointNote(worktree.path, args.notesRef, latest.commit_oid, noteForRow(latest));
+    report.repairs.push(`rewrote the git note of checkpoint ${latest.checkpoint_seq} from Postgres`);
+  }
+  return report;
+}

@@ -1,0 +1,222 @@
+// One delivery, start to finish: validate → claim → harness → worktree (made, reused, or
+// verified and repaired on resume) → model → session → outcome. An error here fails this run
+// with a reason; it never escapes to kill the daemon.
+import { existsSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import type { Config } from './config.ts';
+import type { Database } from '../store/connection.ts';
+import { checkpointChain } from '../store/checkpoints.ts';
+import { appendEvent, claimRun, completeRun, failQueuedRun, failRun, recordRun, requeueRun, setRunWorkspace, workspaceExists, type RunRow } from '../store/runs.ts';
+import { apiKeyEnvVars, modelProvider } from '../store/workspace-config.ts';
+import { withWorkspace } from '../store/workspace.ts';
+import { errorMessage, LeaseLostError, toEchodoError } from './errors.ts';
+import { faultPoint } from './faults.ts';
+import { resolveHarnessForJob, type Harness } from './harnesses.ts';
+import { parseRawJob, type Job } from './job.ts';
+import { Lease } from './lease.ts';
+import type { Logger } from './log.ts';
+import { resolveModel } from './models/resolve.ts';
+import type { Delivery, JobQueue } from './queue/types.ts';
+import { registerSecretsFromEnv } from './checkpoints/redact.ts';
+import { TouchTracker } from './checkpoints/tracker.ts';
+import { CheckpointWriter, stateFromRow, type WorkingTree } from './checkpoints/writer.ts';
+import { verifyAndRepair } from './resume.ts';
+import { runSession } from './session.ts';
+import { prepareWorktree, type PreparedWorktree } from './worktrees.ts';
+import { anchorOf } from '../store/retention.ts';
+
+export type JobResult = 'completed' | 'failed' | 'released' | 'skipped' | 'dead_lettered' | 'lease_lost';
+
+export interface JobDeps {
+  config: Config;
+  db: Database;
+  queue: JobQueue;
+  workerId: string;
+  log: Logger;
+  shutdown: AbortSignal;
+}
+
+export async function processDelivery(deps: JobDeps, delivery: Delivery): Promise<JobResult> {
+  const { db, queue, log } = deps;
+  faultPoint('after-take');
+  const parsed = parseRawJob(delivery.raw);
+  if (!parsed.ok) return deadLetter(deps, delivery, `invalid job: ${parsed.problems.join('; ')}`);
+  const job = parsed.job;
+  const scoped = <T>(fn: Parameters<typeof withWorkspace<T>>[2]) => withWorkspace<T>(db.app, job.workspaceId, fn);
+
+  if (!(await scoped(workspaceExists))) return deadLetter(deps, delivery, `workspace "${job.workspaceId}" does not exist`, job);
+  const { agentRunId } = await scoped((tx) => recordRun(tx, job));
+  const run = await scoped((tx) => claimRun(tx, { agentRunId, workerId: deps.workerId, leaseMs: deps.config.WORKER_LEASE_MS }));
+  faultPoint('after-claim');
+  await delivery.ack();
+  if (!run) {
+    log.info({ agentRunId, jobId: job.jobId }, 'run is not queued (held by another worker or finished); job dropped');
+    return 'skipped';
+  }
+  const runLog = log.child({ workspaceId: run.workspace_id, agentRunId: run.id, attempt: run.attempt });
+  const lease = new Lease(db.app, run.workspace_id, run.id, run.lease_epoch, {
+    heartbeatMs: deps.config.WORKER_HEARTBEAT_MS,
+    leaseMs: deps.config.WORKER_LEASE_MS,
+    log: runLog,
+  });
+  lease.start();
+  try {
+    return await executeRun({ ...deps, log: runLog }, run, lease);
+  } catch (err) {
+    if (err instanceof LeaseLostError || lease.isLost) {
+      runLog.warn({ error: errorMessage(err) }, 'lease lost: this worker stops touching the run');
+      return 'lease_lost';
+    }
+    const e = toEchodoError(err);
+    runLog.error({ code: e.code, error: e.message }, 'run failed');
+    await scoped(async (tx) => {
+      if (await failRun(tx, { agentRunId: run.id, leaseEpoch: run.lease_epoch, reason: `${e.code}: ${e.message}` })) {
+        await appendEvent(tx, { convoyId: run.convoy_id, agentRunId: run.id, type: 'run_failed', metadata: { reason: e.message, code: e.code, attempt: run.attempt } });
+      }
+    }).catch((dbErr) => runLog.error({ error: errorMessage(dbErr) }, 'could not record the failure; the stall detector will retry the run'));
+    return 'failed';
+  } finally {
+    lease.stop();
+  }
+}
+
+async function executeRun(deps: JobDeps, run: RunRow, lease: Lease): Promise<JobResult> {
+  const { config, db, log } = deps;
+  const job = run.job;
+  const scoped = <T>(fn: Parameters<typeof withWorkspace<T>>[2]) => withWorkspace<T>(db.app, run.workspace_id, fn);
+  const harness = await scoped((tx) => resolveHarnessForJob(tx, job, config));
+  registerSecretsFromEnv(process.env, await scoped(apiKeyEnvVars));
+
+  const chain = await scoped((tx) => checkpointChain(tx, run.id));
+  const anchor = await scoped((tx) => anchorOf(tx, run.id));
+  const resuming = chain.length > 0 || run.attempt > 1 || run.worktree_path !== null || job.resumeFromCheckpoint;
+  const { tree, baseOid } = await prepareTree(deps, run, harness, chain, anchor, resuming);
+
+  const state = stateFromRow(chain.at(-1), baseOid);
+  const tracker = new TouchTracker(tree.root);
+  tracker.start();
+  try {
+    const { model, description } = await resolveModel({
+      model: job.model,
+      lookupProvider: (alias) => scoped((tx) => modelProvider(tx, alias)),
+      startAt: state.step,
+      signal: deps.shutdown,
+    });
+    log.info({ harness: harness.alias, model: description, step: state.step, seq: state.seq, root: tree.root }, resuming ? 'run resumed' : 'run started');
+    const writer = new CheckpointWriter(
+      { sql: db.app, run: { workspaceId: run.workspace_id, agentRunId: run.id, convoyId: run.convoy_id, briefId: run.brief_id, attempt: run.attempt }, lease, tree, tracker, notesRef: config.WORKER_NOTES_REF, historyLimit: config.WORKER_CHECKPOINT_HISTORY_LIMIT, leaseMs: config.WORKER_LEASE_MS, log },
+      state,
+    );
+    const outcome = await runSession({
+      model,
+      harness,
+      root: tree.root,
+      roleId: job.roleId,
+      brief: job.brief,
+      rolePrompt: readRolePrompt(config.WORKER_REPO_ROOT, job.roleId),
+      writer,
+      tracker,
+      lease,
+      maxSteps: config.WORKER_MAX_TOOL_STEPS,
+      checkpointEvery: config.WORKER_CHECKPOINT_EVERY_N_STEPS,
+      commandTimeoutMs: config.WORKER_COMMAND_TIMEOUT_MS,
+      shutdown: deps.shutdown,
+      log,
+    });
+    switch (outcome.kind) {
+      case 'lease_lost':
+        throw outcome.error;
+      case 'stopped': {
+        const released = await scoped((tx) => requeueRun(tx, { agentRunId: run.id, leaseEpoch: run.lease_epoch, nextAttempt: false }));
+        if (released) await deps.queue.enqueue(released.job);
+        log.info({ step: state.step, seq: state.seq }, 'stopped on request: state checkpointed, run released to the queue');
+        return 'released';
+      }
+      case 'finished': {
+        await scoped(async (tx) => {
+          if (!(await completeRun(tx, { agentRunId: run.id, leaseEpoch: run.lease_epoch }))) throw new LeaseLostError(`run ${run.id}: lease lost before completion`);
+          await appendEvent(tx, {
+            convoyId: run.convoy_id,
+            agentRunId: run.id,
+            type: 'role_complete',
+            metadata: { harnessAlias: harness.alias, roleId: job.roleId, steps: state.step, checkpoints: state.seq, reason: outcome.reason, branch: tree.git?.branch ?? null },
+          });
+        });
+        log.info({ steps: state.step, checkpoints: state.seq, reason: outcome.reason }, 'run completed');
+        return 'completed';
+      }
+    }
+  } finally {
+    await tracker.stop();
+  }
+}
+
+async function prepareTree(deps: JobDeps, run: RunRow, harness: Harness, chain: Awaited<ReturnType<typeof checkpointChain>>, anchor: string | null | undefined, resuming: boolean): Promise<{ tree: WorkingTree; baseOid: string | null }> {
+  const { config, db, log } = deps;
+  const scoped = <T>(fn: Parameters<typeof withWorkspace<T>>[2]) => withWorkspace<T>(db.app, run.workspace_id, fn);
+  const job = run.job;
+  if (!harness.needsWorktree) {
+    const root = config.WORKER_REPO_ROOT;
+    if (resuming) {
+      const report = await verifyAndRepair({ run, chain, anchor: anchor ?? null, repoRoot: root, worktreeBase: config.WORKER_WORKTREE_BASE, notesRef: config.WORKER_NOTES_REF, log });
+      await recordResume(deps, run, report.fromSeq, report.findings.map((f) => f.detail), []);
+    }
+    await scoped((tx) => setRunWorkspace(tx, { agentRunId: run.id, leaseEpoch: run.lease_epoch, harnessAlias: harness.alias, branch: null, worktreePath: null, baseOid: null }));
+    return { tree: { root, git: null }, baseOid: null };
+  }
+
+  let worktree: PreparedWorktree;
+  if (resuming && run.worktree_path) {
+    const report = await verifyAndRepair({ run, chain, anchor: anchor ?? null, repoRoot: config.WORKER_REPO_ROOT, worktreeBase: config.WORKER_WORKTREE_BASE, notesRef: config.WORKER_NOTES_REF, log });
+    worktree = report.worktree!;
+    log.info({ fromSeq: report.fromSeq, findings: report.findings, repairs: report.repairs }, 'worktree verified against Postgres and the git notes');
+    await recordResume(deps, run, report.fromSeq, report.findings.map((f) => `${f.kind}: ${f.detail}`), report.repairs);
+  } else {
+    worktree = await prepareWorktree({
+      repoPath: job.repoPath ?? config.WORKER_REPO_ROOT,
+      worktreeBase: config.WORKER_WORKTREE_BASE,
+      agentRunId: run.id,
+      briefId: run.brief_id,
+      baseRef: job.baseRef,
+      knownBaseOid: run.base_oid,
+      log,
+    });
+    if (worktree.created) {
+      await scoped((tx) => appendEvent(tx, { convoyId: run.convoy_id, agentRunId: run.id, type: 'worktree_created', metadata: { branch: worktree.branch, attempt: run.attempt } }));
+    }
+  }
+  const ok = await scoped((tx) => setRunWorkspace(tx, { agentRunId: run.id, leaseEpoch: run.lease_epoch, harnessAlias: harness.alias, branch: worktree.branch, worktreePath: worktree.path, baseOid: worktree.baseOid }));
+  if (!ok) throw new LeaseLostError(`run ${run.id}: lease lost while preparing the worktree`);
+  return { tree: { root: worktree.path, git: { branch: worktree.branch, worktreePath: worktree.path } }, baseOid: run.base_oid ?? worktree.baseOid };
+}
+
+async function recordResume(deps: JobDeps, run: RunRow, fromSeq: number, findings: string[], repairs: string[]): Promise<void> {
+  await withWorkspace(deps.db.app, run.workspace_id, (tx) =>
+    appendEvent(tx, { convoyId: run.convoy_id, agentRunId: run.id, type: 'run_resumed', metadata: { fromSeq, attempt: run.attempt, findings, repairs, recloned: false } }),
+  );
+}
+
+async function deadLetter(deps: JobDeps, delivery: Delivery, reason: string, job?: Job): Promise<JobResult> {
+  deps.log.warn({ reason }, 'job dead-lettered');
+  let ids: { workspaceId?: string; jobId?: string; agentRunId?: string } = job ?? {};
+  if (!job) {
+    try {
+      const raw = JSON.parse(delivery.raw) as Record<string, unknown>;
+      ids = { workspaceId: String(raw.workspaceId ?? ''), jobId: raw.jobId ? String(raw.jobId) : undefined, agentRunId: raw.agentRunId ? String(raw.agentRunId) : undefined };
+    } catch {
+      /* unreadable: no ids */
+    }
+  }
+  await deps.queue.deadLetter(delivery.raw, reason, { workspaceId: ids.workspaceId, jobId: ids.jobId });
+  // A recorded run whose job turned bad (hand-edited row) must not be taken again and again.
+  if (ids.workspaceId && ids.agentRunId) {
+    await withWorkspace(deps.db.app, ids.workspaceId, (tx) => failQueuedRun(tx, { agentRunId: ids.agentRunId!, reason })).catch(() => false);
+  }
+  await delivery.ack();
+  return 'dead_lettered';
+}
+
+function readRolePrompt(repoRoot: string, roleId: string): string | undefined {
+  const file = path.join(repoRoot, 'roles', `${roleId}.md`);
+  return existsSync(file) ? readFileSync(file, 'utf8').slice(0, 20_000) : undefined;
+}

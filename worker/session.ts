@@ -1,0 +1,170 @@
+// The agent tool loop of one run attempt. Its state is explicit: the step (tool rounds done,
+// across attempts), what the model has seen (the rounds in CheckpointState.history), and which
+// files changed (the tracker, drained into each checkpoint). After every Nth round a checkpoint.
+import { generateText, stepCountIs, tool, type LanguageModel, type StepResult, type ToolSet } from 'ai';
+import { errorMessage, LeaseLostError } from './errors.ts';
+import { faultPoint } from './faults.ts';
+import type { Harness } from './harnesses.ts';
+import type { Lease } from './lease.ts';
+import type { Logger } from './log.ts';
+import { recordToolCall, summarizeHistoryForPrompt, type ToolCallRecord } from './checkpoints/history.ts';
+import type { CheckpointWriter } from './checkpoints/writer.ts';
+import type { TouchTracker } from './checkpoints/tracker.ts';
+import { TOOLS } from './tools/index.ts';
+import type { ToolContext } from './tools/context.ts';
+
+export type SessionOutcome =
+  | { kind: 'finished'; text: string; reason: 'model_done' | 'step_budget' }
+  | { kind: 'stopped' } // SIGTERM: the round in flight finished and was checkpointed
+  | { kind: 'lease_lost'; error: LeaseLostError };
+
+export interface SessionDeps {
+  model: LanguageModel;
+  harness: Harness;
+  root: string;
+  roleId: string;
+  brief: string;
+  rolePrompt?: string;
+  writer: CheckpointWriter;
+  tracker: TouchTracker;
+  lease: Lease;
+  maxSteps: number;
+  checkpointEvery: number;
+  commandTimeoutMs: number;
+  /** Aborts on SIGTERM: the tool call in flight finishes, then the loop stops. */
+  shutdown: AbortSignal;
+  log: Logger;
+}
+
+export function buildSystemPrompt(d: Pick<SessionDeps, 'roleId' | 'harness' | 'rolePrompt'>, history: ToolCallRecord[], step: number): string {
+  const parts = [
+    d.rolePrompt ?? `You are the ${d.roleId} agent of an unattended software team.`,
+    `Work only with the tools you are given; paths are relative to the ${d.harness.needsWorktree ? 'worktree' : 'repository root'}.`,
+  ];
+  if (d.harness.writePrefixes) parts.push(`You may write only under: ${d.harness.writePrefixes.join(', ')}.`);
+  if (d.harness.allowedCommands) parts.push(`run_command accepts only: ${d.harness.allowedCommands.join('; ')}.`);
+  if (step > 0) {
+    parts.push(
+      `This run was interrupted and resumed from its last checkpoint after ${step} tool round(s). The files are as those rounds left them. What was done:`,
+      summarizeHistoryForPrompt(history),
+    );
+  }
+  return parts.join('\n');
+}
+
+export async function runSession(d: SessionDeps): Promise<SessionOutcome> {
+  const state = d.writer.state;
+  const remaining = d.maxSteps - state.step;
+  if (remaining <= 0) return { kind: 'finished', text: '', reason: 'step_budget' };
+
+  const abort = new AbortController();
+  let halted: 'shutdown' | 'lease' | undefined;
+  let fatal: unknown;
+  let toolsInFlight = 0;
+  let roundsSinceCheckpoint = 0;
+
+  const halt = (why: 'shutdown' | 'lease', reason?: unknown) => {
+    halted ??= why;
+    if (why === 'lease') fatal ??= reason;
+    abort.abort(reason ?? new Error(why));
+  };
+  const onLeaseLost = () => halt('lease', d.lease.lostSignal.reason);
+  const onShutdown = () => {
+    halted ??= 'shutdown';
+    // A model call is interrupted at once; a tool call in flight finishes and is checkpointed first.
+    if (toolsInFlight === 0) abort.abort(new Error('shutdown'));
+  };
+  d.lease.lostSignal.addEventListener('abort', onLeaseLost);
+  d.shutdown.addEventListener('abort', onShutdown);
+  if (d.shutdown.aborted) onShutdown();
+
+  const ctx: ToolContext = {
+    root: d.root,
+    writePrefixes: d.harness.writePrefixes,
+    allowedCommands: d.harness.allowedCommands,
+    commandTimeoutMs: d.commandTimeoutMs,
+    beforeTouch: async () => {
+      if (halted === 'lease') throw fatal;
+      await d.lease.assertHeld();
+    },
+    onTouched: (paths) => paths.forEach((p) => d.tracker.note(p)),
+    signal: abort.signal,
+  };
+
+  const tools: ToolSet = {};
+  for (const def of TOOLS) {
+    if (def.name === 'run_command' && !d.harness.allowedCommands) continue;
+    tools[def.name] = tool({
+      description: def.description,
+      inputSchema: def.inputSchema,
+      execute: async (input: unknown) => {
+        if (halted === 'lease') throw fatal;
+        faultPoint('before-tool-call');
+        toolsInFlight++;
+        try {
+          await ctx.beforeTouch();
+          const output = await def.execute(ctx, input as never);
+          if (def.name === 'run_command') await d.tracker.crossCheckWithGit();
+          return output;
+        } finally {
+          toolsInFlight--;
+        }
+      },
+    });
+  }
+
+  const onStepFinish = async (step: StepResult<ToolSet>) => {
+    const calls = step.content.filter((p) => p.type === 'tool-result' || p.type === 'tool-error');
+    if (!calls.length || halted === 'lease') return;
+    const round = state.step + 1;
+    for (const part of calls) {
+      state.history.push(
+        part.type === 'tool-result'
+          ? recordToolCall({ round, tool: part.toolName, input: part.input, output: part.output })
+          : recordToolCall({ round, tool: part.toolName, input: part.input, error: errorMessage(part.error) }),
+      );
+    }
+    state.step = round;
+    roundsSinceCheckpoint++;
+    // The SDK swallows errors thrown here, so failures are caught and turned into a halt.
+    try {
+      if (roundsSinceCheckpoint >= d.checkpointEvery || halted === 'shutdown') {
+        await d.writer.write();
+        roundsSinceCheckpoint = 0;
+      }
+    } catch (err) {
+      halt('lease', err);
+      if (!(err instanceof LeaseLostError)) fatal = err;
+    }
+  };
+
+  try {
+    const result = await generateText({
+      model: d.model,
+      system: buildSystemPrompt(d, state.history, state.step),
+      prompt: d.brief,
+      tools,
+      stopWhen: [stepCountIs(remaining), () => halted !== undefined],
+      abortSignal: abort.signal,
+      maxRetries: 2,
+      onStepFinish,
+    });
+    if (halted === 'lease' || fatal) throw fatal;
+    // Rounds after the last Nth-round checkpoint are checkpointed before the run completes.
+    if (roundsSinceCheckpoint > 0) await d.writer.write();
+    if (halted === 'shutdown') return { kind: 'stopped' };
+    const lastHadTools = result.steps.at(-1)?.toolCalls.length ?? 0;
+    return { kind: 'finished', text: result.text, reason: lastHadTools > 0 ? 'step_budget' : 'model_done' };
+  } catch (err) {
+    const cause = fatal ?? err;
+    if (cause instanceof LeaseLostError) return { kind: 'lease_lost', error: cause };
+    if (halted === 'shutdown') {
+      if (roundsSinceCheckpoint > 0) await d.writer.write();
+      return { kind: 'stopped' };
+    }
+    throw cause;
+  } finally {
+    d.lease.lostSignal.removeEventListener('abort', onLeaseLost);
+    d.shutdown.removeEventListener('abort', onShutdown);
+  }
+}

@@ -1,0 +1,94 @@
+// Worktrees: one per code run, on branch echodo/<briefId>-<first 8 of agentRunId>, made with
+// `git worktree add` from the local repo (never a clone), reused when it is healthy.
+import { existsSync } from 'node:fs';
+import { readFile, rm, mkdir } from 'node:fs/promises';
+import path from 'node:path';
+import { simpleGit } from 'simple-git';
+import { EchodoError } from './errors.ts';
+import { GIT_ENV, resolveCommit, runGit } from './git.ts';
+import { branchName } from './job.ts';
+import type { Logger } from './log.ts';
+
+/** Worktrees this process created; resume must leave it unchanged. */
+export const worktreeMetrics = { created: 0 };
+
+export interface WorktreeState {
+  exists: boolean;
+  /** Registered as a worktree of the expected repository. */
+  belongsToRepo: boolean;
+  /** The branch HEAD points at (symbolic), if any. */
+  branch?: string;
+  /** The git dir of this worktree (.git/worktrees/<name>), where index.lock lives. */
+  gitDir?: string;
+}
+
+export async function repoCommonDir(repoPath: string): Promise<string> {
+  if (!existsSync(repoPath)) throw new EchodoError('repo_invalid', `repoPath ${repoPath} does not exist`);
+  const r = await runGit(repoPath, ['rev-parse', '--path-format=absolute', '--git-common-dir'], { allowExitCodes: [128] });
+  if (r.exitCode !== 0) throw new EchodoError('repo_invalid', `repoPath ${repoPath} is not a git repository`);
+  return path.resolve(r.stdout.trim());
+}
+
+/** Reads a worktree's .git pointer files directly: no process spawned. */
+export async function inspectWorktree(worktreePath: string, commonDir: string): Promise<WorktreeState> {
+  if (!existsSync(worktreePath)) return { exists: false, belongsToRepo: false };
+  try {
+    const pointer = (await readFile(path.join(worktreePath, '.git'), 'utf8')).trim();
+    const gitDir = path.resolve(worktreePath, pointer.replace(/^gitdir:\s*/, ''));
+    const common = path.resolve(gitDir, (await readFile(path.join(gitDir, 'commondir'), 'utf8')).trim());
+    const head = (await readFile(path.join(gitDir, 'HEAD'), 'utf8')).trim();
+    const branch = head.startsWith('ref: refs/heads/') ? head.slice('ref: refs/heads/'.length) : undefined;
+    return { exists: true, belongsToRepo: common === commonDir, branch, gitDir };
+  } catch {
+    return { exists: true, belongsToRepo: false };
+  }
+}
+
+export function worktreePathFor(worktreeBase: string, agentRunId: string): string {
+  return path.join(worktreeBase, agentRunId);
+}
+
+export interface PreparedWorktree {
+  path: string;
+  branch: string;
+  baseOid: string;
+  created: boolean;
+}
+
+/**
+ * Makes or reuses the run's worktree. `knownBaseOid` is the commit the branch started from on an
+ * earlier attempt; without it baseRef is resolved (and must exist).
+ */
+export async function prepareWorktree(args: {
+  repoPath: string;
+  worktreeBase: string;
+  agentRunId: string;
+  briefId: string;
+  baseRef: string;
+  knownBaseOid?: string | null;
+  log: Logger;
+}): Promise<PreparedWorktree> {
+  const commonDir = await repoCommonDir(args.repoPath);
+  const branch = branchName(args.briefId, args.agentRunId);
+  const wtPath = worktreePathFor(args.worktreeBase, args.agentRunId);
+  const baseOid = args.knownBaseOid ?? (await resolveCommit(args.repoPath, args.baseRef));
+  if (!baseOid) throw new EchodoError('repo_invalid', `baseRef "${args.baseRef}" does not exist in ${args.repoPath}`);
+
+  const state = await inspectWorktree(wtPath, commonDir);
+  if (state.exists && state.belongsToRepo && state.branch === branch) return { path: wtPath, branch, baseOid, created: false };
+  if (state.exists) {
+    // Under our base and named by our run id, but not a usable worktree of this repo: remake it.
+    args.log.warn({ worktreePath: wtPath }, 'worktree folder is not a healthy worktree of the repo; recreating it');
+    await rm(wtPath, { recursive: true, force: true });
+  }
+
+  await mkdir(args.worktreeBase, { recursive: true });
+  const repo = simpleGit({ baseDir: args.repoPath }).env(GIT_ENV);
+  await repo.raw(['worktree', 'prune']);
+  const branchTip = await resolveCommit(args.repoPath, `refs/heads/${branch}`);
+  if (branchTip) await repo.raw(['worktree', 'add', '--quiet', wtPath, branch]);
+  else await repo.raw(['worktree', 'add', '--quiet', '-b', branch, wtPath, baseOid]);
+  worktreeMetrics.created += 1;
+  args.log.info({ worktreePath: wtPath, branch, worktreesCreated: worktreeMetrics.created }, 'worktree created');
+  return { path: wtPath, branch, baseOid, created: true };
+}
