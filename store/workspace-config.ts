@@ -39,3 +39,10 @@ export async function apiKeyEnvVars(tx: WorkspaceTx): Promise<string[]> {
     select distinct api_key_env_var from model_providers where api_key_env_var is not null`;
   return rows.map((r) => r.api_key_env_var);
 }
+
+export async function upsertModelProvider(tx: WorkspaceTx, row: ModelProviderRow): Promise<void> {
+  await tx`insert into model_providers (workspace_id, alias, provider, base_url, model, api_key_env_var)
+           values (${tx.workspaceId}, ${row.alias}, ${row.provider}, ${row.base_url}, ${row.model}, ${row.api_key_env_var})
+           on conflict (workspace_id, alias) do update
+             set provider = excluded.provider, base_url = excluded.base_url, model = excluded.model, api_key_env_var = excluded.api_key_env_var`;
+}

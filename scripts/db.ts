@@ -1,0 +1,82 @@
+// npm run db -- up | url | migrate | down | status
+// Manages the embedded PostgreSQL under ECHODO_HOME; with DATABASE_URL set, nothing is started
+// and up/url/migrate work against that database instead.
+import { loadConfigOrExit, maskedConfig } from '../worker/config.ts';
+import { errorMessage } from '../worker/errors.ts';
+import { connect, resolveDatabaseUrl } from '../store/connection.ts';
+import { embeddedStatus, stopEmbeddedPostgres } from '../store/embedded.ts';
+import { migrate } from '../store/migrate.ts';
+
+const USAGE = 'usage: npm run db -- up | url | migrate | down | status';
+
+async function migrateUrl(url: string): Promise<string[]> {
+  const sql = connect(url, { max: 1 });
+  try {
+    return await migrate(sql);
+  } finally {
+    await sql.end({ timeout: 2 });
+  }
+}
+
+function reportApplied(applied: string[]): void {
+  process.stderr.write(applied.length ? `applied: ${applied.join(', ')}\n` : 'schema up to date\n');
+}
+
+async function main(args: string[]): Promise<number> {
+  const command = args[0];
+  if (args.length !== 1 || !['up', 'url', 'migrate', 'down', 'status'].includes(command!)) {
+    process.stderr.write(`${USAGE}\n`);
+    return 2;
+  }
+  const config = loadConfigOrExit();
+  const external = Boolean(config.DATABASE_URL);
+  switch (command) {
+    case 'url':
+      process.stdout.write(`${await resolveDatabaseUrl(config)}\n`);
+      return 0;
+    case 'up': {
+      const url = await resolveDatabaseUrl(config);
+      reportApplied(await migrateUrl(url));
+      process.stdout.write(`${url}\n`);
+      return 0;
+    }
+    case 'migrate': {
+      const applied = await migrateUrl(await resolveDatabaseUrl(config));
+      process.stdout.write(applied.length ? `applied: ${applied.join(', ')}\n` : 'schema up to date\n');
+      return 0;
+    }
+    case 'down':
+      if (external) {
+        process.stdout.write('DATABASE_URL is set: no embedded server to stop\n');
+        return 0;
+      }
+      process.stdout.write(
+        (await stopEmbeddedPostgres(config.ECHODO_HOME))
+          ? `stopped the embedded PostgreSQL under ${config.ECHODO_HOME}\n`
+          : `no embedded PostgreSQL running under ${config.ECHODO_HOME}\n`,
+      );
+      return 0;
+    case 'status': {
+      if (external) {
+        process.stdout.write(`external database: ${String(maskedConfig(config).DATABASE_URL)}\n`);
+        return 0;
+      }
+      const status = await embeddedStatus(config.ECHODO_HOME);
+      process.stdout.write(
+        status.running
+          ? `running under ${config.ECHODO_HOME}: pid ${status.pid}, port ${status.port}\n`
+          : `not running (home ${config.ECHODO_HOME})\n`,
+      );
+      return 0;
+    }
+  }
+  return 2;
+}
+
+main(process.argv.slice(2)).then(
+  (code) => process.exit(code),
+  (err: unknown) => {
+    process.stderr.write(`db: ${errorMessage(err)}\n`);
+    process.exit(1);
+  },
+);

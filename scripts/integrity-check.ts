@@ -1,0 +1,38 @@
+// npm run integrity-check -- --workspace W --run R [--json]
+// Exit 0 intact, 1 drift found (each finding printed), 2 usage error or run not found there.
+import { loadConfigOrExit } from '../worker/config.ts';
+import { openDatabase } from '../store/connection.ts';
+import { checkRunIntegrity } from '../worker/integrity.ts';
+import { errorMessage } from '../worker/errors.ts';
+import { parseCli, usageError } from './cli.ts';
+
+const USAGE = 'npm run integrity-check -- --workspace W --run R [--json]';
+const { values } = parseCli({ workspace: { type: 'string' }, run: { type: 'string' }, json: { type: 'boolean', default: false } }, USAGE);
+if (!values.workspace || !values.run) usageError(USAGE, 'both --workspace and --run are required');
+
+const config = loadConfigOrExit();
+let code = 2;
+const db = await openDatabase(config, { migrate: false }).catch((err) => {
+  process.stderr.write(`integrity-check: ${errorMessage(err)}\n`);
+  process.exit(2);
+});
+try {
+  const report = await checkRunIntegrity(db, config, values.workspace, values.run);
+  if (!report) {
+    process.stderr.write(`run ${values.run} not found in workspace ${values.workspace}\n`);
+  } else {
+    code = report.intact ? 0 : 1;
+    if (values.json) process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
+    else {
+      process.stdout.write(`run ${report.agentRunId} (${report.status}) in ${report.workspaceId}: ${report.checkpoints} checkpoint(s), latest seq ${report.latestSeq ?? '-'} at ${report.commitOid?.slice(0, 12) ?? '-'}\n`);
+      for (const f of report.findings) process.stdout.write(`  DRIFT ${f.kind}: ${f.detail}\n`);
+      process.stdout.write(report.intact ? 'intact: worktree, Postgres and git notes agree\n' : `${report.findings.length} finding(s)\n`);
+    }
+  }
+} catch (err) {
+  process.stderr.write(`integrity-check: ${errorMessage(err)}\n`);
+  code = 2;
+} finally {
+  await db.close();
+}
+process.exit(code);

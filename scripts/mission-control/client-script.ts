@@ -1,0 +1,126 @@
+// The panel's one inline script. It opens an EventSource on the page's feed and, on each
+// change that concerns the page, re-fetches what the page shows and updates it in place:
+// the convoy panel applies /api/convoys/:id JSON to its [data-field] cells; other pages
+// (and a convoy that gained a run) swap in the freshly rendered <main>. No reloads, no
+// polling: the only timer re-labels ages ("12 s ago") from timestamps already on the page.
+// Formatting matches html.ts (formatTime, formatAge).
+export const CLIENT_SCRIPT = String.raw`
+(() => {
+  const body = document.body;
+  const feed = body.dataset.events;
+  if (!feed) return;
+  const jsonUrl = body.dataset.json || '';
+  const convoyId = body.dataset.convoy || '';
+  const runId = body.dataset.run || '';
+  const liveEl = document.querySelector('[data-testid="live-status"]');
+
+  const formatTime = (iso) => iso ? iso.replace('T', ' ').slice(0, 19) + ' UTC' : '\u2014';
+  const formatAge = (iso) => {
+    if (!iso) return '';
+    const seconds = Math.round((Date.now() - Date.parse(iso)) / 1000);
+    const abs = Math.abs(seconds);
+    const span = abs < 90 ? abs + ' s' : abs < 5400 ? Math.round(abs / 60) + ' min'
+      : abs < 172800 ? Math.round(abs / 3600) + ' h' : Math.round(abs / 86400) + ' d';
+    return seconds >= 0 ? span + ' ago' : 'in ' + span;
+  };
+  const tickAges = () => {
+    for (const el of document.querySelectorAll('[data-iso]')) {
+      const age = el.querySelector('.age');
+      if (age) age.textContent = formatAge(el.dataset.iso);
+    }
+  };
+  setInterval(tickAges, 1000);
+
+  const setLive = (state, text) => { if (liveEl) { liveEl.dataset.state = state; liveEl.textContent = text; } };
+
+  // Sets one [data-field] cell inside scope; timestamps carry data-iso, statuses a badge class.
+  const setField = (scope, name, value) => {
+    const el = scope.querySelector('[data-field="' + name + '"]');
+    if (!el) return;
+    if (el.hasAttribute('data-iso')) {
+      const iso = value || '';
+      el.dataset.iso = iso;
+      const time = el.querySelector('time');
+      if (time) { time.textContent = formatTime(iso); time.setAttribute('datetime', iso); }
+      const age = el.querySelector('.age');
+      if (age) age.textContent = formatAge(iso);
+    } else if (el.classList.contains('badge')) {
+      el.textContent = value;
+      el.className = 'badge status-' + value;
+    } else {
+      el.textContent = value === null || value === undefined ? '\u2014' : String(value);
+    }
+  };
+
+  // Returns false when the JSON holds a run the page has no row for: the page must be re-rendered.
+  const applyConvoy = (data) => {
+    const totals = document.querySelector('[data-convoy-totals]');
+    if (totals) {
+      setField(totals, 'checkpointCount', data.checkpointCount);
+      setField(totals, 'lastCheckpointAt', data.lastCheckpointAt);
+      for (const status of ['queued', 'running', 'completed', 'failed']) {
+        setField(totals, 'runs-' + status, data.runs.filter((r) => r.status === status).length);
+      }
+    }
+    let complete = true;
+    for (const run of data.runs) {
+      const row = document.querySelector('[data-run-id="' + CSS.escape(run.agentRunId) + '"]');
+      if (!row) { complete = false; continue; }
+      for (const name of ['checkpointCount', 'lastCheckpointAt', 'status', 'attempt', 'step', 'workerId', 'heartbeatAt', 'leaseExpiresAt']) {
+        setField(row, name, run[name]);
+      }
+    }
+    return complete && document.querySelectorAll('[data-run-id]').length === data.runs.length;
+  };
+
+  const swapMain = async () => {
+    const res = await fetch(location.pathname, { credentials: 'same-origin' });
+    if (res.redirected && new URL(res.url).pathname === '/login') { location.assign('/login'); return; }
+    if (!res.ok) return;
+    const doc = new DOMParser().parseFromString(await res.text(), 'text/html');
+    const fresh = doc.querySelector('main');
+    const main = document.querySelector('main');
+    if (fresh && main) main.innerHTML = fresh.innerHTML;
+  };
+
+  const refreshOnce = async () => {
+    if (!jsonUrl) return swapMain();
+    const res = await fetch(jsonUrl, { credentials: 'same-origin', headers: { accept: 'application/json' } });
+    if (res.status === 401) { location.assign('/login'); return; }
+    if (!res.ok) return swapMain();
+    if (!applyConvoy(await res.json())) await swapMain();
+  };
+
+  // At most one refresh in flight; changes that arrive meanwhile fold into one more.
+  let running = false;
+  let again = false;
+  const refresh = async () => {
+    if (running) { again = true; return; }
+    running = true;
+    try {
+      do { again = false; await refreshOnce(); } while (again);
+      body.dataset.refreshed = String(Number(body.dataset.refreshed || 0) + 1);
+    } catch (err) {
+      console.error('mission control refresh failed', err);
+    } finally {
+      running = false;
+    }
+  };
+
+  const concerns = (notice) =>
+    (!convoyId || notice.convoyId === convoyId) && (!runId || notice.agentRunId === runId);
+
+  let opened = false;
+  const source = new EventSource(feed);
+  source.addEventListener('ready', () => {
+    setLive('live', 'live');
+    if (opened) refresh(); // back after a drop: changes may have been missed
+    opened = true;
+  });
+  source.addEventListener('change', (event) => {
+    try { if (concerns(JSON.parse(event.data))) refresh(); } catch { refresh(); }
+  });
+  source.addEventListener('resync', () => refresh());
+  source.addEventListener('error', () => setLive('reconnecting', 'reconnecting\u2026'));
+})();
+`;

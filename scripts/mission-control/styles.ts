@@ -1,0 +1,65 @@
+// The panel's one stylesheet, inlined in every page: nothing is fetched from the network.
+export const STYLES = `
+:root { --bg:#f5f6f8; --card:#fff; --ink:#1c2330; --muted:#667085; --line:#e3e6eb; --accent:#2f5bea;
+  --ok:#117a48; --ok-bg:#e3f5ec; --run:#1d4ed8; --run-bg:#e4ecff; --wait:#8a5a00; --wait-bg:#fff3d6;
+  --bad:#b42318; --bad-bg:#fde8e6; }
+* { box-sizing: border-box; }
+body { margin:0; background:var(--bg); color:var(--ink); font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif; }
+header.top { display:flex; align-items:center; gap:16px; padding:10px 24px; background:#111827; color:#e5e7eb; }
+header.top .brand { font-weight:650; letter-spacing:.2px; color:#fff; text-decoration:none; }
+header.top .who { color:#9ca3af; font-size:13px; }
+header.top .spacer { flex:1; }
+header.top form { margin:0; }
+header.top button { background:none; border:1px solid #374151; color:#d1d5db; border-radius:6px; padding:3px 10px; cursor:pointer; font:inherit; font-size:12px; }
+.live { font-size:12px; color:#9ca3af; display:inline-flex; align-items:center; gap:6px; }
+.live::before { content:""; width:8px; height:8px; border-radius:50%; background:#6b7280; }
+.live[data-state="live"] { color:#86efac; } .live[data-state="live"]::before { background:#22c55e; }
+.live[data-state="reconnecting"] { color:#fcd34d; } .live[data-state="reconnecting"]::before { background:#f59e0b; }
+main { max-width:1180px; margin:0 auto; padding:20px 24px 48px; }
+nav.crumbs { font-size:13px; color:var(--muted); margin-bottom:6px; }
+nav.crumbs a { color:var(--accent); text-decoration:none; }
+h1 { font-size:22px; margin:0 0 16px; font-weight:650; word-break:break-all; }
+h2 { font-size:15px; margin:28px 0 10px; color:#344054; font-weight:600; }
+a { color:var(--accent); }
+.cards { display:grid; grid-template-columns:repeat(auto-fit,minmax(200px,1fr)); gap:12px; }
+.card { background:var(--card); border:1px solid var(--line); border-radius:10px; padding:14px 16px; }
+.card .label { font-size:12px; text-transform:uppercase; letter-spacing:.6px; color:var(--muted); }
+.card .value { font-size:30px; font-weight:700; line-height:1.2; margin-top:4px; font-variant-numeric:tabular-nums; }
+.card.primary { border-color:#c7d4fb; box-shadow:0 1px 0 #dbe3fd; }
+.card .when time { display:block; font-size:17px; font-weight:650; margin-top:8px; font-variant-numeric:tabular-nums; }
+.card .when .age { font-size:13px; color:var(--muted); }
+.statuses { display:flex; gap:6px; flex-wrap:wrap; margin-top:10px; }
+table { width:100%; border-collapse:collapse; background:var(--card); border:1px solid var(--line); border-radius:10px; overflow:hidden; }
+th, td { text-align:left; padding:9px 12px; border-bottom:1px solid var(--line); vertical-align:top; }
+th { font-size:12px; font-weight:600; color:var(--muted); background:#fafbfc; text-transform:uppercase; letter-spacing:.5px; }
+tr:last-child td { border-bottom:none; }
+td.num { font-variant-numeric:tabular-nums; }
+td.big { font-size:18px; font-weight:700; }
+td .when { display:flex; flex-direction:column; }
+td .when time { font-variant-numeric:tabular-nums; font-weight:600; }
+td .when .age, .muted { color:var(--muted); font-size:12px; }
+code, .mono { font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace; font-size:12.5px; }
+.badge { display:inline-block; padding:1px 8px; border-radius:999px; font-size:12px; font-weight:600; background:#eef0f3; color:#344054; }
+.status-completed { background:var(--ok-bg); color:var(--ok); }
+.status-running { background:var(--run-bg); color:var(--run); }
+.status-queued { background:var(--wait-bg); color:var(--wait); }
+.status-failed, .stalled { background:var(--bad-bg); color:var(--bad); }
+.empty { padding:28px; text-align:center; color:var(--muted); background:var(--card); border:1px dashed var(--line); border-radius:10px; }
+ol.timeline { list-style:none; margin:0; padding:0; border-left:2px solid var(--line); margin-left:8px; }
+ol.timeline li { position:relative; margin:0 0 12px 18px; background:var(--card); border:1px solid var(--line); border-radius:10px; padding:10px 14px; }
+ol.timeline li::before { content:""; position:absolute; left:-26px; top:14px; width:12px; height:12px; border-radius:50%; background:var(--accent); border:2px solid var(--bg); }
+ol.timeline li.event { background:#fbfbfd; border-style:dashed; }
+ol.timeline li.event::before { background:#9ca3af; }
+ol.timeline li.event-run_failed::before { background:var(--bad); }
+ol.timeline li.event-role_complete::before { background:var(--ok); }
+.row { display:flex; gap:14px; flex-wrap:wrap; align-items:baseline; }
+.row .seq { font-weight:700; font-size:15px; }
+.chip { display:inline-block; background:#eef2ff; color:#3730a3; border-radius:6px; padding:0 6px; font-size:12px; margin-right:4px; }
+.verified { color:var(--ok); font-weight:600; } .broken { color:var(--bad); font-weight:600; }
+details summary { cursor:pointer; color:var(--muted); font-size:12.5px; margin-top:4px; }
+details ul { margin:6px 0 0; padding-left:18px; }
+.login { max-width:420px; margin:12vh auto; background:var(--card); border:1px solid var(--line); border-radius:12px; padding:28px; }
+.login input { width:100%; padding:9px 10px; border:1px solid #cfd4dc; border-radius:8px; font:inherit; margin:8px 0 14px; }
+.login button { background:var(--accent); color:#fff; border:none; border-radius:8px; padding:9px 16px; font:inherit; font-weight:600; cursor:pointer; }
+.error { color:var(--bad); background:var(--bad-bg); padding:8px 10px; border-radius:8px; margin-bottom:12px; }
+`;

@@ -1,0 +1,42 @@
+// npm run stall-detector [-- --once]: re-dispatch stalled runs; prune on a schedule when
+// WORKER_CHECKPOINT_RETENTION_DAYS is set.
+import { setTimeout as sleep } from 'node:timers/promises';
+import { loadConfigOrExit } from '../worker/config.ts';
+import { openDatabase } from '../store/connection.ts';
+import { createLogger } from '../worker/log.ts';
+import { createQueue } from '../worker/queue/index.ts';
+import { sweepStalledRuns } from '../worker/stall-detector.ts';
+import { pruneFinishedRuns } from '../worker/prune.ts';
+import { errorMessage } from '../worker/errors.ts';
+import { parseCli } from './cli.ts';
+
+const { values } = parseCli({ once: { type: 'boolean', default: false } }, 'npm run stall-detector [-- --once]');
+const config = loadConfigOrExit();
+const log = createLogger({ level: config.LOG_LEVEL, name: 'echodo-stall-detector' });
+const db = await openDatabase(config);
+const queue = createQueue({ config, db, workerId: `stall-detector-${process.pid}` });
+const PRUNE_EVERY_MS = 60 * 60 * 1000;
+
+let stopping = false;
+const stop = () => { stopping = true; };
+process.once('SIGTERM', stop);
+process.once('SIGINT', stop);
+
+let lastPrune = 0;
+do {
+  try {
+    const result = await sweepStalledRuns({ config, db, queue, log });
+    if (values.once) process.stdout.write(`${JSON.stringify(result)}\n`);
+    if (config.WORKER_CHECKPOINT_RETENTION_DAYS && Date.now() - lastPrune > PRUNE_EVERY_MS) {
+      lastPrune = Date.now();
+      await pruneFinishedRuns(db, { olderThanDays: config.WORKER_CHECKPOINT_RETENTION_DAYS, dryRun: false, log });
+    }
+  } catch (err) {
+    log.error({ error: errorMessage(err) }, 'sweep failed; retrying next period');
+  }
+  if (!values.once && !stopping) await sleep(config.STALL_CHECK_MS);
+} while (!values.once && !stopping);
+
+await queue.close();
+await db.close();
+process.exit(0);

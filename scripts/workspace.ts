@@ -1,0 +1,28 @@
+// npm run workspace -- create W
+// npm run workspace -- add-model W --alias A --base-url URL --model M [--key-env VAR]
+import { loadConfigOrExit } from '../worker/config.ts';
+import { openDatabase } from '../store/connection.ts';
+import { createWorkspace } from '../store/runs.ts';
+import { upsertModelProvider } from '../store/workspace-config.ts';
+import { withWorkspace } from '../store/workspace.ts';
+import { parseCli, usageError } from './cli.ts';
+
+const USAGE = 'npm run workspace -- create W | add-model W --alias A --base-url URL --model M [--key-env VAR]';
+const { values, positionals } = parseCli(
+  { alias: { type: 'string' }, 'base-url': { type: 'string' }, model: { type: 'string' }, 'key-env': { type: 'string' } },
+  USAGE,
+);
+const [command, workspaceId] = positionals;
+if (!workspaceId || !['create', 'add-model'].includes(command ?? '')) usageError(USAGE);
+if (command === 'add-model' && (!values.alias || !values['base-url'] || !values.model)) usageError(USAGE, 'add-model needs --alias, --base-url and --model');
+
+const config = loadConfigOrExit();
+const db = await openDatabase(config);
+await withWorkspace(db.app, workspaceId, async (tx) => {
+  await createWorkspace(tx);
+  if (command === 'add-model') {
+    await upsertModelProvider(tx, { alias: values.alias!, provider: 'openai-compatible', base_url: values['base-url']!, model: values.model!, api_key_env_var: values['key-env'] ?? null });
+  }
+});
+process.stdout.write(`${command === 'create' ? `workspace ${workspaceId} ready` : `model ${values.alias} added to ${workspaceId}`}\n`);
+await db.close();

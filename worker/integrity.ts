@@ -1,0 +1,44 @@
+// The integrity check: resume's verification, read-only, from any process.
+import type { Config } from './config.ts';
+import type { Database } from '../store/connection.ts';
+import { checkpointChain } from '../store/checkpoints.ts';
+import { anchorOf } from '../store/retention.ts';
+import { getRun } from '../store/runs.ts';
+import { withWorkspace } from '../store/workspace.ts';
+import { inspectRun, type Finding } from './checkpoints/verify.ts';
+
+export interface IntegrityReport {
+  workspaceId: string;
+  agentRunId: string;
+  status: string;
+  checkpoints: number;
+  latestSeq: number | null;
+  commitOid: string | null;
+  worktreePath: string | null;
+  intact: boolean;
+  findings: Finding[];
+}
+
+/** undefined when the run does not exist in that workspace (row-level security decides). */
+export async function checkRunIntegrity(db: Database, config: Config, workspaceId: string, agentRunId: string): Promise<IntegrityReport | undefined> {
+  const loaded = await withWorkspace(db.app, workspaceId, async (tx) => {
+    const run = await getRun(tx, agentRunId);
+    if (!run) return undefined;
+    return { run, chain: await checkpointChain(tx, agentRunId), anchor: (await anchorOf(tx, agentRunId)) ?? null };
+  });
+  if (!loaded) return undefined;
+  const { run, chain, anchor } = loaded;
+  const inspection = await inspectRun({ run, chain, anchor, repoRoot: config.WORKER_REPO_ROOT, notesRef: config.WORKER_NOTES_REF });
+  const latest = chain.at(-1);
+  return {
+    workspaceId,
+    agentRunId,
+    status: run.status,
+    checkpoints: chain.length,
+    latestSeq: latest?.checkpoint_seq ?? null,
+    commitOid: latest?.commit_oid ?? null,
+    worktreePath: run.worktree_path,
+    intact: inspection.findings.length === 0,
+    findings: inspection.findings,
+  };
+}

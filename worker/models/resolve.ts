@@ -1,0 +1,69 @@
+// Turns a job's `model` field into a LanguageModelV3: `replay:<absolute path>` is the offline
+// transcript model; anything else is an alias in the workspace's model_providers.
+
+import { isAbsolute } from 'node:path';
+import type { LanguageModelV3 } from '@ai-sdk/provider';
+import { EchodoError } from '../errors.ts';
+import { createOpenAICompatibleModel } from './openai-compatible.ts';
+import { ReplayModel } from './replay.ts';
+import { loadTranscript } from './transcript.ts';
+
+export const REPLAY_PREFIX = 'replay:';
+
+/** A row of model_providers (workspace_id left out: the lookup is already workspace-scoped). */
+export interface ProviderRow {
+  alias: string;
+  provider: 'openai-compatible';
+  base_url: string;
+  model: string;
+  api_key_env_var: string | null;
+}
+
+export interface ResolveModelArgs {
+  model: string;
+  lookupProvider(alias: string): Promise<ProviderRow | undefined>;
+  /** First transcript entry this session plays (replay only). */
+  startAt: number;
+  env?: NodeJS.ProcessEnv;
+  /** Aborts a replay model's thinking delay (e.g. on shutdown or a lost lease). */
+  signal?: AbortSignal;
+}
+
+export interface ResolvedModel {
+  model: LanguageModelV3;
+  /** Safe to log: names the model, never a key. */
+  description: string;
+  /** The variable the key is read from, for banners; never its value. */
+  apiKeyEnvVar?: string;
+}
+
+export async function resolveModel(args: ResolveModelArgs): Promise<ResolvedModel> {
+  if (args.model.startsWith(REPLAY_PREFIX)) {
+    const path = args.model.slice(REPLAY_PREFIX.length);
+    if (!isAbsolute(path)) {
+      throw new EchodoError('model_unknown', `replay model path "${path}" must be absolute`);
+    }
+    const transcript = await loadTranscript(path);
+    const model = new ReplayModel({ transcript, startAt: args.startAt, signal: args.signal, modelId: path });
+    return { model, description: `replay:${path} (from entry ${args.startAt} of ${transcript.steps.length})` };
+  }
+
+  const row = await args.lookupProvider(args.model);
+  if (!row) {
+    throw new EchodoError('model_unknown', `model alias "${args.model}" is not in model_providers of this workspace`);
+  }
+  if (row.provider !== 'openai-compatible') {
+    throw new EchodoError('model_unknown', `model alias "${row.alias}" has unsupported provider "${String(row.provider)}"`);
+  }
+  const model = createOpenAICompatibleModel({
+    baseURL: row.base_url,
+    model: row.model,
+    apiKeyEnvVar: row.api_key_env_var,
+    env: args.env,
+  });
+  return {
+    model,
+    description: `${row.alias}: openai-compatible ${row.model} at ${row.base_url}`,
+    ...(row.api_key_env_var ? { apiKeyEnvVar: row.api_key_env_var } : {}),
+  };
+}

@@ -1,0 +1,162 @@
+// Postgres backend (REDIS_URL unset): the queued runs in agent_runs ARE the queue.
+// A take reserves the oldest visible queued run for a visibility timeout (the lease); the
+// claim in agent_runs is the ack, so a worker that dies between take and claim leaves the
+// run to become visible again. enqueue only rings the doorbell (NOTIFY), since recordRun
+// already put the run in the queue.
+import type { Sql } from 'postgres';
+import type { Database } from '../../store/connection.ts';
+import { failQueuedRun } from '../../store/runs.ts';
+import { withWorkspace } from '../../store/workspace.ts';
+import type { Job } from '../job.ts';
+import type { Delivery, JobQueue } from './types.ts';
+
+export const QUEUE_CHANNEL = 'echodo_queue';
+
+interface TakenRow {
+  workspace_id: string;
+  agent_run_id: string;
+  job: unknown;
+}
+
+interface Taken {
+  workspaceId: string;
+  agentRunId: string;
+}
+
+/** Records a dead letter in Postgres through the security-definer function (any workspace). */
+export async function recordDeadLetter(
+  admin: Sql,
+  raw: string,
+  reason: string,
+  ids: { workspaceId?: string; jobId?: string } = {},
+): Promise<void> {
+  await admin`select echodo_dead_letter(${ids.workspaceId ?? null}, ${ids.jobId ?? null}, ${reason}, ${raw})`;
+}
+
+export function createPostgresQueue(args: {
+  db: Database;
+  /** How long a taken, unclaimed run stays invisible to other workers (the lease). */
+  visibilityMs: number;
+  onError?: (err: unknown) => void;
+}): JobQueue {
+  const { db } = args;
+  const visibilityMs = Math.max(1, Math.round(args.visibilityMs));
+  // Bumped by every NOTIFY and every (re)LISTEN: a take compares it across its check so a
+  // doorbell rung between the check and the wait is not missed.
+  let generation = 0;
+  const waiters = new Set<() => void>();
+  let listening: Promise<{ unlisten(): Promise<void> }> | undefined;
+  let closed = false;
+  // Deliveries handed out, by raw: deadLetter needs the run behind a raw to take it out of the queue.
+  const outstanding = new Map<string, Taken[]>();
+
+  const ring = () => {
+    generation++;
+    for (const wake of waiters) wake();
+  };
+
+  function ensureListening(): Promise<unknown> {
+    if (!listening) {
+      // onlisten runs after every reconnect too: notifications may have been missed, so re-check.
+      listening = db.admin.listen(QUEUE_CHANNEL, ring, ring);
+      listening.catch(() => {
+        listening = undefined;
+      });
+    }
+    return listening;
+  }
+
+  function waitForBell(ms: number, signal?: AbortSignal): Promise<void> {
+    return new Promise((resolve) => {
+      if (signal?.aborted) return resolve();
+      const done = () => {
+        clearTimeout(timer);
+        waiters.delete(done);
+        signal?.removeEventListener('abort', done);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      waiters.add(done);
+      signal?.addEventListener('abort', done, { once: true });
+    });
+  }
+
+  function forget(raw: string): Taken | undefined {
+    const list = outstanding.get(raw);
+    const taken = list?.shift();
+    if (list && list.length === 0) outstanding.delete(raw);
+    return taken;
+  }
+
+  async function takeOne(): Promise<Delivery | null> {
+    const [row] = await db.admin<TakenRow[]>`select * from echodo_take_queued_run(${visibilityMs}::integer)`;
+    if (!row) return null;
+    const raw = JSON.stringify(row.job);
+    const taken = { workspaceId: row.workspace_id, agentRunId: row.agent_run_id };
+    outstanding.set(raw, [...(outstanding.get(raw) ?? []), taken]);
+    let acked = false;
+    return {
+      raw,
+      // The claim in agent_runs is the ack; only the bookkeeping is dropped here.
+      ack: async () => {
+        if (acked) return;
+        acked = true;
+        const list = outstanding.get(raw);
+        const i = list?.indexOf(taken) ?? -1;
+        if (list && i >= 0) list.splice(i, 1);
+        if (list && list.length === 0) outstanding.delete(raw);
+      },
+    };
+  }
+
+  return {
+    backend: 'postgres',
+
+    async enqueue(_job: Job): Promise<void> {
+      await db.admin`select pg_notify(${QUEUE_CHANNEL}, '')`;
+    },
+
+    async take({ timeoutMs, signal }): Promise<Delivery | null> {
+      if (closed) throw new Error('take on a closed queue');
+      await ensureListening();
+      const deadline = Date.now() + timeoutMs;
+      for (;;) {
+        if (signal?.aborted || closed) return null;
+        const seen = generation;
+        const delivery = await takeOne();
+        if (delivery) return delivery;
+        const remaining = deadline - Date.now();
+        if (remaining <= 0) return null;
+        // No busy polling: sleep until the doorbell, the deadline or an abort, then check again.
+        // A run whose visibility timeout lapses rings no bell; the next take's check finds it.
+        if (generation === seen) await waitForBell(remaining, signal);
+      }
+    },
+
+    async deadLetter(raw, reason, ids = {}): Promise<void> {
+      const taken = forget(raw);
+      await recordDeadLetter(db.admin, raw, reason, { ...ids, workspaceId: ids.workspaceId ?? taken?.workspaceId });
+      // A stored run that cannot be run would otherwise come back after every visibility timeout.
+      if (taken) {
+        await withWorkspace(db.app, taken.workspaceId, (tx) =>
+          failQueuedRun(tx, { agentRunId: taken.agentRunId, reason: `dead-lettered: ${reason}` }),
+        );
+      }
+    },
+
+    async close(): Promise<void> {
+      if (closed) return;
+      closed = true;
+      for (const wake of waiters) wake();
+      const current = listening;
+      listening = undefined;
+      if (current) {
+        try {
+          await (await current).unlisten();
+        } catch (err) {
+          args.onError?.(err);
+        }
+      }
+    },
+  };
+}

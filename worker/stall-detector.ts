@@ -1,0 +1,58 @@
+// The stall detector: runs whose lease expired while running, and runs queued for longer than
+// STALL_QUEUED_MS, are re-dispatched with the same agentRunId, attempt + 1 and
+// resumeFromCheckpoint; after STALL_MAX_ATTEMPTS the run is failed with a run_failed event.
+// Every change is a compare-and-set on lease_epoch, so two detectors re-dispatch a run once,
+// and the bump fences off the worker that stalled.
+import type { Config } from './config.ts';
+import type { Database } from '../store/connection.ts';
+import { appendEvent, failStalledRun, getRun, requeueRun } from '../store/runs.ts';
+import { withWorkspace } from '../store/workspace.ts';
+import type { Logger } from './log.ts';
+import type { JobQueue } from './queue/types.ts';
+
+export interface SweepResult {
+  redispatched: string[];
+  failed: string[];
+}
+
+interface StalledRow {
+  workspace_id: string;
+  agent_run_id: string;
+  status: 'running' | 'queued';
+  lease_epoch: number;
+  attempt: number;
+}
+
+export async function sweepStalledRuns(deps: { config: Config; db: Database; queue: JobQueue; log: Logger }): Promise<SweepResult> {
+  const { config, db, queue, log } = deps;
+  const result: SweepResult = { redispatched: [], failed: [] };
+  const stalled = await db.admin<StalledRow[]>`select * from echodo_stalled_runs(${config.STALL_QUEUED_MS})`;
+  for (const row of stalled) {
+    const why = row.status === 'running' ? 'lease expired while running' : `queued for over ${config.STALL_QUEUED_MS} ms`;
+    await withWorkspace(db.app, row.workspace_id, async (tx) => {
+      if (row.attempt >= config.STALL_MAX_ATTEMPTS) {
+        const reason = `stalled on attempt ${row.attempt} of ${config.STALL_MAX_ATTEMPTS} (${why}); giving up`;
+        const failed = await failStalledRun(tx, { agentRunId: row.agent_run_id, leaseEpoch: row.lease_epoch, reason });
+        if (!failed) return;
+        await appendEvent(tx, { convoyId: failed.convoy_id, agentRunId: failed.id, type: 'run_failed', metadata: { reason, attempt: row.attempt } });
+        result.failed.push(failed.id);
+        log.warn({ workspaceId: row.workspace_id, agentRunId: failed.id, attempt: row.attempt }, reason);
+        return;
+      }
+      const run = await requeueRun(tx, { agentRunId: row.agent_run_id, leaseEpoch: row.lease_epoch, nextAttempt: true });
+      if (!run) return; // another detector (or the worker itself) got there first
+      await appendEvent(tx, { convoyId: run.convoy_id, agentRunId: run.id, type: 'run_redispatched', metadata: { attempt: run.attempt, reason: why } });
+      result.redispatched.push(run.id);
+      log.info({ workspaceId: row.workspace_id, agentRunId: run.id, attempt: run.attempt }, `re-dispatched: ${why}`);
+    });
+  }
+  // Enqueue after the transactions committed: the queue only ever points at a recorded state.
+  if (result.redispatched.length) {
+    for (const id of result.redispatched) {
+      const row = stalled.find((s) => s.agent_run_id === id)!;
+      const run = await withWorkspace(db.app, row.workspace_id, (tx) => getRun(tx, id));
+      if (run?.status === 'queued') await queue.enqueue(run.job);
+    }
+  }
+  return result;
+}

@@ -1,0 +1,26 @@
+// What every agent tool receives: where it may act, and the lead's hooks around acting.
+// Tools are pure functions over this context; the lead wraps them into ai-SDK tools.
+import type { z } from 'zod';
+
+export interface ToolContext {
+  /** Absolute, realpath'd worktree (code harness) or repo root (doc-writer). */
+  root: string;
+  /** null: writes anywhere under root; doc-writer: ['docs/', 'plans/']. */
+  writePrefixes: string[] | null;
+  /** null: run_command is not available at all; else allowlisted command prefixes such as 'git diff'. */
+  allowedCommands: string[] | null;
+  commandTimeoutMs: number;
+  /** Called before anything touches the tree (the lead's lease/fencing check); throws to refuse. */
+  beforeTouch(): Promise<void>;
+  /** Tells the lead which root-relative paths a tool changed (write_file: its path). */
+  onTouched(paths: string[]): void;
+  signal?: AbortSignal;
+}
+
+/** One tool: its name as the model sees it, a description, its zod input schema and what it does. */
+export interface ToolDefinition<Schema extends z.ZodType = z.ZodType, Result = unknown> {
+  name: string;
+  description: string;
+  inputSchema: Schema;
+  execute(ctx: ToolContext, input: z.infer<Schema>): Promise<Result>;
+}

@@ -1,0 +1,151 @@
+// Confines a model-supplied path to the tool root. Every file tool goes through resolveInside;
+// it refuses, with a message naming the problem, anything that could reach outside the root or
+// into git's internals, before any file is opened.
+import { lstat, realpath } from 'node:fs/promises';
+import path from 'node:path';
+import { ToolRefusedError } from '../errors.ts';
+import type { ToolContext } from './context.ts';
+
+export const MAX_PATH_BYTES = 4096;
+export const MAX_COMPONENT_BYTES = 255;
+
+export interface ResolvedPath {
+  /** Absolute path inside the root (lexically normalized; no `..`). */
+  abs: string;
+  /** Root-relative POSIX path; '.' for the root itself. */
+  rel: string;
+}
+
+export interface ResolveOptions {
+  forWrite: boolean;
+}
+
+// Characters that give a path structure. A look-alike that NFKC-normalizes into one of these
+// (U+2215 DIVISION SLASH, U+FF0E FULLWIDTH FULL STOP, U+2024 ONE DOT LEADER, U+FF3C …) is refused:
+// the file system would not treat it as a separator, but any later normalization would.
+const STRUCTURAL = ['/', '.', '\\'] as const;
+
+export async function resolveInside(ctx: ToolContext, relPath: string, options: ResolveOptions): Promise<ResolvedPath> {
+  const rel = normalizeRelative(relPath);
+  if (options.forWrite && rel === '.') throw refuse(relPath, 'is the root folder, not a file');
+
+  const root = await realpath(ctx.root);
+  const abs = rel === '.' ? root : path.join(root, rel);
+  const real = await realTarget(abs, relPath);
+  if (real !== root && !real.startsWith(root + path.sep)) {
+    throw refuse(relPath, 'leads outside the worktree through a symlink');
+  }
+  const realRel = real === root ? '.' : path.relative(root, real).split(path.sep).join('/');
+  if (touchesGit(realRel)) throw refuse(relPath, 'leads into .git/ through a symlink (git internals are off limits)');
+
+  if (options.forWrite && ctx.writePrefixes !== null) {
+    // Both the path as given and where it really lands must be under an allowed prefix, so a
+    // symlinked docs/ cannot redirect a doc-writer's write elsewhere in the repo.
+    const allowed = (p: string) => ctx.writePrefixes!.some((prefix) => underPrefix(p, prefix));
+    if (!allowed(rel) || !allowed(realRel)) {
+      throw refuse(relPath, `is outside the writable folders (${ctx.writePrefixes.join(', ')})`);
+    }
+  }
+  return { abs, rel };
+}
+
+/**
+ * The purely lexical checks: returns the normalized root-relative POSIX path or throws.
+ * Exported for the property tests and for callers that only need the normalized name.
+ */
+export function normalizeRelative(relPath: string): string {
+  if (typeof relPath !== 'string' || relPath.length === 0) throw refuse(relPath, 'is empty');
+  if (relPath.includes('\0')) throw refuse(relPath, 'contains a NUL byte');
+  // Other control characters are never a sensible file name and confuse line-based output.
+  if (/[\u0001-\u001f\u007f]/.test(relPath)) throw refuse(relPath, 'contains a control character');
+  if (Buffer.byteLength(relPath, 'utf8') > MAX_PATH_BYTES) throw refuse(relPath, `is longer than ${MAX_PATH_BYTES} bytes`);
+  if (relPath.includes('\\')) throw refuse(relPath, 'contains a backslash; use "/" as the separator');
+  if (introducesStructure(relPath)) {
+    throw refuse(relPath, 'contains a unicode look-alike of "/", "\\" or "." (it normalizes to a different path)');
+  }
+  if (path.posix.isAbsolute(relPath)) throw refuse(relPath, 'is absolute; give a path relative to the worktree');
+
+  const parts: string[] = [];
+  for (const component of relPath.split('/')) {
+    if (Buffer.byteLength(component, 'utf8') > MAX_COMPONENT_BYTES) {
+      throw refuse(relPath, `has a path component longer than ${MAX_COMPONENT_BYTES} bytes`);
+    }
+    if (component === '' || component === '.') continue;
+    if (component === '..') {
+      if (parts.length === 0) throw refuse(relPath, 'leaves the worktree');
+      parts.pop();
+      continue;
+    }
+    parts.push(component);
+  }
+  const rel = parts.length === 0 ? '.' : parts.join('/');
+  if (touchesGit(rel)) throw refuse(relPath, 'is inside .git/ (git internals are off limits)');
+  return rel;
+}
+
+/** Any component named .git (any case: some file systems fold case), including a worktree's .git file. */
+function touchesGit(rel: string): boolean {
+  return rel.split('/').some((component) => component.toLowerCase() === '.git');
+}
+
+function introducesStructure(raw: string): boolean {
+  const normalized = raw.normalize('NFKC');
+  if (normalized === raw) return false;
+  return STRUCTURAL.some((ch) => count(normalized, ch) > count(raw, ch));
+}
+
+function count(text: string, ch: string): number {
+  let n = 0;
+  for (const c of text) if (c === ch) n++;
+  return n;
+}
+
+function underPrefix(rel: string, prefix: string): boolean {
+  const clean = prefix.replace(/\/+$/, '');
+  return rel === clean || rel.startsWith(`${clean}/`);
+}
+
+/**
+ * Where `abs` really points: the realpath of its deepest existing ancestor (the path itself if it
+ * exists) plus the components that do not exist yet. A symlink whose target is missing is refused,
+ * since writing through it would create its target wherever it points.
+ */
+async function realTarget(abs: string, relPath: string): Promise<string> {
+  const missing: string[] = [];
+  let current = abs;
+  for (;;) {
+    let exists = true;
+    try {
+      await lstat(current);
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code !== 'ENOENT' && code !== 'ENOTDIR') throw err;
+      exists = false;
+    }
+    if (exists) {
+      try {
+        const real = await realpath(current);
+        return missing.length === 0 ? real : path.join(real, ...missing.reverse());
+      } catch (err) {
+        const code = (err as NodeJS.ErrnoException).code;
+        if (code === 'ENOENT' || code === 'ELOOP') throw refuse(relPath, 'goes through a symlink whose target does not exist or loops');
+        throw err;
+      }
+    }
+    const parent = path.dirname(current);
+    if (parent === current) return abs; // unreachable: the root exists
+    missing.push(path.basename(current));
+    current = parent;
+  }
+}
+
+function refuse(relPath: unknown, problem: string): ToolRefusedError {
+  return new ToolRefusedError(`path ${displayPath(relPath)} ${problem}`);
+}
+
+/** Shown to the model: JSON-quoted (NUL and controls escaped) and shortened. */
+export function displayPath(relPath: unknown): string {
+  const text = typeof relPath === 'string' ? relPath : String(relPath);
+  if (text.length <= 120) return JSON.stringify(text);
+  return `${JSON.stringify(`${text.slice(0, 60)}…${text.slice(-40)}`)} (${text.length} characters)`;
+}
