@@ -83,10 +83,17 @@ async function main(argv: string[]): Promise<number> {
   let runner: ReturnType<typeof spawn> | undefined;
   for (const signal of ['SIGINT', 'SIGTERM'] as const) {
     process.on(signal, () => {
+      if (stopping) return; // a Ctrl-C reaches us twice: from the terminal and relayed by tsx
       say(`${signal}: stopping`);
       runner?.kill(signal);
       void stopOnce().finally(() => process.exit(130));
     });
+  }
+
+  const redisBin = findRedisServer();
+  if (!redisBin && isCI) {
+    say('CI=true but redis-server is not installed: the Redis tests must run in CI (apt-get install redis-server)');
+    return 1;
   }
 
   try {
@@ -110,16 +117,12 @@ async function main(argv: string[]): Promise<number> {
     if (load) env.ECHODO_LOAD_FULL = '1';
     await mkdir(env.ECHODO_TEST_OUTPUT!, { recursive: true });
 
-    const redisBin = findRedisServer();
     if (redisBin) {
       const redis = await startRedisDaemon(redisBin, started.home);
       started.redisPidFile = redis.pidFile;
       env.ECHODO_TEST_REDIS_URL = redis.url;
       env.ECHODO_TEST_REDIS_BIN = redisBin;
       say(`Redis on ${redis.url}`);
-    } else if (isCI) {
-      say('CI=true but redis-server is not installed: the Redis tests must run in CI (apt-get install redis-server)');
-      return 1;
     } else {
       say('redis-server is not on PATH: Redis tests will be skipped (apt-get install redis-server to run them)');
     }
@@ -131,7 +134,7 @@ async function main(argv: string[]): Promise<number> {
         say(`could not start the test runner: ${err.message}`);
         resolve(1);
       });
-      runner!.on('close', (exitCode, signal) => resolve(exitCode ?? (signal ? 1 : 0)));
+      runner!.on('close', (exitCode) => resolve(exitCode ?? 1));
     });
     return code;
   } finally {

@@ -161,6 +161,7 @@ function runSummaryOf(row: Record<string, any>): RunSummary {
 const RUN_HISTORY_SQL = `
 select r.id as agent_run_id, r.convoy_id, r.brief_id, r.status, r.attempt, r.worker_id, r.heartbeat_at,
        r.lease_expires_at, r.step, r.created_at, r.finished_at, r.branch, r.harness_alias, r.failure_reason,
+       (select a.anchor_hash from checkpoint_anchors a where a.agent_run_id = r.id) as anchor_hash,
        (select coalesce(jsonb_agg(jsonb_build_object(
                  'checkpoint_seq', c.checkpoint_seq, 'step', c.step, 'attempt', c.attempt,
                  'tool_history', c.tool_history, 'files_touched', c.files_touched, 'branch', c.branch,
@@ -185,9 +186,8 @@ export async function runHistory(tx: WorkspaceTx, agentRunId: string): Promise<R
   const stored = (row.checkpoints as Omit<StoredCheckpoint, 'workspace_id' | 'agent_run_id'>[]).map(
     (c): StoredCheckpoint => ({ ...c, workspace_id: tx.workspaceId, agent_run_id: row.agent_run_id }),
   );
-  // A pruned chain starts after seq 1; it can then only be checked from its first kept link.
-  const anchor = stored[0] && stored[0].checkpoint_seq !== 1 ? stored[0].prev_hash : null;
-  const verdict = verifyChain(stored, anchor);
+  // A pruned chain starts after seq 1 and links to the anchor pruning kept (migration 004).
+  const verdict = verifyChain(stored, row.anchor_hash ?? null);
   const last = stored.at(-1);
   return {
     run: {

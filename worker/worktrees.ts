@@ -5,7 +5,7 @@ import { readFile, rm, mkdir } from 'node:fs/promises';
 import path from 'node:path';
 import { simpleGit } from 'simple-git';
 import { EchodoError } from './errors.ts';
-import { GIT_ENV, resolveCommit, runGit } from './git.ts';
+import { resolveCommit, runGit } from './git.ts';
 import { branchName } from './job.ts';
 import type { Logger } from './log.ts';
 
@@ -83,7 +83,7 @@ export async function prepareWorktree(args: {
   }
 
   await mkdir(args.worktreeBase, { recursive: true });
-  const repo = simpleGit({ baseDir: args.repoPath }).env(GIT_ENV);
+  const repo = simpleGit({ baseDir: args.repoPath });
   await repo.raw(['worktree', 'prune']);
   const branchTip = await resolveCommit(args.repoPath, `refs/heads/${branch}`);
   if (branchTip) await repo.raw(['worktree', 'add', '--quiet', wtPath, branch]);

@@ -166,7 +166,7 @@ begin
     'table', tg_table_name,
     'workspaceId', new.workspace_id,
     'convoyId', new.convoy_id,
-    'agentRunId', case when tg_table_name = 'agent_runs' then new.id else new.agent_run_id end
+    'agentRunId', coalesce(to_jsonb(new) ->> 'agent_run_id', to_jsonb(new) ->> 'id')
   )::text);
   return null;
 end $$;

@@ -20,10 +20,20 @@ export interface ResolveOptions {
   forWrite: boolean;
 }
 
-// Characters that give a path structure. A look-alike that NFKC-normalizes into one of these
-// (U+2215 DIVISION SLASH, U+FF0E FULLWIDTH FULL STOP, U+2024 ONE DOT LEADER, U+FF3C …) is refused:
-// the file system would not treat it as a separator, but any later normalization would.
+// Characters that give a path structure. A look-alike of one is refused: the file system would not
+// treat it as a separator or dot, but a later normalization, or a human reading a diff, would.
+// Two sources: anything whose NFKC form adds one (U+FF0F FULLWIDTH SOLIDUS, U+FF0E FULLWIDTH FULL
+// STOP, U+2024 ONE DOT LEADER, U+2025, U+FE68 …), and symbols from Unicode's confusables list that
+// NFKC leaves alone (U+2215 DIVISION SLASH, U+2044 FRACTION SLASH …). Letters of real scripts that
+// merely resemble a stroke (katakana ノ, CJK 丿) are not refused: they occur in genuine file names.
 const STRUCTURAL = ['/', '.', '\\'] as const;
+const CONFUSABLES = new Set(
+  [
+    0x2215, 0x2044, 0x29f8, 0x2571, 0x1735, // look like '/'
+    0x2216, 0x29f5, 0x29f9, 0x2572, // look like a backslash
+    0x0701, 0x0702, 0xa4f8, 0xa60e, 0x10a50, 0x2e33, 0x1d16d, // look like '.'
+  ].map((cp) => String.fromCodePoint(cp)),
+);
 
 export async function resolveInside(ctx: ToolContext, relPath: string, options: ResolveOptions): Promise<ResolvedPath> {
   const rel = normalizeRelative(relPath);
@@ -89,6 +99,7 @@ function touchesGit(rel: string): boolean {
 }
 
 function introducesStructure(raw: string): boolean {
+  for (const ch of raw) if (CONFUSABLES.has(ch)) return true;
   const normalized = raw.normalize('NFKC');
   if (normalized === raw) return false;
   return STRUCTURAL.some((ch) => count(normalized, ch) > count(raw, ch));
