@@ -126,6 +126,7 @@ export async function runSession(d: SessionDeps): Promise<SessionOutcome> {
     }
     state.step = round;
     roundsSinceCheckpoint++;
+    d.log.info({ step: round, tools: calls.map((c) => c.toolName) }, 'tool round done');
     // The SDK swallows errors thrown here, so failures are caught and turned into a halt.
     try {
       if (roundsSinceCheckpoint >= d.checkpointEvery || halted === 'shutdown') {
