@@ -22,6 +22,7 @@ import { TouchTracker } from './checkpoints/tracker.ts';
 import { CheckpointWriter, stateFromRow, type WorkingTree } from './checkpoints/writer.ts';
 import { verifyAndRepair } from './resume.ts';
 import { runSession } from './session.ts';
+import { removeStaleTempFiles } from './tools/temp-files.ts';
 import { prepareWorktree, type PreparedWorktree } from './worktrees.ts';
 import { anchorOf } from '../store/retention.ts';
 
@@ -158,6 +159,8 @@ async function prepareTree(deps: JobDeps, run: RunRow, harness: Harness, chain: 
   if (!harness.needsWorktree) {
     const root = config.WORKER_REPO_ROOT;
     if (resuming) {
+      // A write_file killed between its temp file and the rename leaves the temp behind.
+      for (const prefix of harness.writePrefixes ?? ['']) await removeStaleTempFiles(path.join(root, prefix));
       const report = await verifyAndRepair({ run, chain, anchor: anchor ?? null, repoRoot: root, worktreeBase: config.WORKER_WORKTREE_BASE, notesRef: config.WORKER_NOTES_REF, log });
       await recordResume(deps, run, report.fromSeq, report.findings.map((f) => f.detail), []);
     }
