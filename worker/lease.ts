@@ -49,16 +49,17 @@ export class Lease {
 
   private async beat(): Promise<void> {
     if (this.lost) return;
-    this.assertFresh();
     try {
+      this.assertFresh(); // after a pause: lost, and nothing more is written
       const ok = await withWorkspace(this.sql, this.workspaceId, (tx) =>
         heartbeatRun(tx, { agentRunId: this.agentRunId, leaseEpoch: this.epoch, leaseMs: this.options.leaseMs }),
       );
       if (ok) this.renewed();
       else this.markLost(`lease epoch ${this.epoch} is no longer current (taken over or finished)`);
     } catch (err) {
+      if (this.lost) return;
       // A database blip: keep trying; assertFresh() stops us if it outlasts the lease.
-      this.options.log.warn({ err }, 'heartbeat failed; will retry');
+      this.options.log.warn({ error: (err as Error).message }, 'heartbeat failed; will retry');
     }
   }
 
