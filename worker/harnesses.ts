@@ -4,6 +4,7 @@
 import type { Config } from './config.ts';
 import { EchodoError } from './errors.ts';
 import type { Job } from './job.ts';
+import { parseAllowedCommands } from './tools/command-line.ts';
 import { harnessAliasForRole, harnessOverride } from '../store/workspace-config.ts';
 import type { WorkspaceTx } from '../store/workspace.ts';
 
@@ -17,15 +18,8 @@ export interface Harness {
   writePrefixes: string[] | null;
 }
 
-export const DEFAULT_CODE_COMMANDS = [
-  'pnpm lint', 'pnpm type-check', 'pnpm test', 'git status', 'git diff',
-  'npm run lint', 'npm run type-check', 'npm test', 'npm run test',
-];
-
 export function builtinHarnesses(config: Pick<Config, 'WORKER_ALLOWED_COMMANDS'>): Record<string, Harness> {
-  const commands = config.WORKER_ALLOWED_COMMANDS
-    ? config.WORKER_ALLOWED_COMMANDS.split(',').map((c) => c.trim()).filter(Boolean)
-    : DEFAULT_CODE_COMMANDS;
+  const commands = parseAllowedCommands(config.WORKER_ALLOWED_COMMANDS);
   return {
     code: { alias: 'code', needsWorktree: true, allowedCommands: commands, writePrefixes: null },
     'doc-writer': { alias: 'doc-writer', needsWorktree: false, allowedCommands: null, writePrefixes: ['docs/', 'plans/'] },

@@ -38,6 +38,7 @@ export const DEFAULT_ALLOWED_COMMANDS: readonly string[] = [
   'npm run lint',
   'npm run type-check',
   'npm test',
+  'npm run test',
 ];
 
 // Shell metacharacters (and the backslash, which would only ever be an escape attempt here).
