@@ -122,7 +122,7 @@ export class CheckpointWriter {
     lease.renewed();
     Object.assign(this.state, { seq, prevHash: hash, headOid: commitOid ?? this.state.headOid, history });
     faultPoint('after-checkpoint-row');
-    log.debug({ seq, step: safe.step, commitOid, files: paths.length }, 'checkpoint written');
+    log.info({ seq, step: safe.step, commitOid, files: paths.length }, 'checkpoint written');
 
     if (tree.git && commitOid) {
       this.pendingNotes.push({
