@@ -64,3 +64,9 @@ export async function latestCheckpoint(tx: WorkspaceTx, agentRunId: string): Pro
 export async function checkpointChain(tx: WorkspaceTx, agentRunId: string): Promise<CheckpointRow[]> {
   return tx<CheckpointRow[]>`select * from worker_checkpoints where agent_run_id = ${agentRunId} order by checkpoint_seq`;
 }
+
+export async function checkpointAt(tx: WorkspaceTx, agentRunId: string, seq: number): Promise<CheckpointRow | undefined> {
+  const [row] = await tx<CheckpointRow[]>`
+    select * from worker_checkpoints where agent_run_id = ${agentRunId} and checkpoint_seq = ${seq}`;
+  return row;
+}

@@ -1,6 +1,7 @@
 // The one door to workspace data: a transaction with app.workspace_id set locally.
 // Row-level security does the rest, so a forgotten WHERE cannot leak across workspaces.
 import type { Sql, TransactionSql } from 'postgres';
+import { retryTransient } from './retry.ts';
 
 export type WorkspaceTx = TransactionSql & { readonly workspaceId: string };
 
@@ -10,4 +11,9 @@ export async function withWorkspace<T>(sql: Sql, workspaceId: string, fn: (tx: W
     await tx`select set_config('app.workspace_id', ${workspaceId}, true)`;
     return fn(Object.assign(tx, { workspaceId }) as WorkspaceTx);
   })) as T;
+}
+
+/** withWorkspace bound to one workspace, retrying transient database errors. */
+export function inWorkspace(sql: Sql, workspaceId: string) {
+  return <T>(fn: (tx: WorkspaceTx) => Promise<T>): Promise<T> => retryTransient(() => withWorkspace(sql, workspaceId, fn));
 }

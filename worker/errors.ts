@@ -11,6 +11,7 @@ export type ErrorCode =
   | 'repo_invalid'
   | 'worktree_unrecoverable'
   | 'tool_refused'
+  | 'io_failure'
   | 'schema_too_new'
   | 'transient'
   | 'internal';

@@ -7,6 +7,7 @@ import { LeaseLostError } from './errors.ts';
 import type { Logger } from './log.ts';
 import { heartbeatRun, holdsLease } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';
+import { retryTransient } from '../store/retry.ts';
 
 export class Lease {
   private lastOkAt = performance.now();
@@ -74,7 +75,9 @@ export class Lease {
   /** The fencing check before a tool call: local freshness, then the epoch in Postgres. */
   async assertHeld(): Promise<void> {
     this.assertFresh();
-    const ok = await withWorkspace(this.sql, this.workspaceId, (tx) => holdsLease(tx, { agentRunId: this.agentRunId, leaseEpoch: this.epoch }));
+    const ok = await retryTransient(() =>
+      withWorkspace(this.sql, this.workspaceId, (tx) => holdsLease(tx, { agentRunId: this.agentRunId, leaseEpoch: this.epoch })),
+    );
     if (!ok) this.markLost(`lease epoch ${this.epoch} is no longer current (taken over or finished)`);
     this.assertFresh();
   }

@@ -6,9 +6,9 @@ import path from 'node:path';
 import type { Config } from './config.ts';
 import type { Database } from '../store/connection.ts';
 import { checkpointChain } from '../store/checkpoints.ts';
-import { appendEvent, claimRun, completeRun, failQueuedRun, failRun, recordRun, requeueRun, setRunWorkspace, workspaceExists, type RunRow } from '../store/runs.ts';
+import { appendEvent, claimRun, getRun, completeRun, failQueuedRun, failRun, recordRun, requeueRun, setRunWorkspace, workspaceExists, type RunRow } from '../store/runs.ts';
 import { apiKeyEnvVars, modelProvider } from '../store/workspace-config.ts';
-import { withWorkspace } from '../store/workspace.ts';
+import { inWorkspace, withWorkspace } from '../store/workspace.ts';
 import { errorMessage, LeaseLostError, toEchodoError } from './errors.ts';
 import { faultPoint } from './faults.ts';
 import { resolveHarnessForJob, type Harness } from './harnesses.ts';
@@ -43,7 +43,7 @@ export async function processDelivery(deps: JobDeps, delivery: Delivery): Promis
   const parsed = parseRawJob(delivery.raw);
   if (!parsed.ok) return deadLetter(deps, delivery, `invalid job: ${parsed.problems.join('; ')}`);
   const job = parsed.job;
-  const scoped = <T>(fn: Parameters<typeof withWorkspace<T>>[2]) => withWorkspace<T>(db.app, job.workspaceId, fn);
+  const scoped = inWorkspace(db.app, job.workspaceId);
 
   if (!(await scoped(workspaceExists))) return deadLetter(deps, delivery, `workspace "${job.workspaceId}" does not exist`, job);
   const { agentRunId } = await scoped((tx) => recordRun(tx, job));
@@ -70,7 +70,7 @@ export async function processDelivery(deps: JobDeps, delivery: Delivery): Promis
     }
     const e = toEchodoError(err);
     runLog.error({ code: e.code, error: e.message }, 'run failed');
-    await scoped(async (tx) => {
+    await inWorkspace(db.app, run.workspace_id)(async (tx) => {
       if (await failRun(tx, { agentRunId: run.id, leaseEpoch: run.lease_epoch, reason: `${e.code}: ${e.message}` })) {
         await appendEvent(tx, { convoyId: run.convoy_id, agentRunId: run.id, type: 'run_failed', metadata: { reason: e.message, code: e.code, attempt: run.attempt } });
       }
@@ -84,7 +84,7 @@ export async function processDelivery(deps: JobDeps, delivery: Delivery): Promis
 async function executeRun(deps: JobDeps, run: RunRow, lease: Lease): Promise<JobResult> {
   const { config, db, log } = deps;
   const job = run.job;
-  const scoped = <T>(fn: Parameters<typeof withWorkspace<T>>[2]) => withWorkspace<T>(db.app, run.workspace_id, fn);
+  const scoped = inWorkspace(db.app, run.workspace_id);
   const harness = await scoped((tx) => resolveHarnessForJob(tx, job, config));
   registerSecretsFromEnv(process.env, await scoped(apiKeyEnvVars));
 
@@ -135,7 +135,12 @@ async function executeRun(deps: JobDeps, run: RunRow, lease: Lease): Promise<Job
       }
       case 'finished': {
         await scoped(async (tx) => {
-          if (!(await completeRun(tx, { agentRunId: run.id, leaseEpoch: run.lease_epoch }))) throw new LeaseLostError(`run ${run.id}: lease lost before completion`);
+          if (!(await completeRun(tx, { agentRunId: run.id, leaseEpoch: run.lease_epoch }))) {
+            // A retry after a lost connection: our first attempt may have completed it.
+            const now = await getRun(tx, run.id);
+            if (now?.status === 'completed' && now.lease_epoch === run.lease_epoch) return;
+            throw new LeaseLostError(`run ${run.id}: lease lost before completion`);
+          }
           await appendEvent(tx, {
             convoyId: run.convoy_id,
             agentRunId: run.id,
@@ -154,7 +159,7 @@ async function executeRun(deps: JobDeps, run: RunRow, lease: Lease): Promise<Job
 
 async function prepareTree(deps: JobDeps, run: RunRow, harness: Harness, chain: Awaited<ReturnType<typeof checkpointChain>>, anchor: string | null | undefined, resuming: boolean): Promise<{ tree: WorkingTree; baseOid: string | null }> {
   const { config, db, log } = deps;
-  const scoped = <T>(fn: Parameters<typeof withWorkspace<T>>[2]) => withWorkspace<T>(db.app, run.workspace_id, fn);
+  const scoped = inWorkspace(db.app, run.workspace_id);
   const job = run.job;
   if (!harness.needsWorktree) {
     const root = config.WORKER_REPO_ROOT;

@@ -2,7 +2,9 @@
 // across attempts), what the model has seen (the rounds in CheckpointState.history), and which
 // files changed (the tracker, drained into each checkpoint). After every Nth round a checkpoint.
 import { generateText, stepCountIs, tool, type LanguageModel, type StepResult, type ToolSet } from 'ai';
-import { errorMessage, LeaseLostError } from './errors.ts';
+import { EchodoError, errorMessage, LeaseLostError } from './errors.ts';
+
+const FATAL_IO_CODES = new Set(['ENOSPC', 'EDQUOT', 'EROFS', 'EIO']);
 import { faultPoint } from './faults.ts';
 import type { Harness } from './harnesses.ts';
 import type { Lease } from './lease.ts';
@@ -58,14 +60,14 @@ export async function runSession(d: SessionDeps): Promise<SessionOutcome> {
   if (remaining <= 0) return { kind: 'finished', text: '', reason: 'step_budget' };
 
   const abort = new AbortController();
-  let halted: 'shutdown' | 'lease' | undefined;
+  let halted: 'shutdown' | 'lease' | 'fatal' | undefined;
   let fatal: unknown;
   let toolsInFlight = 0;
   let roundsSinceCheckpoint = 0;
 
-  const halt = (why: 'shutdown' | 'lease', reason?: unknown) => {
+  const halt = (why: 'lease' | 'fatal', reason: unknown) => {
     halted ??= why;
-    if (why === 'lease') fatal ??= reason;
+    fatal ??= reason;
     abort.abort(reason ?? new Error(why));
   };
   const onLeaseLost = () => halt('lease', d.lease.lostSignal.reason);
@@ -84,7 +86,7 @@ export async function runSession(d: SessionDeps): Promise<SessionOutcome> {
     allowedCommands: d.harness.allowedCommands,
     commandTimeoutMs: d.commandTimeoutMs,
     beforeTouch: async () => {
-      if (halted === 'lease') throw fatal;
+      if (fatal) throw fatal;
       await d.lease.assertHeld();
     },
     onTouched: (paths) => paths.forEach((p) => d.tracker.note(p)),
@@ -98,7 +100,7 @@ export async function runSession(d: SessionDeps): Promise<SessionOutcome> {
       description: def.description,
       inputSchema: def.inputSchema,
       execute: async (input: unknown) => {
-        if (halted === 'lease') throw fatal;
+        if (fatal) throw fatal;
         faultPoint('before-tool-call');
         toolsInFlight++;
         try {
@@ -106,6 +108,14 @@ export async function runSession(d: SessionDeps): Promise<SessionOutcome> {
           const output = await def.execute(ctx, input as never);
           if (def.name === 'run_command') await d.tracker.crossCheckWithGit();
           return output;
+        } catch (err) {
+          // A full or broken disk is not the model's mistake: stop the run rather than let it
+          // carry on over a half-written tree.
+          const code = (err as NodeJS.ErrnoException).code;
+          if (code && FATAL_IO_CODES.has(code)) {
+            halt('fatal', new EchodoError('io_failure', `${def.name} failed with ${code} (${errorMessage(err)}); the run stops at its last checkpoint`, { cause: err }));
+          }
+          throw err;
         } finally {
           toolsInFlight--;
         }
@@ -115,7 +125,7 @@ export async function runSession(d: SessionDeps): Promise<SessionOutcome> {
 
   const onStepFinish = async (step: StepResult<ToolSet>) => {
     const calls = step.content.filter((p) => p.type === 'tool-result' || p.type === 'tool-error');
-    if (!calls.length || halted === 'lease') return;
+    if (!calls.length || fatal) return;
     const round = state.step + 1;
     for (const part of calls) {
       state.history.push(
@@ -134,8 +144,7 @@ export async function runSession(d: SessionDeps): Promise<SessionOutcome> {
         roundsSinceCheckpoint = 0;
       }
     } catch (err) {
-      halt('lease', err);
-      if (!(err instanceof LeaseLostError)) fatal = err;
+      halt(err instanceof LeaseLostError ? 'lease' : 'fatal', err);
     }
   };
 
@@ -150,7 +159,7 @@ export async function runSession(d: SessionDeps): Promise<SessionOutcome> {
       maxRetries: 2,
       onStepFinish,
     });
-    if (halted === 'lease' || fatal) throw fatal;
+    if (fatal) throw fatal;
     // Rounds after the last Nth-round checkpoint are checkpointed before the run completes.
     if (roundsSinceCheckpoint > 0) await d.writer.write();
     if (halted === 'shutdown') return { kind: 'stopped' };

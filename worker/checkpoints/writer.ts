@@ -4,7 +4,8 @@
 //     (the commit point: a crash before it resumes from the previous checkpoint);
 //  3. mirror: the git note on the commit (a failure is logged and retried, never fatal).
 import type { Sql } from 'postgres';
-import { appendCheckpoint, type CheckpointRow } from '../../store/checkpoints.ts';
+import { appendCheckpoint, checkpointAt, type CheckpointRow } from '../../store/checkpoints.ts';
+import { retryTransient } from '../../store/retry.ts';
 import { withWorkspace } from '../../store/workspace.ts';
 import { errorMessage } from '../errors.ts';
 import { faultPoint } from '../faults.ts';
@@ -111,12 +112,18 @@ export class CheckpointWriter {
     if (!('checkpointSeq' in safe)) throw new Error('redaction of the checkpoint payload failed; nothing stored');
     const hash = checkpointHash(prevHash, safe);
 
-    const inserted = await withWorkspace(this.deps.sql, run.workspaceId, (tx) =>
-      appendCheckpoint(
-        tx,
-        { ...run, checkpointSeq: seq, step: safe.step, toolHistory: safe.toolHistory, filesTouched: safe.filesTouched, branch: safe.branch, worktreePath: safe.worktreePath, commitOid, prevHash, hash },
-        { leaseEpoch: lease.epoch, leaseMs: this.deps.leaseMs },
-      ),
+    const row = { ...run, checkpointSeq: seq, step: safe.step, toolHistory: safe.toolHistory, filesTouched: safe.filesTouched, branch: safe.branch, worktreePath: safe.worktreePath, commitOid, prevHash, hash };
+    const inserted = await retryTransient(
+      (attempt) =>
+        withWorkspace(this.deps.sql, run.workspaceId, async (tx) => {
+          // A retry after a lost connection: the first attempt may have committed.
+          if (attempt > 1) {
+            const existing = await checkpointAt(tx, run.agentRunId, seq);
+            if (existing) return existing.hash === hash ? existing : undefined;
+          }
+          return appendCheckpoint(tx, row, { leaseEpoch: lease.epoch, leaseMs: this.deps.leaseMs });
+        }),
+      { onRetry: (err, attempt) => log.warn({ seq, attempt, error: errorMessage(err) }, 'checkpoint row insert failed transiently; retrying') },
     );
     if (!inserted) throw new LeaseLostError(`run ${run.agentRunId}: fenced off at checkpoint ${seq} (lease epoch ${lease.epoch} is no longer current)`);
     lease.renewed();

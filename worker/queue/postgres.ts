@@ -113,7 +113,7 @@ export function createPostgresQueue(args: {
     backend: 'postgres',
 
     async enqueue(_job: Job): Promise<void> {
-      await db.admin`select pg_notify(${QUEUE_CHANNEL}, '')`;
+      
     },
 
     async take({ timeoutMs, signal }): Promise<Delivery | null> {

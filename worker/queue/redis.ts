@@ -109,7 +109,7 @@ export function createRedisQueue(args: RedisQueueArgs): RedisJobQueue {
         cursor = next;
         for (const list of lists) {
           const owner = list.slice(keys.processingPrefix.length);
-          continue;
+          if (owner === workerId || (await cmd.exists(keys.worker(owner)))) continue;
           // LEFT→RIGHT moves the newest first, so the oldest lands at the consumer end: FIFO kept.
           while ((await cmd.lmove(list, keys.main, 'LEFT', 'RIGHT')) !== null) moved++;
         }

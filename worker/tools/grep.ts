@@ -50,7 +50,7 @@ export async function grep(ctx: ToolContext, input: GrepInput, options: GrepOpti
   try {
     await lstat(abs);
   } catch {
-    throw new ToolRefusedError(`path ${displayPath(input.path)} does not exist`);
+    throw new ToolRefusedError(`path ${displayPath(input.path ?? ".")} does not exist`);
   }
 
   const rg = options.rgPath ?? bundledRgPath;

@@ -1,6 +1,8 @@
 // Confines a model-supplied path to the tool root. Every file tool goes through resolveInside;
 // it refuses, with a message naming the problem, anything that could reach outside the root or
-// into git's internals, before any file is opened.
+// into git's internals, before any file is opened. The checks run just before use: a symlink
+// swapped in between by some other process is out of scope (tools run one at a time, and
+// write_file's O_EXCL temp file + rename never follows a symlink at the target).
 import { lstat, realpath } from 'node:fs/promises';
 import path from 'node:path';
 import { ToolRefusedError } from '../errors.ts';
@@ -113,7 +115,7 @@ function count(text: string, ch: string): number {
 
 function underPrefix(rel: string, prefix: string): boolean {
   const clean = prefix.replace(/\/+$/, '');
-  return rel === clean || rel.startsWith(`${clean}/`);
+  return rel.startsWith(`${clean}/`); // inside the folder; the folder itself is not a file to write
 }
 
 /**
@@ -130,6 +132,8 @@ async function realTarget(abs: string, relPath: string): Promise<string> {
       await lstat(current);
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
+      if (code === 'ELOOP') throw refuse(relPath, 'goes through a symlink loop');
+      if (code === 'ENAMETOOLONG') throw refuse(relPath, 'is too long once its symlinks are followed');
       if (code !== 'ENOENT' && code !== 'ENOTDIR') throw err;
       exists = false;
     }

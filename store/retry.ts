@@ -1,0 +1,41 @@
+// Transient database errors (a restarted server, a killed connection, a serialization
+// conflict) are retried with exponential backoff and full jitter; real errors are not.
+import { setTimeout as sleep } from 'node:timers/promises';
+
+const TRANSIENT_CODES = new Set([
+  'ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENOTFOUND', 'EAI_AGAIN',
+  'CONNECTION_CLOSED', 'CONNECTION_ENDED', 'CONNECTION_DESTROYED', 'CONNECT_TIMEOUT',
+  '57P01', // admin_shutdown (pg_terminate_backend, server stopping)
+  '57P02', // crash_shutdown
+  '57P03', // cannot_connect_now (starting up)
+  '53300', // too_many_connections
+  '40001', // serialization_failure
+  '40P01', // deadlock_detected
+]);
+
+export function isTransientDbError(err: unknown): boolean {
+  const code = (err as { code?: unknown })?.code;
+  if (typeof code !== 'string') return false;
+  return TRANSIENT_CODES.has(code) || code.startsWith('08'); // class 08: connection exception
+}
+
+export interface RetryOptions {
+  attempts?: number;
+  baseMs?: number;
+  maxMs?: number;
+  onRetry?: (err: unknown, attempt: number, delayMs: number) => void;
+}
+
+export async function retryTransient<T>(fn: (attempt: number) => Promise<T>, options: RetryOptions = {}): Promise<T> {
+  const { attempts = 8, baseMs = 50, maxMs = 4000 } = options;
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await fn(attempt);
+    } catch (err) {
+      if (!isTransientDbError(err) || attempt >= attempts) throw err;
+      const delay = Math.random() * Math.min(maxMs, baseMs * 2 ** attempt);
+      options.onRetry?.(err, attempt, delay);
+      await sleep(delay);
+    }
+  }
+}
