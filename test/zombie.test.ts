@@ -38,7 +38,10 @@ test('a paused worker is fenced off: after SIGCONT it writes nothing and exits',
   await waitFor(async () => (await s.checkpoints(agentRunId)).some((r) => r.lease_epoch > zombieEpoch), { timeoutMs: 20_000, what: 'the successor to checkpoint' });
 
   zombie.kill('SIGCONT');
-  const exit = await zombie.exited;
+  const exit = await Promise.race([
+    zombie.exited,
+    new Promise<never>((_, reject) => setTimeout(() => reject(new Error(`zombie did not exit:\n${zombie.lines.slice(-8).join('\n')}`)), 20_000)),
+  ]);
   assert.equal(exit.code, LEASE_LOST_EXIT, 'the zombie exits with the lease-lost code');
   assert.ok(zombie.lines.some((l) => l.includes('lease')), 'it says why');
 

@@ -153,8 +153,8 @@ begin
     execute format('alter table %I force row level security', t);
     -- current_setting(..., true) is null when unset: a query with no workspace sees nothing.
     execute format($p$create policy workspace_isolation on %I
-                      using (workspace_id = current_setting('app.workspace_id', true))
-                      with check (workspace_id = current_setting('app.workspace_id', true))$p$, t);
+                      using (workspace_id = nullif(current_setting('app.workspace_id', true), ''))
+                      with check (workspace_id = nullif(current_setting('app.workspace_id', true), ''))$p$, t);
     execute format('grant select, insert, update, delete on %I to echodo_app', t);
   end loop;
 end $$;

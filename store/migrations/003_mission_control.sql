@@ -15,8 +15,8 @@ create table mission_control_tokens (
 alter table mission_control_tokens enable row level security;
 alter table mission_control_tokens force row level security;
 create policy workspace_isolation on mission_control_tokens
-  using (workspace_id = current_setting('app.workspace_id', true))
-  with check (workspace_id = current_setting('app.workspace_id', true));
+  using (workspace_id = nullif(current_setting('app.workspace_id', true), ''))
+  with check (workspace_id = nullif(current_setting('app.workspace_id', true), ''));
 grant select, insert, update, delete on mission_control_tokens to echodo_app;
 
 -- A request carries a token before any workspace is known: look it up by its hash.

@@ -11,8 +11,8 @@ create table checkpoint_anchors (
 alter table checkpoint_anchors enable row level security;
 alter table checkpoint_anchors force row level security;
 create policy workspace_isolation on checkpoint_anchors
-  using (workspace_id = current_setting('app.workspace_id', true))
-  with check (workspace_id = current_setting('app.workspace_id', true));
+  using (workspace_id = nullif(current_setting('app.workspace_id', true), ''))
+  with check (workspace_id = nullif(current_setting('app.workspace_id', true), ''));
 grant select, insert, update, delete on checkpoint_anchors to echodo_app;
 
 -- Finished runs with checkpoints older than the cutoff, across workspaces (the pruner then

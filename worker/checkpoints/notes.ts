@@ -4,6 +4,7 @@
 // cross-process lock file in the common git dir, and a compare-and-set ref update (fast-import
 // refuses a non-fast-forward update, so a writer that raced anyway retries instead of losing).
 import { open, readFile, stat, unlink } from 'node:fs/promises';
+import { randomUUID } from 'node:crypto';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { GitError, runGit } from '../git.ts';
@@ -20,7 +21,10 @@ export interface CheckpointNote {
 }
 
 const queues = new Map<string, Promise<unknown>>();
-const STALE_LOCK_MS = 30_000;
+// A note write holds the lock for milliseconds. A holder that keeps it longer is dead or paused
+// (SIGSTOP, a frozen VM): its lock is taken over, and the compare-and-set ref update keeps a
+// late writer from losing anyone's note.
+const STALE_LOCK_MS = 2_000;
 
 async function commonDirOf(cwd: string): Promise<string> {
   return path.resolve(cwd, (await runGit(cwd, ['rev-parse', '--git-common-dir'])).stdout.trim());
@@ -37,15 +41,16 @@ function pidAlive(pid: number): boolean {
 
 async function withFileLock<T>(lockPath: string, fn: () => Promise<T>, timeoutMs = 15_000): Promise<T> {
   const deadline = Date.now() + timeoutMs;
+  const mine = `${process.pid} ${randomUUID()}`;
   for (;;) {
     try {
       const handle = await open(lockPath, 'wx');
-      await handle.writeFile(String(process.pid));
+      await handle.writeFile(mine);
       await handle.close();
       break;
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-      const holder = Number(await readFile(lockPath, 'utf8').catch(() => ''));
+      const holder = Number((await readFile(lockPath, 'utf8').catch(() => '')).split(' ')[0]);
       const age = Date.now() - ((await stat(lockPath).catch(() => undefined))?.mtimeMs ?? Date.now());
       // A holder killed mid-write leaves its lock behind: take it over once it is provably stale.
       if ((holder > 0 && !pidAlive(holder)) || age > STALE_LOCK_MS) await unlink(lockPath).catch(() => {});
@@ -56,7 +61,8 @@ async function withFileLock<T>(lockPath: string, fn: () => Promise<T>, timeoutMs
   try {
     return await fn();
   } finally {
-    await unlink(lockPath).catch(() => {});
+    // Only our own lock: if ours was taken over as stale, the file is someone else's now.
+    if ((await readFile(lockPath, 'utf8').catch(() => '')) === mine) await unlink(lockPath).catch(() => {});
   }
 }
 
