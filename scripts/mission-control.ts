@@ -1,42 +1,27 @@
 // npm run mission-control                                   → the panel on 127.0.0.1:$MISSION_CONTROL_PORT
 // npm run mission-control -- token create --workspace W     → a workspace token, printed once
 // npm run mission-control -- token create --admin           → an admin (fleet) token, printed once
-import { parseArgs } from 'node:util';
 import { openDatabase } from '../store/connection.ts';
 import { createAdminToken, createWorkspaceToken } from '../store/tokens.ts';
 import { loadConfigOrExit } from '../worker/config.ts';
 import { EchodoError, errorMessage } from '../worker/errors.ts';
+import { parseCli, usageError } from './cli.ts';
 import { createMissionControl } from './mission-control/server.ts';
 
-const USAGE = 'usage: npm run mission-control [-- token create (--workspace W | --admin)]';
-
-function usage(problem: string): never {
-  process.stderr.write(`${problem}\n${USAGE}\n`);
-  process.exit(2);
-}
+const USAGE = 'npm run mission-control [-- token create (--workspace W | --admin)]';
 
 type Command = { kind: 'serve' } | { kind: 'token'; workspace?: string; admin: boolean };
 
-function parseCommand(argv: string[]): Command {
-  if (argv.length === 0) return { kind: 'serve' };
-  if (argv[0] !== 'token' || argv[1] !== 'create') usage(`unknown command: ${argv.join(' ')}`);
-  let values: { workspace?: string; admin?: boolean };
-  try {
-    ({ values } = parseArgs({
-      args: argv.slice(2),
-      options: { workspace: { type: 'string' }, admin: { type: 'boolean' } },
-      strict: true,
-      allowPositionals: false,
-    }));
-  } catch (err) {
-    usage(errorMessage(err));
-  }
-  if (Boolean(values.workspace) === Boolean(values.admin)) usage('token create needs exactly one of --workspace W or --admin');
+function parseCommand(): Command {
+  const { values, positionals } = parseCli({ workspace: { type: 'string' }, admin: { type: 'boolean' } }, USAGE);
+  if (positionals.length === 0 && !values.workspace && !values.admin) return { kind: 'serve' };
+  if (positionals.join(' ') !== 'token create') usageError(USAGE, `unknown command: ${process.argv.slice(2).join(' ')}`);
+  if (Boolean(values.workspace) === Boolean(values.admin)) usageError(USAGE, 'token create needs exactly one of --workspace W or --admin');
   return { kind: 'token', workspace: values.workspace, admin: values.admin ?? false };
 }
 
 async function main(): Promise<void> {
-  const command = parseCommand(process.argv.slice(2));
+  const command = parseCommand();
   const config = loadConfigOrExit();
   const db = await openDatabase(config);
 

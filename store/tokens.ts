@@ -24,7 +24,7 @@ export async function createWorkspaceToken(app: Sql, workspaceId: string): Promi
   const token = generateToken();
   await withWorkspace(app, workspaceId, async (tx) => {
     if (!(await workspaceExists(tx))) {
-      throw new EchodoError('workspace_not_found', `workspace "${workspaceId}" does not exist; create it first (npm run workspace)`);
+      throw new EchodoError('workspace_not_found', `workspace "${workspaceId}" does not exist; create it first (npm run workspace -- create ${workspaceId})`);
     }
     await tx`insert into mission_control_tokens (workspace_id, is_admin, token_sha256)
              values (${tx.workspaceId}, false, ${tokenSha256(token)})`;

@@ -19,6 +19,7 @@ export const CLIENT_SCRIPT = String.raw`
     if (!iso) return '';
     const seconds = Math.round((Date.now() - Date.parse(iso)) / 1000);
     const abs = Math.abs(seconds);
+    if (abs < 2) return 'just now';
     const span = abs < 90 ? abs + ' s' : abs < 5400 ? Math.round(abs / 60) + ' min'
       : abs < 172800 ? Math.round(abs / 3600) + ' h' : Math.round(abs / 86400) + ' d';
     return seconds >= 0 ? span + ' ago' : 'in ' + span;
@@ -26,7 +27,7 @@ export const CLIENT_SCRIPT = String.raw`
   const tickAges = () => {
     for (const el of document.querySelectorAll('[data-iso]')) {
       const age = el.querySelector('.age');
-      if (age) age.textContent = formatAge(el.dataset.iso);
+      if (age && el.dataset.iso) age.textContent = formatAge(el.dataset.iso);
     }
   };
   setInterval(tickAges, 1000);
@@ -37,13 +38,15 @@ export const CLIENT_SCRIPT = String.raw`
   const setField = (scope, name, value) => {
     const el = scope.querySelector('[data-field="' + name + '"]');
     if (!el) return;
-    if (el.hasAttribute('data-iso')) {
+    if (el.dataset.kind === 'flag') {
+      el.hidden = !value;
+    } else if (el.hasAttribute('data-iso')) {
       const iso = value || '';
       el.dataset.iso = iso;
       const time = el.querySelector('time');
       if (time) { time.textContent = formatTime(iso); time.setAttribute('datetime', iso); }
       const age = el.querySelector('.age');
-      if (age) age.textContent = formatAge(iso);
+      if (age) age.textContent = iso ? formatAge(iso) : (time ? '' : '\u2014');
     } else if (el.classList.contains('badge')) {
       el.textContent = value;
       el.className = 'badge status-' + value;
@@ -66,7 +69,7 @@ export const CLIENT_SCRIPT = String.raw`
     for (const run of data.runs) {
       const row = document.querySelector('[data-run-id="' + CSS.escape(run.agentRunId) + '"]');
       if (!row) { complete = false; continue; }
-      for (const name of ['checkpointCount', 'lastCheckpointAt', 'status', 'attempt', 'step', 'workerId', 'heartbeatAt', 'leaseExpiresAt']) {
+      for (const name of ['checkpointCount', 'lastCheckpointAt', 'status', 'attempt', 'step', 'workerId', 'heartbeatAt', 'leaseExpiresAt', 'stalled']) {
         setField(row, name, run[name]);
       }
     }
@@ -74,13 +77,11 @@ export const CLIENT_SCRIPT = String.raw`
   };
 
   const swapMain = async () => {
-    const res = await fetch(location.pathname, { credentials: 'same-origin' });
+    const res = await fetch(location.pathname + '?fragment=main', { credentials: 'same-origin' });
     if (res.redirected && new URL(res.url).pathname === '/login') { location.assign('/login'); return; }
     if (!res.ok) return;
-    const doc = new DOMParser().parseFromString(await res.text(), 'text/html');
-    const fresh = doc.querySelector('main');
     const main = document.querySelector('main');
-    if (fresh && main) main.innerHTML = fresh.innerHTML;
+    if (main) main.innerHTML = await res.text();
   };
 
   const refreshOnce = async () => {

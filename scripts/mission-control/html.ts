@@ -47,6 +47,7 @@ export function formatAge(date: Date | null, now = Date.now()): string {
   if (!date) return '';
   const seconds = Math.round((now - date.getTime()) / 1000);
   const abs = Math.abs(seconds);
+  if (abs < 2) return 'just now';
   const span = abs < 90 ? `${abs} s` : abs < 5400 ? `${Math.round(abs / 60)} min` : abs < 172800 ? `${Math.round(abs / 3600)} h` : `${Math.round(abs / 86400)} d`;
   return seconds >= 0 ? `${span} ago` : `in ${span}`;
 }

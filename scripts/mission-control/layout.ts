@@ -67,8 +67,15 @@ ${live ? html`<script nonce="${nonce}">${trusted(CLIENT_SCRIPT)}</script>` : ''}
 </html>`.text;
 }
 
-/** Responds with a page under its CSP; the nonce was made for this request (see server.ts). */
+/**
+ * Responds with a page under its CSP; the nonce was made for this request (see server.ts).
+ * `?fragment=main` returns only what goes inside <main>: the live script swaps it in.
+ */
 export function sendPage(c: McContext, options: Omit<PageOptions, 'nonce'>, status: ContentfulStatusCode = 200): Response {
+  if (c.req.query('fragment') === 'main') {
+    c.header('Content-Security-Policy', "default-src 'none'"); // opened on its own, it may run nothing
+    return c.html(options.content.text, status);
+  }
   const nonce = c.get('nonce');
   c.header('Content-Security-Policy', contentSecurityPolicy(nonce));
   return c.html(page({ ...options, nonce }), status);

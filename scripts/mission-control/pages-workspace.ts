@@ -2,7 +2,7 @@
 // checkpoint time come first and largest everywhere: they are what an operator checks to see
 // whether work is moving.
 import type { ConvoyDetail, ConvoySummary, RunHistory, RunSummary } from '../../store/mission-control.ts';
-import { html, shortOid, statusBadge, timeCell, type SafeHtml } from './html.ts';
+import { formatAge, html, shortOid, statusBadge, timeCell, type SafeHtml } from './html.ts';
 
 const enc = encodeURIComponent;
 
@@ -21,28 +21,33 @@ export function convoyListContent(convoys: ConvoySummary[]): SafeHtml {
   )}</tbody></table>`;
 }
 
-function leaseCell(run: RunSummary, now: number): SafeHtml {
+/** Heartbeat, and under it the lease: "lease in 8 s", or "lease expired 20 s ago" with a stalled flag. */
+function heartbeatCell(run: RunSummary, now: number): SafeHtml {
   const stalled = run.status === 'running' && run.leaseExpiresAt !== null && run.leaseExpiresAt.getTime() < now;
-  return html`${timeCell(run.leaseExpiresAt, 'leaseExpiresAt')}${stalled ? html`<span class="badge stalled">stalled</span>` : ''}`;
+  const lease = run.leaseExpiresAt?.toISOString() ?? '';
+  return html`${timeCell(run.heartbeatAt, 'heartbeatAt')}
+<div class="lease muted">lease <span class="when" data-field="leaseExpiresAt" data-iso="${lease}"><small class="age">${
+    run.leaseExpiresAt ? formatAge(run.leaseExpiresAt, now) : '—'
+  }</small></span> <span class="badge stalled" data-field="stalled" data-kind="flag"${stalled ? '' : html` hidden`}>stalled</span></div>`;
 }
 
 export function convoyDetailContent(convoy: ConvoyDetail, now = Date.now()): SafeHtml {
   const count = (status: string) => convoy.runs.filter((r) => r.status === status).length;
   const rows = convoy.runs.map(
     (run) => html`<tr data-run-id="${run.agentRunId}">
-<td><a href="/runs/${enc(run.agentRunId)}" class="mono">${run.agentRunId}</a><div class="muted">brief ${run.briefId}</div></td>
+<td class="run"><a href="/runs/${enc(run.agentRunId)}" title="${run.agentRunId}"><strong>${run.briefId}</strong></a>
+<div class="muted mono">run ${run.agentRunId.slice(0, 8)}</div></td>
 <td class="num big" data-field="checkpointCount" data-testid="run-checkpoint-count">${run.checkpointCount}</td>
 <td>${timeCell(run.lastCheckpointAt, 'lastCheckpointAt')}</td>
 <td>${statusBadge(run.status)}</td>
 <td class="num" data-field="attempt">${run.attempt}</td>
 <td class="num" data-field="step">${run.step}</td>
 <td class="mono" data-field="workerId">${run.workerId ?? '—'}</td>
-<td>${timeCell(run.heartbeatAt, 'heartbeatAt')}</td>
-<td>${leaseCell(run, now)}</td></tr>`,
+<td>${heartbeatCell(run, now)}</td></tr>`,
   );
   return html`<nav class="crumbs"><a href="/">Convoys</a> / ${convoy.convoyId}</nav>
 <h1 data-testid="convoy-id">${convoy.convoyId}</h1>
-<section class="cards" data-convoy-totals>
+<section class="cards convoy" data-convoy-totals>
   <div class="card primary"><div class="label">Checkpoints</div>
     <div class="value" data-field="checkpointCount" data-testid="convoy-checkpoint-count">${convoy.checkpointCount}</div></div>
   <div class="card primary"><div class="label">Last checkpoint</div>
@@ -56,7 +61,7 @@ export function convoyDetailContent(convoy: ConvoyDetail, now = Date.now()): Saf
 ${
   convoy.runs.length
     ? html`<table data-testid="run-table"><thead><tr><th>Run</th><th>Checkpoints</th><th>Last checkpoint</th><th>Status</th>
-<th>Attempt</th><th>Step</th><th>Worker</th><th>Heartbeat</th><th>Lease expires</th></tr></thead><tbody>${rows}</tbody></table>`
+<th>Attempt</th><th>Step</th><th>Worker</th><th>Heartbeat · lease</th></tr></thead><tbody>${rows}</tbody></table>`
     : html`<div class="empty">No runs in this convoy yet.</div>`
 }`;
 }
@@ -80,7 +85,7 @@ ${timeCell(e.occurredAt)}<span class="muted">${metadataText(e.metadata)}</span><
     })),
   ].sort((a, b) => a.at - b.at || a.order - b.order);
   return html`<nav class="crumbs"><a href="/">Convoys</a> / <a href="/convoys/${enc(run.convoyId)}">${run.convoyId}</a> / run</nav>
-<h1 class="mono" data-testid="run-id">${run.agentRunId}</h1>
+<h1>${run.briefId}<span class="sub mono" data-testid="run-id">run ${run.agentRunId}</span></h1>
 <section class="cards">
   <div class="card primary"><div class="label">Checkpoints</div><div class="value" data-testid="run-checkpoint-count">${run.checkpointCount}</div></div>
   <div class="card primary"><div class="label">Last checkpoint</div>${timeCell(run.lastCheckpointAt, undefined, 'run-last-checkpoint-at')}</div>
@@ -91,7 +96,7 @@ ${timeCell(e.occurredAt)}<span class="muted">${metadataText(e.metadata)}</span><
     <div class="value ${chain.ok ? 'verified' : 'broken'}" data-testid="chain-verdict">${chain.ok ? 'verifies' : 'broken'}</div>
     ${chain.problems.map((p) => html`<div class="muted">${p}</div>`)}</div>
 </section>
-<p class="muted">brief ${run.briefId} · harness ${run.harnessAlias ?? '—'} · branch <code>${run.branch ?? '—'}</code></p>
+<p class="muted">convoy ${run.convoyId} · harness ${run.harnessAlias ?? '—'} · branch <code>${run.branch ?? '—'}</code></p>
 <h2>Timeline</h2>
 ${items.length ? html`<ol class="timeline" data-testid="timeline">${items.map((i) => i.view)}</ol>` : html`<div class="empty">No checkpoints yet.</div>`}`;
 }

@@ -50,10 +50,12 @@ export function createMissionControl({ db, config, logger }: MissionControlOptio
     await next();
     c.header('Cache-Control', 'no-store');
     c.header('X-Content-Type-Options', 'nosniff');
-    c.header('Referrer-Policy', 'no-referrer');
+    // same-origin, not no-referrer: under no-referrer a browser posts the sign-in form with `Origin: null`.
+    c.header('Referrer-Policy', 'same-origin');
     c.header('X-Frame-Options', 'DENY');
   });
 
+  app.get('/favicon.ico', (c) => c.body(null, 204));
   mountAdminRoutes(app, db, hub);
   mountWorkspaceRoutes(app, db, hub);
 

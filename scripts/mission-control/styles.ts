@@ -15,28 +15,33 @@ header.top button { background:none; border:1px solid #374151; color:#d1d5db; bo
 .live::before { content:""; width:8px; height:8px; border-radius:50%; background:#6b7280; }
 .live[data-state="live"] { color:#86efac; } .live[data-state="live"]::before { background:#22c55e; }
 .live[data-state="reconnecting"] { color:#fcd34d; } .live[data-state="reconnecting"]::before { background:#f59e0b; }
-main { max-width:1180px; margin:0 auto; padding:20px 24px 48px; }
+main { max-width:1240px; margin:0 auto; padding:20px 24px 48px; }
 nav.crumbs { font-size:13px; color:var(--muted); margin-bottom:6px; }
 nav.crumbs a { color:var(--accent); text-decoration:none; }
 h1 { font-size:22px; margin:0 0 16px; font-weight:650; word-break:break-all; }
 h2 { font-size:15px; margin:28px 0 10px; color:#344054; font-weight:600; }
 a { color:var(--accent); }
-.cards { display:grid; grid-template-columns:repeat(auto-fit,minmax(200px,1fr)); gap:12px; }
+.cards { display:grid; grid-template-columns:repeat(auto-fit,minmax(220px,1fr)); gap:12px; }
+.cards.convoy { grid-template-columns:1fr 1fr 1.35fr; }
 .card { background:var(--card); border:1px solid var(--line); border-radius:10px; padding:14px 16px; }
 .card .label { font-size:12px; text-transform:uppercase; letter-spacing:.6px; color:var(--muted); }
-.card .value { font-size:30px; font-weight:700; line-height:1.2; margin-top:4px; font-variant-numeric:tabular-nums; }
+.card .value { font-size:38px; font-weight:700; line-height:1.2; margin-top:4px; font-variant-numeric:tabular-nums; }
 .card.primary { border-color:#c7d4fb; box-shadow:0 1px 0 #dbe3fd; }
-.card .when time { display:block; font-size:17px; font-weight:650; margin-top:8px; font-variant-numeric:tabular-nums; }
+.card .when time { display:block; font-size:18px; white-space:nowrap; font-weight:650; margin-top:8px; font-variant-numeric:tabular-nums; }
 .card .when .age { font-size:13px; color:var(--muted); }
 .statuses { display:flex; gap:6px; flex-wrap:wrap; margin-top:10px; }
 table { width:100%; border-collapse:collapse; background:var(--card); border:1px solid var(--line); border-radius:10px; overflow:hidden; }
-th, td { text-align:left; padding:9px 12px; border-bottom:1px solid var(--line); vertical-align:top; }
+th, td { text-align:left; padding:9px 11px; border-bottom:1px solid var(--line); vertical-align:top; }
 th { font-size:12px; font-weight:600; color:var(--muted); background:#fafbfc; text-transform:uppercase; letter-spacing:.5px; }
 tr:last-child td { border-bottom:none; }
 td.num { font-variant-numeric:tabular-nums; }
 td.big { font-size:18px; font-weight:700; }
 td .when { display:flex; flex-direction:column; }
-td .when time { font-variant-numeric:tabular-nums; font-weight:600; }
+td .when time { font-variant-numeric:tabular-nums; font-weight:600; white-space:nowrap; font-size:13px; }
+td.run a { text-decoration:none; } td.run a:hover { text-decoration:underline; }
+td.mono, td .badge { white-space:nowrap; }
+.lease { margin-top:3px; font-size:12px; } td .lease .when { display:inline; } .lease .badge { margin-left:4px; font-size:11px; }
+[hidden] { display:none !important; }
 td .when .age, .muted { color:var(--muted); font-size:12px; }
 code, .mono { font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace; font-size:12.5px; }
 .badge { display:inline-block; padding:1px 8px; border-radius:999px; font-size:12px; font-weight:600; background:#eef0f3; color:#344054; }
@@ -54,6 +59,9 @@ ol.timeline li.event-run_failed::before { background:var(--bad); }
 ol.timeline li.event-role_complete::before { background:var(--ok); }
 .row { display:flex; gap:14px; flex-wrap:wrap; align-items:baseline; }
 .row .seq { font-weight:700; font-size:15px; }
+.row .when time { font-variant-numeric:tabular-nums; }
+.row .when .age { margin-left:6px; color:var(--muted); font-size:12px; }
+h1 .sub { display:block; font-size:12.5px; font-weight:400; color:var(--muted); margin-top:2px; }
 .chip { display:inline-block; background:#eef2ff; color:#3730a3; border-radius:6px; padding:0 6px; font-size:12px; margin-right:4px; }
 .verified { color:var(--ok); font-weight:600; } .broken { color:var(--bad); font-weight:600; }
 details summary { cursor:pointer; color:var(--muted); font-size:12.5px; margin-top:4px; }

@@ -1,0 +1,200 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { inspect } from 'node:util';
+import { generateText, streamText, stepCountIs, tool } from 'ai';
+import { z } from 'zod';
+import { resolveModel, type ProviderRow } from '../worker/models/resolve.ts';
+import { MissingApiKeyError } from '../worker/models/openai-compatible.ts';
+import { EchodoError } from '../worker/errors.ts';
+import { startChatServer, type ChatServer } from './support/chat-server.ts';
+
+const KEY_VAR = 'ECHODO_TEST_LLM_KEY';
+
+function providerRow(server: ChatServer, apiKeyEnvVar: string | null = KEY_VAR): ProviderRow {
+  return { alias: 'local-llm', provider: 'openai-compatible', base_url: server.baseURL, model: 'test-model-1', api_key_env_var: apiKeyEnvVar };
+}
+
+function lookupFor(row: ProviderRow) {
+  return async (alias: string) => (alias === row.alias ? row : undefined);
+}
+
+function fileTools() {
+  const files = new Map<string, string>();
+  const executed: Array<{ tool: string; input: unknown }> = [];
+  const tools = {
+    write_file: tool({
+      description: 'write a file',
+      inputSchema: z.object({ path: z.string(), content: z.string() }),
+      execute: async (input) => {
+        executed.push({ tool: 'write_file', input });
+        files.set(input.path, input.content);
+        return { written: input.path };
+      },
+    }),
+    read_file: tool({
+      description: 'read a file',
+      inputSchema: z.object({ path: z.string() }),
+      execute: async (input) => {
+        executed.push({ tool: 'read_file', input });
+        return { content: files.get(input.path) ?? null };
+      },
+    }),
+  };
+  return { tools, executed };
+}
+
+const toolScript = () => [
+  { toolCalls: [{ name: 'write_file', arguments: { path: 'greet.ts', content: 'export const hi = 1;' } }] },
+  { toolCalls: [{ name: 'read_file', arguments: { path: 'greet.ts' } }] },
+  { text: 'All done.' },
+];
+
+test('generateText runs the tool calls an OpenAI-compatible server asks for and returns its final text', async (t) => {
+  const server = await startChatServer(toolScript());
+  t.after(() => server.close());
+  const key = 'sk-test-first-1234567890';
+  const env = { [KEY_VAR]: key };
+
+  const resolved = await resolveModel({ model: 'local-llm', lookupProvider: lookupFor(providerRow(server)), startAt: 0, env });
+  assert.equal(resolved.apiKeyEnvVar, KEY_VAR);
+  assert.ok(!resolved.description.includes(key));
+
+  const { tools, executed } = fileTools();
+  const stepToolResults: unknown[] = [];
+  const result = await generateText({
+    model: resolved.model,
+    tools,
+    prompt: 'write greet.ts',
+    stopWhen: stepCountIs(5),
+    maxRetries: 0,
+    onStepFinish: (step) => {
+      stepToolResults.push(step.toolResults.map((r) => r.output));
+    },
+  });
+
+  assert.equal(result.text, 'All done.');
+  assert.deepEqual(executed, [
+    { tool: 'write_file', input: { path: 'greet.ts', content: 'export const hi = 1;' } },
+    { tool: 'read_file', input: { path: 'greet.ts' } },
+  ]);
+  assert.deepEqual(stepToolResults, [[{ written: 'greet.ts' }], [{ content: 'export const hi = 1;' }], []]);
+
+  assert.equal(server.requests.length, 3);
+  for (const req of server.requests) {
+    assert.equal(req.url, '/v1/chat/completions');
+    assert.equal(req.headers.authorization, `Bearer ${key}`);
+    assert.equal(req.body.model, 'test-model-1');
+    // The key travels only in the Authorization header, never in the body.
+    assert.ok(!JSON.stringify(req.body).includes(key));
+  }
+  assert.deepEqual(server.requests[0]!.body.tools.map((t: any) => t.function.name).sort(), ['read_file', 'write_file']);
+  // The second request carries the first tool's result back to the model.
+  const toolMessage = server.requests[1]!.body.messages.find((m: any) => m.role === 'tool');
+  assert.equal(toolMessage.tool_call_id, 'call_1_0');
+  assert.deepEqual(JSON.parse(toolMessage.content), { written: 'greet.ts' });
+});
+
+test('the model object holds no key, so logging it cannot leak one', async (t) => {
+  const server = await startChatServer([]);
+  t.after(() => server.close());
+  const key = 'sk-never-in-objects-0987654321';
+  const resolved = await resolveModel({
+    model: 'local-llm',
+    lookupProvider: lookupFor(providerRow(server)),
+    startAt: 0,
+    env: { [KEY_VAR]: key },
+  });
+  assert.ok(!inspect(resolved, { depth: 20, showHidden: true }).includes(key));
+});
+
+test('with the key variable unset the call fails naming the variable, and sends nothing', async (t) => {
+  const server = await startChatServer(toolScript());
+  t.after(() => server.close());
+  const otherSecret = 'sk-unrelated-secret-555';
+  const env: NodeJS.ProcessEnv = { OTHER_LLM_KEY: otherSecret };
+  const { model } = await resolveModel({ model: 'local-llm', lookupProvider: lookupFor(providerRow(server)), startAt: 0, env });
+
+  await assert.rejects(
+    generateText({ model, tools: fileTools().tools, prompt: 'x', maxRetries: 0 }),
+    (err: unknown) => {
+      assert.ok(err instanceof MissingApiKeyError);
+      assert.ok(err instanceof EchodoError);
+      assert.ok(err.message.includes(KEY_VAR), err.message);
+      assert.ok(!err.message.includes(otherSecret));
+      assert.ok(!/sk-/.test(inspect(err)));
+      return true;
+    },
+  );
+  assert.equal(server.requests.length, 0);
+
+  // An empty value counts as unset.
+  env[KEY_VAR] = '';
+  await assert.rejects(generateText({ model, prompt: 'x', maxRetries: 0 }), new RegExp(KEY_VAR));
+  assert.equal(server.requests.length, 0);
+});
+
+test('the key is read at call time: changing the variable between calls sends the new key', async (t) => {
+  const server = await startChatServer([{ text: 'first' }, { text: 'second' }]);
+  t.after(() => server.close());
+  const previous = process.env[KEY_VAR];
+  t.after(() => {
+    if (previous === undefined) delete process.env[KEY_VAR];
+    else process.env[KEY_VAR] = previous;
+  });
+
+  process.env[KEY_VAR] = 'sk-before-rotation-111';
+  // No env passed: the model reads process.env, as the worker does.
+  const { model } = await resolveModel({ model: 'local-llm', lookupProvider: lookupFor(providerRow(server)), startAt: 0 });
+  assert.equal((await generateText({ model, prompt: 'one', maxRetries: 0 })).text, 'first');
+
+  process.env[KEY_VAR] = 'sk-after-rotation-222';
+  assert.equal((await generateText({ model, prompt: 'two', maxRetries: 0 })).text, 'second');
+
+  assert.deepEqual(
+    server.requests.map((r) => r.headers.authorization),
+    ['Bearer sk-before-rotation-111', 'Bearer sk-after-rotation-222'],
+  );
+});
+
+test('a provider row without api_key_env_var sends no Authorization header', async (t) => {
+  const server = await startChatServer([{ text: 'open endpoint' }]);
+  t.after(() => server.close());
+  const { model, apiKeyEnvVar } = await resolveModel({
+    model: 'local-llm',
+    lookupProvider: lookupFor(providerRow(server, null)),
+    startAt: 0,
+    env: {},
+  });
+  assert.equal(apiKeyEnvVar, undefined);
+  assert.equal((await generateText({ model, prompt: 'x', maxRetries: 0 })).text, 'open endpoint');
+  assert.equal(server.requests[0]!.headers.authorization, undefined);
+});
+
+test('streamText works against the same server over SSE', async (t) => {
+  const server = await startChatServer(toolScript());
+  t.after(() => server.close());
+  const key = 'sk-stream-333';
+  const { model } = await resolveModel({
+    model: 'local-llm',
+    lookupProvider: lookupFor(providerRow(server)),
+    startAt: 0,
+    env: { [KEY_VAR]: key },
+  });
+  const { tools, executed } = fileTools();
+  const result = streamText({ model, tools, prompt: 'x', stopWhen: stepCountIs(5), maxRetries: 0 });
+  assert.equal(await result.text, 'All done.');
+  assert.deepEqual(executed.map((e) => e.tool), ['write_file', 'read_file']);
+  assert.ok(server.requests.every((r) => r.body.stream === true && r.headers.authorization === `Bearer ${key}`));
+});
+
+test('a server error surfaces as an error, not as a silent empty answer', async (t) => {
+  const server = await startChatServer([{ status: 400, error: 'model test-model-1 does not exist' }]);
+  t.after(() => server.close());
+  const { model } = await resolveModel({
+    model: 'local-llm',
+    lookupProvider: lookupFor(providerRow(server)),
+    startAt: 0,
+    env: { [KEY_VAR]: 'sk-err-444' },
+  });
+  await assert.rejects(generateText({ model, prompt: 'x', maxRetries: 0 }), /does not exist/);
+});
