@@ -7,6 +7,7 @@ import { ensureEmbeddedPostgres } from './embedded.ts';
 import { migrate, assertSchemaNotNewer } from './migrate.ts';
 
 export const APP_ROLE = 'echodo_app';
+export const IDLE_IN_TRANSACTION_MS = 5000;
 
 export interface Database {
   url: string;
@@ -46,7 +47,12 @@ export async function openDatabase(
       select rolsuper or rolbypassrls as privileged from pg_roles where rolname = current_user`;
     const app = connect(url, {
       max: options.max ?? 4,
-      ...(me?.privileged ? { connection: { options: `-c role=${APP_ROLE}` } } : {}),
+      connection: {
+        // A worker paused mid-transaction (SIGSTOP, a frozen VM) must not hold its row locks
+        // forever: the server ends such a session, and the run's stall is handled as usual.
+        idle_in_transaction_session_timeout: IDLE_IN_TRANSACTION_MS,
+        ...(me?.privileged ? { options: `-c role=${APP_ROLE}` } : {}),
+      },
     });
     return {
       url,

@@ -10,6 +10,8 @@ import { withWorkspace } from '../store/workspace.ts';
 import type { Logger } from './log.ts';
 import type { JobQueue } from './queue/types.ts';
 
+const LOCK_NOT_AVAILABLE = '55P03';
+
 export interface SweepResult {
   redispatched: string[];
   failed: string[];
@@ -30,6 +32,8 @@ export async function sweepStalledRuns(deps: { config: Config; db: Database; que
   for (const row of stalled) {
     const why = row.status === 'running' ? 'lease expired while running' : `queued for over ${config.STALL_QUEUED_MS} ms`;
     await withWorkspace(db.app, row.workspace_id, async (tx) => {
+      // A paused worker may hold this row's lock mid-transaction: skip it this sweep, not block.
+      await tx`set local lock_timeout = '500ms'`;
       if (row.attempt >= config.STALL_MAX_ATTEMPTS) {
         const reason = `stalled on attempt ${row.attempt} of ${config.STALL_MAX_ATTEMPTS} (${why}); giving up`;
         const failed = await failStalledRun(tx, { agentRunId: row.agent_run_id, leaseEpoch: row.lease_epoch, reason });
@@ -44,6 +48,9 @@ export async function sweepStalledRuns(deps: { config: Config; db: Database; que
       await appendEvent(tx, { convoyId: run.convoy_id, agentRunId: run.id, type: 'run_redispatched', metadata: { attempt: run.attempt, reason: why } });
       result.redispatched.push(run.id);
       log.info({ workspaceId: row.workspace_id, agentRunId: run.id, attempt: run.attempt }, `re-dispatched: ${why}`);
+    }).catch((err) => {
+      if ((err as { code?: string }).code !== LOCK_NOT_AVAILABLE) throw err;
+      log.info({ agentRunId: row.agent_run_id }, 'run is locked by a transaction in flight; next sweep');
     });
   }
   // Enqueue after the transactions committed: the queue only ever points at a recorded state.
