@@ -17,7 +17,7 @@ import { Lease } from './lease.ts';
 import type { Logger } from './log.ts';
 import { resolveModel } from './models/resolve.ts';
 import type { Delivery, JobQueue } from './queue/types.ts';
-import { registerSecretsFromEnv } from './checkpoints/redact.ts';
+import { redactString, registerSecretsFromEnv } from './checkpoints/redact.ts';
 import { TouchTracker } from './checkpoints/tracker.ts';
 import { CheckpointWriter, stateFromRow, type WorkingTree } from './checkpoints/writer.ts';
 import { verifyAndRepair } from './resume.ts';
@@ -42,7 +42,8 @@ export async function processDelivery(deps: JobDeps, delivery: Delivery): Promis
   faultPoint('after-take');
   const parsed = parseRawJob(delivery.raw);
   if (!parsed.ok) return deadLetter(deps, delivery, `invalid job: ${parsed.problems.join('; ')}`);
-  const job = parsed.job;
+  // A job pushed straight on the queue by an orchestrator is redacted like a dispatched one.
+  const job = { ...parsed.job, brief: redactString(parsed.job.brief) };
   const scoped = inWorkspace(db.app, job.workspaceId);
 
   if (!(await scoped(workspaceExists))) return deadLetter(deps, delivery, `workspace "${job.workspaceId}" does not exist`, job);
