@@ -86,7 +86,7 @@ export function maskedConfig(config: Config): Record<string, unknown> {
   const masked: Record<string, unknown> = { ...config };
   for (const key of ['DATABASE_URL', 'REDIS_URL'] as const) {
     const value = config[key];
-    if (value) masked[key] = value.replace(/\/\/([^:@/]*):([^@/]*)@/, '//$1:***@');
+    if (value) masked[key] = value.replace(/\/\/([^:@/]*):([^@/]*)@/, '//$1:***@').replace(/([?&](?:password|pass|pwd)=)[^&]*/gi, '$1***');
   }
   return masked;
 }

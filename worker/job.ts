@@ -7,7 +7,7 @@ export const MAX_BRIEF_BYTES = 256 * 1024;
 
 const id = (what: string) =>
   z
-    .string({ error: `${what} must be a string` })
+    .string({ error: (issue) => (issue.input === undefined ? `${what} is required` : `${what} must be a string`) })
     .min(1, `${what} must not be empty`)
     .max(200, `${what} is longer than 200 characters`)
     .regex(/^[A-Za-z0-9][A-Za-z0-9._:-]*$/, `${what} may hold only letters, digits, '.', '_', ':' and '-'`);

@@ -83,7 +83,10 @@ export async function prepareWorktree(args: {
   }
 
   await mkdir(args.worktreeBase, { recursive: true });
-  const repo = simpleGit({ baseDir: args.repoPath });
+  // The repo's hooks must not run (a post-checkout hook would get the worker's environment and
+  // could write into the worktree), and git gets a minimal environment, not the worker's.
+  const repo = simpleGit({ baseDir: args.repoPath, config: ['core.hooksPath=/dev/null'], unsafe: { allowUnsafeHooksPath: true } })
+    .env({ PATH: process.env.PATH, HOME: process.env.HOME, LANG: 'C' });
   await repo.raw(['worktree', 'prune']);
   const branchTip = await resolveCommit(args.repoPath, `refs/heads/${branch}`);
   if (branchTip) await repo.raw(['worktree', 'add', '--quiet', wtPath, branch]);
