@@ -83,5 +83,5 @@ test(`load: ${WORKERS} workers, ${RUNS} runs of ${ROUNDS} rounds on 2 repos, a w
   }
   const resumes = runs.reduce((n, r) => n + r.attempt - 1, 0);
   console.log(`load: ${RUNS} runs, ${RUNS * ROUNDS} rounds, ${kills} kills, ${resumes} resumes, ${WORKERS} workers, wall ${(wallMs / 1000).toFixed(1)} s`);
-  assert.ok(kills > 0);
+  assert.ok(kills > 0, 'workers were killed');
 });

@@ -51,7 +51,7 @@ test('a paused worker is fenced off: after SIGCONT it writes nothing and exits',
   assert.equal(rows.filter((r) => r.lease_epoch === zombieEpoch).length, zombieRows, 'no row from the zombie after it was paused');
   assert.equal(zombieLines(), roundsBeforeStop, 'the zombie ran no tool round after waking');
   assert.deepEqual(rows.map((r) => r.checkpoint_seq), rows.map((_, i) => i + 1));
-  assert.ok(run.lease_epoch > zombieEpoch);
+  assert.ok(run.lease_epoch > zombieEpoch, 'the successor holds a newer epoch');
   for (const row of rows) {
     const note = await readCheckpointNote(s.repo, s.config.WORKER_NOTES_REF, row.commit_oid);
     assert.equal(note?.hash, row.hash, `note of seq ${row.checkpoint_seq} is the row's, not the zombie's`);

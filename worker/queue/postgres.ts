@@ -7,6 +7,7 @@ import type { Sql } from 'postgres';
 import type { Database } from '../../store/connection.ts';
 import { failQueuedRun } from '../../store/runs.ts';
 import { withWorkspace } from '../../store/workspace.ts';
+import { EchodoError } from '../errors.ts';
 import type { Job } from '../job.ts';
 import type { Delivery, JobQueue } from './types.ts';
 
@@ -113,11 +114,11 @@ export function createPostgresQueue(args: {
     backend: 'postgres',
 
     async enqueue(_job: Job): Promise<void> {
-      
+      await db.admin`select pg_notify(${QUEUE_CHANNEL}, '')`;
     },
 
     async take({ timeoutMs, signal }): Promise<Delivery | null> {
-      if (closed) throw new Error('take on a closed queue');
+      if (closed) throw new EchodoError('internal', 'postgres queue: take on a closed queue');
       await ensureListening();
       const deadline = Date.now() + timeoutMs;
       for (;;) {

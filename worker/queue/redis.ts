@@ -132,15 +132,24 @@ export function createRedisQueue(args: RedisQueueArgs): RedisJobQueue {
     }
   }
 
-  const started = (async () => {
-    await refreshLiveness();
-    await recoverOrphans();
-  })().catch(report); // the timers below retry; a take does not wait for a down Redis here
-
-  const livenessTimer = setInterval(() => refreshLiveness().catch(report), Math.max(10, Math.floor(ttlMs / 3)));
-  const recoveryTimer = setInterval(() => recoverOrphans().catch(report), recoverEveryMs);
-  livenessTimer.unref();
-  recoveryTimer.unref();
+  // A queue turns consumer on its first take, so a producer (dispatch) never shows up as a
+  // worker. The first liveness write and orphan sweep are awaited (through a short outage);
+  // the timers then keep both going.
+  let started: Promise<void> | undefined;
+  let livenessTimer: NodeJS.Timeout | undefined;
+  let recoveryTimer: NodeJS.Timeout | undefined;
+  function startConsuming(): Promise<void> {
+    if (started) return started;
+    livenessTimer = setInterval(() => refreshLiveness().catch(report), Math.max(10, Math.floor(ttlMs / 3)));
+    recoveryTimer = setInterval(() => recoverOrphans().catch(report), recoverEveryMs);
+    livenessTimer.unref();
+    recoveryTimer.unref();
+    started = (async () => {
+      await refreshLiveness();
+      await recoverOrphans();
+    })().catch(report);
+    return started;
+  }
 
   function delivery(raw: string): Delivery {
     handedOut.set(raw, (handedOut.get(raw) ?? 0) + 1);
@@ -178,7 +187,7 @@ export function createRedisQueue(args: RedisQueueArgs): RedisJobQueue {
       if (taking) throw new EchodoError('internal', 'redis queue: a take is already waiting on this queue; use one queue per consumer');
       taking = true;
       try {
-        await started;
+        await startConsuming();
         if (signal?.aborted) return null;
         await returnUnseen();
         // BLMOVE takes seconds (decimals allowed); 0 would mean forever.
@@ -215,6 +224,10 @@ export function createRedisQueue(args: RedisQueueArgs): RedisJobQueue {
       clearInterval(recoveryTimer);
       blocking?.disconnect();
       blocking = undefined;
+      if (!started) {
+        cmd.disconnect();
+        return;
+      }
       // Hand back what was taken and never acked, and say we are gone. If Redis is down, the
       // liveness key expires by itself and another worker's recovery does the same.
       const cleanup = (async () => {
