@@ -98,14 +98,14 @@ test('no row of any table holds the key', async () => {
     dump += rows.map((r) => r.j).join('\n');
   }
   // The dump is real: it has the provider row (the variable's name) and the run's checkpoints.
-  assert.ok(dump.includes(KEY_VAR) && dump.includes(agentRunId));
+  assert.ok(dump.includes(KEY_VAR) && dump.includes(agentRunId), 'dump.includes(KEY_VAR) && dump.includes(agentRunId)');
   assert.ok(!dump.includes(KEY), 'the key is in a table row');
   assert.ok(!dump.includes(KEY.slice(7)), 'part of the key is in a table row');
 });
 
 test('no line of the worker output holds the key', () => {
   assert.ok(worker.lines.length > 5, 'the worker logged (at debug level)');
-  assert.ok(worker.output().includes('"tool round done"'));
+  assert.ok(worker.output().includes('"tool round done"'), 'worker.output().includes(\'"tool round done"\')');
   assert.ok(!worker.output().includes(KEY.slice(7)), 'the key is in the worker output');
 });
 
@@ -119,7 +119,7 @@ test('no git note or commit holds the key', async () => {
     assert.equal(note, await git(s.repo, 'cat-file', '-p', noteBlob!));
     assert.ok(!note.includes(KEY.slice(7)), `note on ${commit} holds the key`);
   }
-  assert.ok(!(await git(s.repo, 'log', '--all', '-p', '--notes=*')).includes(KEY.slice(7)));
+  assert.ok(!(await git(s.repo, 'log', '--all', '-p', '--notes=*')).includes(KEY.slice(7)), '!(await git(s.repo, \'log\', \'--all\', \'-p\', \'--notes=*\')).includes(KEY.sli');
 });
 
 test('a worker without the key fails the run with a reason naming the variable, and sends nothing', async () => {

@@ -151,11 +151,11 @@ describe('properties', () => {
         try {
           argv = splitCommand(command);
         } catch (err) {
-          assert.ok(err instanceof ToolRefusedError);
+          assert.ok(err instanceof ToolRefusedError, 'err instanceof ToolRefusedError');
           return;
         }
         assert.ok(!hasMetacharacter(command), `accepted ${JSON.stringify(command)}`);
-        assert.ok(argv.length > 0);
+        assert.ok(argv.length > 0, 'argv.length > 0');
         for (const word of argv) {
           assert.ok(!hasMetacharacter(word), `argv word ${JSON.stringify(word)}`);
           assert.ok(!/[\u0000-\u001f\u007f]/.test(word.replace(/\t/g, '')), `control character in ${JSON.stringify(word)}`);

@@ -118,7 +118,7 @@ describe('doc-writer harness', () => {
     const codeRun = await waitForEnd(unrouted.agentRunId);
     assert.equal(codeRun.status, 'completed', `run failed: ${codeRun.failure_reason}`);
     assert.equal(codeRun.harness_alias, 'code');
-    assert.ok(codeRun.worktree_path?.startsWith(s.env.WORKER_WORKTREE_BASE!));
+    assert.ok(codeRun.worktree_path?.startsWith(s.env.WORKER_WORKTREE_BASE!), 'codeRun.worktree_path?.startsWith(s.env.WORKER_WORKTREE_BASE!)');
     assert.equal(await git(s.repo, 'show', `${codeRun.branch}:plans/routed.md`), ROUTED_DOC.replace(/\n$/, ''));
   });
 });

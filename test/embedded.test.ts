@@ -78,7 +78,7 @@ test('two processes starting the same fresh home at once share one server, which
   assert.equal(first.url, second.url);
   assert.equal(first.pid, second.pid);
   // Both children have exited; the server they share is still up and serves database echodo.
-  assert.ok(isRunning(first.pid));
+  assert.ok(isRunning(first.pid), 'isRunning(first.pid)');
   assert.equal(await queryDatabase(first.url), 'echodo');
   assert.match(first.url, new RegExp(`^postgres://postgres:[^@]+@127\\.0\\.0\\.1:${first.port}/echodo$`));
   const recorded = JSON.parse(readFileSync(path.join(home, 'pg', 'server.json'), 'utf8')) as EmbeddedServer;
@@ -96,7 +96,7 @@ test('a postmaster killed with SIGKILL is detected through its stale server.json
 
   const afterCrash = await ensureInChild(home);
   assert.notEqual(afterCrash.pid, before.pid);
-  assert.ok(isRunning(afterCrash.pid));
+  assert.ok(isRunning(afterCrash.pid), 'isRunning(afterCrash.pid)');
   assert.equal(await queryDatabase(afterCrash.url), 'echodo');
   assert.equal((await embeddedStatus(home)).pid, afterCrash.pid);
 });
@@ -112,8 +112,8 @@ test('a server.json naming a dead pid, or a live pid with nothing on its port, i
   assert.equal((await embeddedStatus(home)).running, false);
   const restarted = await ensureEmbeddedPostgres(home);
   assert.notEqual(restarted.pid, 4_194_305);
-  assert.ok(isRunning(restarted.pid));
-  assert.ok(await answers(restarted.url));
+  assert.ok(isRunning(restarted.pid), 'isRunning(restarted.pid)');
+  assert.ok(await answers(restarted.url), 'await answers(restarted.url)');
 
   // A live pid (this test process) with nothing answering on the recorded port.
   await stopEmbeddedPostgres(home);
@@ -121,7 +121,7 @@ test('a server.json naming a dead pid, or a live pid with nothing on its port, i
   assert.equal((await embeddedStatus(home)).running, false);
   const again = await ensureEmbeddedPostgres(home);
   assert.notEqual(again.pid, process.pid);
-  assert.ok(await answers(again.url));
+  assert.ok(await answers(again.url), 'await answers(again.url)');
 });
 
 test('a start lock left by a dead process is taken over', async () => {
@@ -130,7 +130,7 @@ test('a start lock left by a dead process is taken over', async () => {
   await stopEmbeddedPostgres(home);
   await writeFile(path.join(home, 'pg', 'start.lock'), '4194305\n');
   const server = await ensureEmbeddedPostgres(home);
-  assert.ok(await answers(server.url));
+  assert.ok(await answers(server.url), 'await answers(server.url)');
   assert.equal(server.url.replace(/:\d+\//, ':PORT/'), first.url.replace(/:\d+\//, ':PORT/'), 'same password');
   assert.equal(existsSync(path.join(home, 'pg', 'start.lock')), false, 'lock released');
 });

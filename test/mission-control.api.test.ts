@@ -226,8 +226,8 @@ test('pages escape what they show', async () => {
   await withWorkspace(t.db.app, 'ws-a', (tx) => tx`insert into convoys (workspace_id, id) values ('ws-a', ${hostile})`);
   try {
     const page = await (await get('/', undefined, { cookie: `emc_token=${tokens.a}` })).text();
-    assert.ok(!page.includes(hostile));
-    assert.ok(page.includes('&lt;img src=x onerror=&quot;alert(1)&quot;&gt;'));
+    assert.ok(!page.includes(hostile), '!page.includes(hostile)');
+    assert.ok(page.includes('&lt;img src=x onerror=&quot;alert(1)&quot;&gt;'), 'page.includes(\'&lt;img src=x onerror=&quot;alert(1)&quot;&gt;\')');
   } finally {
     await withWorkspace(t.db.app, 'ws-a', (tx) => tx`delete from convoys where id = ${hostile}`);
   }

@@ -95,7 +95,7 @@ test('convoyDetail at 10^6 checkpoint rows: no Seq Scan on worker_checkpoints, a
   const detail = await withWorkspace(t.db.app, BIG, (tx) => convoyDetail(tx, 'convoy-42'));
   assert.equal(detail?.runs.length, 10);
   assert.equal(detail?.checkpointCount, 10 * (ROWS / RUNS));
-  assert.ok(detail!.runs.every((run) => run.checkpointCount === ROWS / RUNS));
+  assert.ok(detail!.runs.every((run) => run.checkpointCount === ROWS / RUNS), 'detail!.runs.every((run) => run.checkpointCount === ROWS / RUNS)');
   // A convoy of the other workspace does not exist for ws-big.
   assert.equal(await withWorkspace(t.db.app, BIG, (tx) => convoyDetail(tx, 'convoy-95')), undefined);
 });

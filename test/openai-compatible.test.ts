@@ -57,7 +57,7 @@ test('generateText runs the tool calls an OpenAI-compatible server asks for and 
 
   const resolved = await resolveModel({ model: 'local-llm', lookupProvider: lookupFor(providerRow(server)), startAt: 0, env });
   assert.equal(resolved.apiKeyEnvVar, KEY_VAR);
-  assert.ok(!resolved.description.includes(key));
+  assert.ok(!resolved.description.includes(key), '!resolved.description.includes(key)');
 
   const { tools, executed } = fileTools();
   const stepToolResults: unknown[] = [];
@@ -85,7 +85,7 @@ test('generateText runs the tool calls an OpenAI-compatible server asks for and 
     assert.equal(req.headers.authorization, `Bearer ${key}`);
     assert.equal(req.body.model, 'test-model-1');
     // The key travels only in the Authorization header, never in the body.
-    assert.ok(!JSON.stringify(req.body).includes(key));
+    assert.ok(!JSON.stringify(req.body).includes(key), '!JSON.stringify(req.body).includes(key)');
   }
   assert.deepEqual(server.requests[0]!.body.tools.map((t: any) => t.function.name).sort(), ['read_file', 'write_file']);
   // The second request carries the first tool's result back to the model.
@@ -104,7 +104,7 @@ test('the model object holds no key, so logging it cannot leak one', async (t) =
     startAt: 0,
     env: { [KEY_VAR]: key },
   });
-  assert.ok(!inspect(resolved, { depth: 20, showHidden: true }).includes(key));
+  assert.ok(!inspect(resolved, { depth: 20, showHidden: true }).includes(key), '!inspect(resolved, { depth: 20, showHidden: true }).includes(key)');
 });
 
 test('with the key variable unset the call fails naming the variable, and sends nothing', async (t) => {
@@ -117,11 +117,11 @@ test('with the key variable unset the call fails naming the variable, and sends 
   await assert.rejects(
     generateText({ model, tools: fileTools().tools, prompt: 'x', maxRetries: 0 }),
     (err: unknown) => {
-      assert.ok(err instanceof MissingApiKeyError);
-      assert.ok(err instanceof EchodoError);
+      assert.ok(err instanceof MissingApiKeyError, 'err instanceof MissingApiKeyError');
+      assert.ok(err instanceof EchodoError, 'err instanceof EchodoError');
       assert.ok(err.message.includes(KEY_VAR), err.message);
-      assert.ok(!err.message.includes(otherSecret));
-      assert.ok(!/sk-/.test(inspect(err)));
+      assert.ok(!err.message.includes(otherSecret), '!err.message.includes(otherSecret)');
+      assert.ok(!/sk-/.test(inspect(err)), '!/sk-/.test(inspect(err))');
       return true;
     },
   );
@@ -184,7 +184,7 @@ test('streamText works against the same server over SSE', async (t) => {
   const result = streamText({ model, tools, prompt: 'x', stopWhen: stepCountIs(5), maxRetries: 0 });
   assert.equal(await result.text, 'All done.');
   assert.deepEqual(executed.map((e) => e.tool), ['write_file', 'read_file']);
-  assert.ok(server.requests.every((r) => r.body.stream === true && r.headers.authorization === `Bearer ${key}`));
+  assert.ok(server.requests.every((r) => r.body.stream === true && r.headers.authorization === `Bearer ${key}`), 'server.requests.every((r) => r.body.stream === true && r.headers.authorization =');
 });
 
 test('a server error surfaces as an error, not as a silent empty answer', async (t) => {

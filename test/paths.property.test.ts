@@ -110,8 +110,8 @@ test('a resolved path always lies inside the root, also after following symlinks
         return;
       }
       assert.ok(isInside(resolved.abs), `abs ${resolved.abs} for ${JSON.stringify(p)}`);
-      assert.ok(!resolved.rel.split('/').includes('..'));
-      assert.ok(!resolved.rel.split('/').some((c) => c.toLowerCase() === '.git'));
+      assert.ok(!resolved.rel.split('/').includes('..'), '!resolved.rel.split(\'/\').includes(\'..\')');
+      assert.ok(!resolved.rel.split('/').some((c) => c.toLowerCase() === '.git'), '!resolved.rel.split(\'/\').some((c) => c.toLowerCase() === \'.git\')');
       const real = await realOfDeepestExisting(resolved.abs);
       assert.ok(isInside(real), `${JSON.stringify(p)} resolved to ${real}`);
       assert.ok(!path.relative(root, real).split(path.sep).includes('.git'), `${JSON.stringify(p)} reaches .git`);
@@ -144,7 +144,7 @@ test('a doc-writer write lands under docs/ and nowhere else', async () => {
       try {
         resolved = await resolveInside(ctxFor(['docs/']), p, { forWrite: true });
       } catch (err) {
-        assert.ok(err instanceof ToolRefusedError);
+        assert.ok(err instanceof ToolRefusedError, 'err instanceof ToolRefusedError');
         return;
       }
       assert.ok(resolved.rel.startsWith('docs/'), resolved.rel);
@@ -171,12 +171,12 @@ test('arbitrary unicode is either refused as a ToolRefusedError or normalized wi
       try {
         rel = normalizeRelative(p);
       } catch (err) {
-        assert.ok(err instanceof ToolRefusedError);
+        assert.ok(err instanceof ToolRefusedError, 'err instanceof ToolRefusedError');
         return;
       }
-      assert.ok(!rel.startsWith('/'));
-      assert.ok(!rel.split('/').includes('..'));
-      assert.ok(!rel.includes('\0') && !rel.includes('\\'));
+      assert.ok(!rel.startsWith('/'), '!rel.startsWith(\'/\')');
+      assert.ok(!rel.split('/').includes('..'), '!rel.split(\'/\').includes(\'..\')');
+      assert.ok(!rel.includes('\0') && !rel.includes('\\'), '!rel.includes(\'0\') && !rel.includes(\'\')');
       assert.equal(rel.normalize('NFKC').split('/').length, rel.split('/').length, 'NFKC adds no separator');
     }),
     { numRuns: 5000 },

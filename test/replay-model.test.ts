@@ -212,19 +212,19 @@ test('bad transcripts give clear errors naming the file or the bad field', async
 
   const missing = join(dir, 'missing.json');
   await assert.rejects(loadTranscript(missing), (err: unknown) => {
-    assert.ok(err instanceof TranscriptError);
-    assert.ok(err instanceof EchodoError);
+    assert.ok(err instanceof TranscriptError, 'err instanceof TranscriptError');
+    assert.ok(err instanceof EchodoError, 'err instanceof EchodoError');
     assert.match(err.message, /does not exist/);
-    assert.ok(err.message.includes(missing));
+    assert.ok(err.message.includes(missing), 'err.message.includes(missing)');
     return true;
   });
 
   const notJson = join(dir, 'not-json.json');
   await writeFile(notJson, '{"steps": [ secret-looking-content ');
   await assert.rejects(loadTranscript(notJson), (err: unknown) => {
-    assert.ok(err instanceof TranscriptError);
+    assert.ok(err instanceof TranscriptError, 'err instanceof TranscriptError');
     assert.match(err.message, /is not valid JSON/);
-    assert.ok(err.message.includes(notJson));
+    assert.ok(err.message.includes(notJson), 'err.message.includes(notJson)');
     assert.ok(!err.message.includes('secret-looking-content'), 'the file contents must not be echoed');
     return true;
   });
@@ -258,8 +258,8 @@ test('resolveModel turns replay:<absolute path> into a ReplayModel starting at s
   const lookupProvider = async () => assert.fail('a replay model needs no provider lookup');
 
   const resolved = await resolveModel({ model: `replay:${path}`, lookupProvider, startAt: 3 });
-  assert.ok(resolved.model instanceof ReplayModel);
-  assert.ok(resolved.description.includes(path));
+  assert.ok(resolved.model instanceof ReplayModel, 'resolved.model instanceof ReplayModel');
+  assert.ok(resolved.description.includes(path), 'resolved.description.includes(path)');
   assert.equal(resolved.apiKeyEnvVar, undefined);
   const result = await generateText({ model: resolved.model, prompt: 'x' });
   assert.equal(result.text, 'Done.');

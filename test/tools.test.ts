@@ -250,7 +250,7 @@ describe('read_file', () => {
     const result = await readFile(makeCtx(dir), { path: 'euro.txt' });
     assert.equal(result.truncated, true);
     assert.doesNotMatch(result.note!, /UTF-8/);
-    assert.ok(!result.content!.includes('\uFFFD'));
+    assert.ok(!result.content!.includes('\uFFFD'), '!result.content!.includes(\'uFFFD\')');
   });
 });
 
@@ -455,7 +455,7 @@ describe('run_command', () => {
     assert.equal('run_command' in toolsForHarness(false), false);
     assert.deepEqual(Object.keys(toolsForHarness(true)).sort(), ['grep', 'read_file', 'run_command', 'write_file']);
     assert.deepEqual(TOOLS.map((t) => t.name), ['read_file', 'write_file', 'grep', 'run_command']);
-    assert.ok(toolsForHarness(false).read_file.inputSchema.safeParse({ path: 'a' }).success);
+    assert.ok(toolsForHarness(false).read_file.inputSchema.safeParse({ path: 'a' }).success, 'toolsForHarness(false).read_file.inputSchema.safeParse({ path: \'a\' }).success');
   });
 
   test('runs an allowlisted git command; a non-zero exit is a normal result', async () => {
@@ -546,9 +546,9 @@ describe('run_command', () => {
     const result = await runCommand(makeCtx(root, { allowedCommands: ['node spew.js'] }), { command: 'node spew.js' });
     assert.equal(result.exitCode, 0);
     assert.equal(result.truncated, true);
-    assert.ok(Buffer.byteLength(result.stdout) <= COMMAND_OUTPUT_CAP_BYTES);
-    assert.ok(Buffer.byteLength(result.stdout) > COMMAND_OUTPUT_CAP_BYTES - 100);
-    assert.ok(result.stdout.endsWith('line 19999 ' + 'x'.repeat(40) + '\nTHE-END\n'));
+    assert.ok(Buffer.byteLength(result.stdout) <= COMMAND_OUTPUT_CAP_BYTES, 'Buffer.byteLength(result.stdout) <= COMMAND_OUTPUT_CAP_BYTES');
+    assert.ok(Buffer.byteLength(result.stdout) > COMMAND_OUTPUT_CAP_BYTES - 100, 'Buffer.byteLength(result.stdout) > COMMAND_OUTPUT_CAP_BYTES - 100');
+    assert.ok(result.stdout.endsWith('line 19999 ' + 'x'.repeat(40) + '\nTHE-END\n'), 'result.stdout.endsWith(\'line 19999 \' + \'x\'.repeat(40) + \'nTHE-ENDn\')');
     assert.equal(result.stderr, 'short\n');
     assert.match(result.note!, /stdout was longer than 65536 bytes/);
   });

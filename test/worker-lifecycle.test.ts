@@ -71,7 +71,7 @@ describe('start-up', () => {
       const exit = await w.exited;
       assert.notEqual(exit.code, 0, `${name}=${value} is refused`);
       assert.match(w.stderr.join('\n'), new RegExp(`${name}: .*\\(got "${value}"\\)`), w.output());
-      assert.ok(!w.output().includes('worker started'));
+      assert.ok(!w.output().includes('worker started'), '!w.output().includes(\'worker started\')');
     }
   });
 });
@@ -109,7 +109,7 @@ for (const backend of ['postgres', 'redis'] as const) describe(`runs on the ${ba
     first.kill('SIGTERM');
     const exit = await first.exited;
     assert.equal(exit.code, 0, first.output());
-    assert.ok(first.lines.some((l) => l.includes('stopped on request')));
+    assert.ok(first.lines.some((l) => l.includes('stopped on request')), 'first.lines.some((l) => l.includes(\'stopped on request\'))');
 
     const released = await s.run(agentRunId);
     assert.equal(released.status, 'queued');
@@ -171,7 +171,7 @@ for (const backend of ['postgres', 'redis'] as const) describe(`runs on the ${ba
       const run = byId.get(id)!;
       assert.equal(run.status, 'failed');
       assert.match(run.failure_reason, reason);
-      assert.ok(run.finished_at instanceof Date);
+      assert.ok(run.finished_at instanceof Date, 'run.finished_at instanceof Date');
       const [failed] = await s.events(id, 'run_failed');
       assert.match(failed?.metadata.reason, reason);
     }

@@ -195,7 +195,7 @@ for (const backend of ['postgres', 'redis'] as const) {
         }
       }
       assert.equal((await s.su`select count(*)::int as n from agent_runs where workspace_id = 'ghost'`)[0]!.n, 0);
-      assert.ok(worker.lines.some((l) => l.includes('"job dead-lettered"')));
+      assert.ok(worker.lines.some((l) => l.includes('"job dead-lettered"')), 'worker.lines.some((l) => l.includes(\'"job dead-lettered"\'))');
     });
   });
 }
