@@ -6,7 +6,7 @@ import path from 'node:path';
 import type { Config } from './config.ts';
 import type { Database } from '../store/connection.ts';
 import { checkpointChain } from '../store/checkpoints.ts';
-import { appendEvent, claimRun, getRun, completeRun, failQueuedRun, failRun, recordRun, requeueRun, setRunWorkspace, workspaceExists, type RunRow } from '../store/runs.ts';
+import { appendEvent, claimRun, getRun, completeRun, failRun, recordRun, requeueRun, setRunWorkspace, workspaceExists, type RunRow } from '../store/runs.ts';
 import { apiKeyEnvVars, modelProvider } from '../store/workspace-config.ts';
 import { inWorkspace, withWorkspace } from '../store/workspace.ts';
 import { errorMessage, LeaseLostError, toEchodoError } from './errors.ts';
@@ -207,20 +207,17 @@ async function recordResume(deps: JobDeps, run: RunRow, fromSeq: number, finding
 
 async function deadLetter(deps: JobDeps, delivery: Delivery, reason: string, job?: Job): Promise<JobResult> {
   deps.log.warn({ reason }, 'job dead-lettered');
-  let ids: { workspaceId?: string; jobId?: string; agentRunId?: string } = job ?? {};
+  let ids: { workspaceId?: string; jobId?: string } = job ?? {};
   if (!job) {
     try {
       const raw = JSON.parse(delivery.raw) as Record<string, unknown>;
-      ids = { workspaceId: String(raw.workspaceId ?? ''), jobId: raw.jobId ? String(raw.jobId) : undefined, agentRunId: raw.agentRunId ? String(raw.agentRunId) : undefined };
+      ids = { workspaceId: typeof raw.workspaceId === 'string' ? raw.workspaceId : undefined, jobId: typeof raw.jobId === 'string' ? raw.jobId : undefined };
     } catch {
       /* unreadable: no ids */
     }
   }
-  await deps.queue.deadLetter(delivery.raw, reason, { workspaceId: ids.workspaceId, jobId: ids.jobId });
-  // A recorded run whose job turned bad (hand-edited row) must not be taken again and again.
-  if (ids.workspaceId && ids.agentRunId) {
-    await withWorkspace(deps.db.app, ids.workspaceId, (tx) => failQueuedRun(tx, { agentRunId: ids.agentRunId!, reason })).catch(() => false);
-  }
+  // The queue records it (and, for the Postgres queue, fails the run so it is not taken again).
+  await deps.queue.deadLetter(delivery.raw, reason, ids);
   await delivery.ack();
   return 'dead_lettered';
 }
