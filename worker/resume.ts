@@ -8,7 +8,7 @@ import type { RunRow } from '../store/runs.ts';
 import { EchodoError } from './errors.ts';
 import { runGit } from './git.ts';
 import type { Logger } from './log.ts';
-import { writeCheckpointNote } from './checkpoints/notes.ts';
+import { writeCheckpointNotes } from './checkpoints/notes.ts';
 import { inspectRun, UNREPAIRABLE, type Finding } from './checkpoints/verify.ts';
 import { prepareWorktree, type PreparedWorktree } from './worktrees.ts';
 
@@ -87,13 +87,14 @@ export async function verifyAndRepair(args: {
     await runGit(worktree.path, ['clean', '-fd', '--quiet']);
     if (drift) report.repairs.push(`reset the worktree to checkpoint commit ${target.slice(0, 12)} and cleaned it (interrupted round discarded)`);
   }
-  if (latest?.commit_oid && (kinds.has('note_missing') || kinds.has('note_mismatch'))) {
+  if (inspection.notesToRewrite.length) {
+    const rows = chain.filter((row) => row.commit_oid && inspection.notesToRewrite.includes(row.checkpoint_seq));
     try {
-      await writeCheckpointNote(worktree.path, args.notesRef, latest.commit_oid, noteForRow(latest));
-      report.repairs.push(`rewrote the git note of checkpoint ${latest.checkpoint_seq} from Postgres`);
+      await writeCheckpointNotes(worktree.path, args.notesRef, rows.map((row) => ({ commitOid: row.commit_oid!, note: noteForRow(row) })));
+      report.repairs.push(`rewrote the git note(s) of checkpoint(s) ${inspection.notesToRewrite.join(', ')} from Postgres`);
     } catch (err) {
       // The mirror never blocks the run: integrity-check keeps reporting it until a later write succeeds.
-      log.warn({ error: (err as Error).message }, 'could not rewrite the git note; continuing without it');
+      log.warn({ error: (err as Error).message }, 'could not rewrite the git notes; continuing without them');
     }
   }
   return report;

@@ -162,6 +162,7 @@ export async function runSession(d: SessionDeps): Promise<SessionOutcome> {
     if (fatal) throw fatal;
     // Rounds after the last Nth-round checkpoint are checkpointed before the run completes.
     if (roundsSinceCheckpoint > 0) await d.writer.write();
+    await d.writer.settleNotes();
     if (halted === 'shutdown') return { kind: 'stopped' };
     const lastHadTools = result.steps.at(-1)?.toolCalls.length ?? 0;
     return { kind: 'finished', text: result.text, reason: lastHadTools > 0 ? 'step_budget' : 'model_done' };
@@ -170,6 +171,7 @@ export async function runSession(d: SessionDeps): Promise<SessionOutcome> {
     if (cause instanceof LeaseLostError) return { kind: 'lease_lost', error: cause };
     if (halted === 'shutdown') {
       if (roundsSinceCheckpoint > 0) await d.writer.write();
+      await d.writer.settleNotes();
       return { kind: 'stopped' };
     }
     throw cause;

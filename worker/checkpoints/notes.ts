@@ -26,8 +26,18 @@ const queues = new Map<string, Promise<unknown>>();
 // late writer from losing anyone's note.
 const STALE_LOCK_MS = 2_000;
 
-async function commonDirOf(cwd: string): Promise<string> {
-  return path.resolve(cwd, (await runGit(cwd, ['rev-parse', '--git-common-dir'])).stdout.trim());
+// Per-process caches that save a git spawn per note: a worktree's common dir never changes,
+// and a notes ref, once it exists, is assumed to (a wrong guess costs one retry, not a note).
+const commonDirs = new Map<string, string>();
+const knownRefs = new Set<string>();
+
+export async function commonDirOf(cwd: string): Promise<string> {
+  let dir = commonDirs.get(cwd);
+  if (!dir) {
+    dir = path.resolve(cwd, (await runGit(cwd, ['rev-parse', '--git-common-dir'])).stdout.trim());
+    commonDirs.set(cwd, dir);
+  }
+  return dir;
 }
 
 function pidAlive(pid: number): boolean {
@@ -66,8 +76,14 @@ async function withFileLock<T>(lockPath: string, fn: () => Promise<T>, timeoutMs
   }
 }
 
-function fastImportScript(notesRef: string, commitOid: string, body: string, hasParent: boolean): string {
-  const message = 'echodo checkpoint note\n';
+export interface NoteWrite {
+  commitOid: string;
+  note: CheckpointNote;
+}
+
+/** One notes commit holding every note of the batch (fast-import picks the fanout). */
+function fastImportScript(notesRef: string, notes: NoteWrite[], hasParent: boolean): string {
+  const message = `echodo checkpoint note${notes.length > 1 ? 's' : ''}\n`;
   const lines = [
     `commit ${notesRef}`,
     `committer echodo-worker <echodo-worker@localhost> ${Math.floor(Date.now() / 1000)} +0000`,
@@ -75,25 +91,33 @@ function fastImportScript(notesRef: string, commitOid: string, body: string, has
     message,
   ];
   if (hasParent) lines.push(`from ${notesRef}^0`);
-  lines.push(`N inline ${commitOid}`, `data ${Buffer.byteLength(body)}`, body, '');
+  for (const { commitOid, note } of notes) {
+    const body = JSON.stringify(note);
+    lines.push(`N inline ${commitOid}`, `data ${Buffer.byteLength(body)}`, body);
+  }
+  lines.push('');
   return lines.join('\n');
 }
 
-async function writeNoteOnce(cwd: string, notesRef: string, commitOid: string, body: string): Promise<void> {
-  const parent = await runGit(cwd, ['rev-parse', '--verify', '--quiet', notesRef], { allowExitCodes: [1] });
-  await runGit(cwd, ['fast-import', '--quiet'], { input: fastImportScript(notesRef, commitOid, body, parent.exitCode === 0) });
+async function writeNotesOnce(cwd: string, key: string, notesRef: string, notes: NoteWrite[], trustCache: boolean): Promise<void> {
+  let hasParent = trustCache && knownRefs.has(key);
+  if (!hasParent) hasParent = (await runGit(cwd, ['rev-parse', '--verify', '--quiet', notesRef], { allowExitCodes: [1] })).exitCode === 0;
+  await runGit(cwd, ['fast-import', '--quiet'], { input: fastImportScript(notesRef, notes, hasParent) });
+  knownRefs.add(key);
 }
 
-/** Writes (or overwrites) the note on commitOid. Serialized per repository; retries a lost race. */
-export async function writeCheckpointNote(cwd: string, notesRef: string, commitOid: string, note: CheckpointNote): Promise<void> {
+/** Writes (or overwrites) notes in one notes commit. Serialized per repository; retries a lost race. */
+export async function writeCheckpointNotes(cwd: string, notesRef: string, notes: NoteWrite[]): Promise<void> {
+  if (!notes.length) return;
   const commonDir = await commonDirOf(cwd);
-  const body = JSON.stringify(note);
+  const key = `${commonDir}\0${notesRef}`;
   const run = async () =>
     withFileLock(path.join(commonDir, 'echodo-notes.lock'), async () => {
       for (let attempt = 1; ; attempt++) {
         try {
-          return await writeNoteOnce(cwd, notesRef, commitOid, body);
+          return await writeNotesOnce(cwd, key, notesRef, notes, attempt === 1);
         } catch (err) {
+          knownRefs.delete(key);
           // Someone outside our lock (an operator's `git notes`, a locked ref) got in the way.
           if (!(err instanceof GitError) || attempt >= 5) throw err;
           await sleep(attempt * 20 + Math.random() * 20);
@@ -104,6 +128,16 @@ export async function writeCheckpointNote(cwd: string, notesRef: string, commitO
   const mine = previous.then(run, run);
   queues.set(commonDir, mine.catch(() => {}));
   return mine;
+}
+
+export function writeCheckpointNote(cwd: string, notesRef: string, commitOid: string, note: CheckpointNote): Promise<void> {
+  return writeCheckpointNotes(cwd, notesRef, [{ commitOid, note }]);
+}
+
+/** The commits that carry a note under the ref (one `git notes list`). */
+export async function notedCommits(cwd: string, notesRef: string): Promise<Set<string>> {
+  const r = await runGit(cwd, ['notes', `--ref=${notesRef}`, 'list'], { allowExitCodes: [1, 128] });
+  return new Set(r.stdout.split('\n').filter(Boolean).map((line) => line.split(' ')[1]!));
 }
 
 /** The note on a commit, parsed; undefined when there is none or it is not our JSON. */

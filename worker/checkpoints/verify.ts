@@ -8,7 +8,7 @@ import { runGit } from '../git.ts';
 import { inspectWorktree, repoCommonDir, type WorktreeState } from '../worktrees.ts';
 import { describeFiles } from './content.ts';
 import { verifyChain } from './hash.ts';
-import { readCheckpointNote } from './notes.ts';
+import { notedCommits, readCheckpointNote } from './notes.ts';
 
 export type FindingKind =
   | 'hash_chain_broken'
@@ -35,6 +35,8 @@ export interface Inspection {
   targetOid: string | null;
   worktree: WorktreeState | null;
   findings: Finding[];
+  /** Checkpoints whose git note is missing or wrong: resume rewrites them from Postgres. */
+  notesToRewrite: number[];
 }
 
 /** Findings resume cannot repair: the run is failed with the finding as its reason. */
@@ -55,7 +57,7 @@ export async function inspectRun(args: {
   // Doc-writer runs have no worktree: files are checked in the repo root, hashes only.
   if (!args.run.worktree_path || !args.run.branch) {
     if (latest) findings.push(...(await compareFiles(args.repoRoot, latest)));
-    return { targetOid: null, worktree: null, findings };
+    return { targetOid: null, worktree: null, findings, notesToRewrite: [] };
   }
 
   const targetOid = latest?.commit_oid ?? args.run.base_oid;
@@ -65,7 +67,7 @@ export async function inspectRun(args: {
     commonDir = await repoCommonDir(repoPath);
   } catch (err) {
     findings.push({ kind: 'repo_missing', detail: (err as Error).message });
-    return { targetOid, worktree: null, findings };
+    return { targetOid, worktree: null, findings, notesToRewrite: [] };
   }
   const wt = await inspectWorktree(args.run.worktree_path, commonDir);
   if (targetOid) {
@@ -74,12 +76,13 @@ export async function inspectRun(args: {
   }
   if (!wt.exists) {
     findings.push({ kind: 'worktree_missing', detail: `worktree ${args.run.worktree_path} does not exist` });
-    if (latest?.commit_oid) findings.push(...(await compareNote(repoPath, args.notesRef, latest)));
-    return { targetOid, worktree: wt, findings };
+    const notes = await compareNotes(repoPath, args.notesRef, args.chain);
+    findings.push(...notes.findings);
+    return { targetOid, worktree: wt, findings, notesToRewrite: notes.seqs };
   }
   if (!wt.belongsToRepo) {
     findings.push({ kind: 'worktree_foreign', detail: `${args.run.worktree_path} is not a worktree of ${repoPath}` });
-    return { targetOid, worktree: wt, findings };
+    return { targetOid, worktree: wt, findings, notesToRewrite: [] };
   }
   if (wt.branch !== args.run.branch) findings.push({ kind: 'wrong_branch', detail: `worktree is on ${wt.branch ?? '(detached)'}, not ${args.run.branch}` });
   if (wt.gitDir && existsSync(path.join(wt.gitDir, 'index.lock'))) {
@@ -89,7 +92,7 @@ export async function inspectRun(args: {
   // The three git reads and the file hashes are independent: run them side by side.
   const [status, noteFindings, fileFindings] = await Promise.all([
     runGit(args.run.worktree_path, ['status', '--porcelain=v2', '--branch', '-z', '--untracked-files=all', '--no-renames'], { allowExitCodes: [128] }),
-    latest?.commit_oid ? compareNote(args.run.worktree_path, args.notesRef, latest) : Promise.resolve([]),
+    compareNotes(args.run.worktree_path, args.notesRef, args.chain),
     latest ? compareFiles(args.run.worktree_path, latest) : Promise.resolve([]),
   ]);
   const entries = status.stdout.split('\0').filter(Boolean);
@@ -102,17 +105,23 @@ export async function inspectRun(args: {
     const paths = changed.map((e) => (e.startsWith('? ') ? e.slice(2) : e.split(' ').slice(8).join(' '))).slice(0, 20);
     findings.push({ kind: 'uncommitted_changes', detail: `${changed.length} path(s) differ from the checkpoint commit: ${paths.join(', ')}` });
   }
-  findings.push(...noteFindings, ...fileFindings);
-  return { targetOid, worktree: wt, findings };
+  findings.push(...noteFindings.findings, ...fileFindings);
+  return { targetOid, worktree: wt, findings, notesToRewrite: noteFindings.seqs };
 }
 
-async function compareNote(cwd: string, notesRef: string, latest: CheckpointRow): Promise<Finding[]> {
-  const note = await readCheckpointNote(cwd, notesRef, latest.commit_oid!);
-  if (!note) return [{ kind: 'note_missing', detail: `no note under ${notesRef} on ${latest.commit_oid} (checkpoint ${latest.checkpoint_seq})` }];
-  if (note.checkpointSeq !== latest.checkpoint_seq || note.hash !== latest.hash || note.agentRunId !== latest.agent_run_id) {
-    return [{ kind: 'note_mismatch', detail: `note says seq ${note.checkpointSeq} hash ${String(note.hash).slice(0, 12)}, Postgres says seq ${latest.checkpoint_seq} hash ${latest.hash.slice(0, 12)}` }];
+/** Every checkpoint commit must carry a note; the latest one's must match its row. */
+async function compareNotes(cwd: string, notesRef: string, chain: CheckpointRow[]): Promise<{ findings: Finding[]; seqs: number[] }> {
+  const latest = chain.at(-1);
+  if (!latest?.commit_oid) return { findings: [], seqs: [] };
+  const [noted, note] = await Promise.all([notedCommits(cwd, notesRef), readCheckpointNote(cwd, notesRef, latest.commit_oid)]);
+  const findings: Finding[] = [];
+  const missing = chain.filter((row) => row !== latest && row.commit_oid && !noted.has(row.commit_oid)).map((row) => row.checkpoint_seq);
+  if (!note) missing.push(latest.checkpoint_seq);
+  else if (note.checkpointSeq !== latest.checkpoint_seq || note.hash !== latest.hash || note.agentRunId !== latest.agent_run_id) {
+    findings.push({ kind: 'note_mismatch', detail: `note says seq ${note.checkpointSeq} hash ${String(note.hash).slice(0, 12)}, Postgres says seq ${latest.checkpoint_seq} hash ${latest.hash.slice(0, 12)}` });
   }
-  return [];
+  if (missing.length) findings.push({ kind: 'note_missing', detail: `no note under ${notesRef} for checkpoint(s) ${missing.join(', ')}` });
+  return { findings, seqs: findings.some((f) => f.kind === 'note_mismatch') ? [...missing, latest.checkpoint_seq] : missing };
 }
 
 async function compareFiles(root: string, latest: CheckpointRow): Promise<Finding[]> {

@@ -2,7 +2,8 @@
 //  1. content: commit the touched paths on the run's branch (git objects; contents stay in git);
 //  2. truth: insert the worker_checkpoints row, fenced on lease_epoch, renewing the heartbeat
 //     (the commit point: a crash before it resumes from the previous checkpoint);
-//  3. mirror: the git note on the commit (a failure is logged and retried, never fatal).
+//  3. mirror: the git note on the commit, written in the background while the next round runs
+//     and awaited before the next checkpoint (a failure is logged and retried, never fatal).
 import type { Sql } from 'postgres';
 import { appendCheckpoint, checkpointAt, type CheckpointRow } from '../../store/checkpoints.ts';
 import { retryTransient } from '../../store/retry.ts';
@@ -14,8 +15,17 @@ import type { Logger } from '../log.ts';
 import { commitTouchedPaths, describeFiles } from './content.ts';
 import { checkpointHash, type CheckpointPayload, type FileTouched } from './hash.ts';
 import { boundHistory, type ToolCallRecord } from './history.ts';
-import { writeCheckpointNote, type CheckpointNote } from './notes.ts';
-import { redactOrDrop } from './redact.ts';
+import { writeCheckpointNotes, type NoteWrite } from './notes.ts';
+import { redactString } from './redact.ts';
+
+/** Fail closed: a path the redactor cannot process is not stored. */
+function redactPath(p: string): string {
+  try {
+    return redactString(p);
+  } catch {
+    return '[path dropped: redaction failed]';
+  }
+}
 import type { TouchTracker } from './tracker.ts';
 import { LeaseLostError } from '../errors.ts';
 
@@ -57,7 +67,9 @@ export interface WorkingTree {
 }
 
 export class CheckpointWriter {
-  private pendingNotes: { commitOid: string; note: CheckpointNote }[] = [];
+  private pendingNotes: NoteWrite[] = [];
+  /** The mirror runs behind the loop: a note is written while the model works on the next round. */
+  private mirroring: Promise<void> = Promise.resolve();
 
   constructor(
     private readonly deps: {
@@ -77,6 +89,9 @@ export class CheckpointWriter {
   /** Writes checkpoint seq+1 for the rounds done so far. Throws LeaseLostError when fenced off. */
   async write(): Promise<void> {
     const { run, tree, lease, log } = this.deps;
+    // The previous note was written while the model worked on this round; it lands before this
+    // checkpoint, so only the latest checkpoint can ever lack its note.
+    await this.mirroring;
     await lease.assertHeld();
     const seq = this.state.seq + 1;
     const prevHash = this.state.prevHash;
@@ -94,7 +109,8 @@ export class CheckpointWriter {
       faultPoint('after-content-commit');
     }
 
-    for (const f of await describeFiles(tree.root, paths)) this.state.files.set(f.path, f);
+    // History entries were redacted when recorded (history.ts); paths are redacted here, once each.
+    for (const f of await describeFiles(tree.root, paths)) this.state.files.set(f.path, { ...f, path: redactPath(f.path) });
     const history = boundHistory(this.state.history, this.deps.historyLimit);
     const payload: CheckpointPayload = {
       workspaceId: run.workspaceId,
@@ -107,12 +123,9 @@ export class CheckpointWriter {
       worktreePath: tree.git?.worktreePath ?? null,
       commitOid,
     };
-    // Fail closed: the whole payload passes the redactor once more before it is hashed and stored.
-    const safe = redactOrDrop(payload) as CheckpointPayload;
-    if (!('checkpointSeq' in safe)) throw new Error('redaction of the checkpoint payload failed; nothing stored');
-    const hash = checkpointHash(prevHash, safe);
+    const hash = checkpointHash(prevHash, payload);
 
-    const row = { ...run, checkpointSeq: seq, step: safe.step, toolHistory: safe.toolHistory, filesTouched: safe.filesTouched, branch: safe.branch, worktreePath: safe.worktreePath, commitOid, prevHash, hash };
+    const row = { ...run, checkpointSeq: seq, step: payload.step, toolHistory: payload.toolHistory, filesTouched: payload.filesTouched, branch: payload.branch, worktreePath: payload.worktreePath, commitOid, prevHash, hash };
     const inserted = await retryTransient(
       (attempt) =>
         withWorkspace(this.deps.sql, run.workspaceId, async (tx) => {
@@ -129,7 +142,7 @@ export class CheckpointWriter {
     lease.renewed();
     Object.assign(this.state, { seq, prevHash: hash, headOid: commitOid ?? this.state.headOid, history });
     faultPoint('after-checkpoint-row');
-    log.info({ seq, step: safe.step, commitOid, files: paths.length }, 'checkpoint written');
+    log.info({ seq, step: payload.step, commitOid, files: paths.length }, 'checkpoint written');
 
     if (tree.git && commitOid) {
       this.pendingNotes.push({
@@ -138,31 +151,39 @@ export class CheckpointWriter {
           workspaceId: run.workspaceId,
           agentRunId: run.agentRunId,
           checkpointSeq: seq,
-          step: safe.step,
+          step: payload.step,
           hash,
           prevHash,
           branch: tree.git.branch,
-          files: safe.filesTouched.map((f) => ({ path: f.path, sha256: f.sha256 })),
+          files: payload.filesTouched.map((f) => ({ path: f.path, sha256: f.sha256 })),
         },
       });
-      await this.flushNotes();
-      faultPoint('after-note');
+      this.mirroring = this.mirroring.then(() => this.flushNotes()).catch((err) => {
+        this.deps.log.warn({ error: errorMessage(err) }, 'git note mirror stopped');
+      });
     }
+  }
+
+  /** Waits for the mirror to catch up (before a run completes or is released). */
+  async settleNotes(): Promise<void> {
+    await this.mirroring;
+    if (this.pendingNotes.length) await this.flushNotes().catch(() => {});
   }
 
   /** Mirrors pending notes; what fails stays pending for the next checkpoint (and resume repairs it). */
   async flushNotes(): Promise<void> {
-    const still: typeof this.pendingNotes = [];
-    for (const item of this.pendingNotes) {
-      try {
-        this.deps.lease.assertFresh();
-        await writeCheckpointNote(this.deps.tree.root, this.deps.notesRef, item.commitOid, item.note);
-      } catch (err) {
-        if (err instanceof LeaseLostError) throw err;
-        this.deps.log.warn({ commitOid: item.commitOid, seq: item.note.checkpointSeq, error: errorMessage(err) }, 'git note mirror write failed; will retry');
-        still.push(item);
-      }
+    const batch = this.pendingNotes;
+    this.pendingNotes = [];
+    if (!batch.length) return;
+    try {
+      this.deps.lease.assertFresh();
+      await writeCheckpointNotes(this.deps.tree.root, this.deps.notesRef, batch);
+      faultPoint('after-note');
+    } catch (err) {
+      // Kept for the next checkpoint; resume rewrites whatever is still missing from Postgres.
+      this.pendingNotes.unshift(...batch);
+      if (err instanceof LeaseLostError) throw err;
+      this.deps.log.warn({ seqs: batch.map((b) => b.note.checkpointSeq), error: errorMessage(err) }, 'git note mirror write failed; will retry');
     }
-    this.pendingNotes = still;
   }
 }
