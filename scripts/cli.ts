@@ -14,3 +14,16 @@ export function parseCli<T extends NonNullable<ParseArgsConfig['options']>>(opti
     usageError(usage, (err as Error).message);
   }
 }
+
+/**
+ * Start-up errors (a schema newer than the code, an unreachable database) end the process with
+ * one line naming the problem instead of a stack trace.
+ */
+export function exitOnStartupError(name: string): void {
+  const fail = (err: unknown) => {
+    process.stderr.write(`${name}: ${err instanceof Error ? err.message : String(err)}\n`);
+    process.exit(1);
+  };
+  process.on('uncaughtException', fail);
+  process.on('unhandledRejection', fail);
+}

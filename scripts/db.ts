@@ -6,6 +6,9 @@ import { errorMessage } from '../worker/errors.ts';
 import { connect, resolveDatabaseUrl } from '../store/connection.ts';
 import { embeddedStatus, stopEmbeddedPostgres } from '../store/embedded.ts';
 import { migrate } from '../store/migrate.ts';
+import { exitOnStartupError } from './cli.ts';
+
+exitOnStartupError('db');
 
 const USAGE = 'usage: npm run db -- up | url | migrate | down | status';
 

@@ -17,6 +17,9 @@ import { git } from '../worker/git.ts';
 import { checkRunIntegrity } from '../worker/integrity.ts';
 import { createQueue } from '../worker/queue/index.ts';
 import { demoTranscript, DEMO_FILES } from './demo-brief.ts';
+import { exitOnStartupError } from './cli.ts';
+
+exitOnStartupError('demo');
 
 const KILL_AFTER_ROUND = 4;
 const say = (text: string) => process.stdout.write(`${text}\n`);

@@ -6,7 +6,9 @@ import { dispatchJob } from '../worker/dispatch.ts';
 import { EchodoError, errorMessage } from '../worker/errors.ts';
 import { createQueue } from '../worker/queue/index.ts';
 import { parseJob } from '../worker/job.ts';
-import { parseCli, usageError } from './cli.ts';
+import { exitOnStartupError, parseCli, usageError } from './cli.ts';
+
+exitOnStartupError('dispatch');
 
 const USAGE = 'npm run dispatch -- --job FILE';
 const { values } = parseCli({ job: { type: 'string' } }, USAGE);

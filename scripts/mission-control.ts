@@ -5,8 +5,10 @@ import { openDatabase } from '../store/connection.ts';
 import { createAdminToken, createWorkspaceToken } from '../store/tokens.ts';
 import { loadConfigOrExit } from '../worker/config.ts';
 import { EchodoError, errorMessage } from '../worker/errors.ts';
-import { parseCli, usageError } from './cli.ts';
+import { exitOnStartupError, parseCli, usageError } from './cli.ts';
 import { createMissionControl } from './mission-control/server.ts';
+
+exitOnStartupError('mission-control');
 
 const USAGE = 'npm run mission-control [-- token create (--workspace W | --admin)]';
 

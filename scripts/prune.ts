@@ -3,7 +3,9 @@ import { loadConfigOrExit } from '../worker/config.ts';
 import { openDatabase } from '../store/connection.ts';
 import { createLogger } from '../worker/log.ts';
 import { pruneFinishedRuns } from '../worker/prune.ts';
-import { parseCli, usageError } from './cli.ts';
+import { exitOnStartupError, parseCli, usageError } from './cli.ts';
+
+exitOnStartupError('prune');
 
 const USAGE = 'npm run prune -- --older-than <N>d [--dry-run]';
 const { values } = parseCli({ 'older-than': { type: 'string' }, 'dry-run': { type: 'boolean', default: false } }, USAGE);

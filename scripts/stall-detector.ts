@@ -8,13 +8,17 @@ import { createQueue } from '../worker/queue/index.ts';
 import { sweepStalledRuns } from '../worker/stall-detector.ts';
 import { pruneFinishedRuns } from '../worker/prune.ts';
 import { errorMessage } from '../worker/errors.ts';
-import { parseCli } from './cli.ts';
+import { guardDaemon } from '../worker/process-guards.ts';
+import { exitOnStartupError, parseCli } from './cli.ts';
+
+exitOnStartupError('stall-detector');
 
 const { values } = parseCli({ once: { type: 'boolean', default: false } }, 'npm run stall-detector [-- --once]');
 const config = loadConfigOrExit();
 const log = createLogger({ level: config.LOG_LEVEL, name: 'echodo-stall-detector' });
 const db = await openDatabase(config);
 const queue = createQueue({ config, db, workerId: `stall-detector-${process.pid}` });
+if (!values.once) guardDaemon('stall-detector', log);
 const PRUNE_EVERY_MS = 60 * 60 * 1000;
 
 let stopping = false;

@@ -5,6 +5,7 @@ import { createLogger } from '../worker/log.ts';
 import { createQueue } from '../worker/queue/index.ts';
 import { WorkerDaemon } from '../worker/daemon.ts';
 import { errorMessage } from '../worker/errors.ts';
+import { guardDaemon } from '../worker/process-guards.ts';
 
 const config = loadConfigOrExit();
 const log = createLogger({ level: config.LOG_LEVEL, name: 'echodo-worker' }).child({ workerId: config.WORKER_ID });
@@ -18,6 +19,7 @@ try {
   const db = await openDatabase(config);
   const queue = createQueue({ config, db, workerId: config.WORKER_ID, onError: (err) => log.warn({ error: errorMessage(err) }, 'queue error') });
   const daemon = new WorkerDaemon({ config, db, queue, workerId: config.WORKER_ID, log });
+  guardDaemon('worker', log);
   process.once('SIGTERM', () => daemon.stop());
   process.once('SIGINT', () => daemon.stop());
   log.info({ queue: queue.backend }, 'worker started');

@@ -5,7 +5,9 @@ import { openDatabase } from '../store/connection.ts';
 import { createWorkspace } from '../store/runs.ts';
 import { upsertModelProvider } from '../store/workspace-config.ts';
 import { withWorkspace } from '../store/workspace.ts';
-import { parseCli, usageError } from './cli.ts';
+import { exitOnStartupError, parseCli, usageError } from './cli.ts';
+
+exitOnStartupError('workspace');
 
 const USAGE = 'npm run workspace -- create W | add-model W --alias A --base-url URL --model M [--key-env VAR]';
 const { values, positionals } = parseCli(

@@ -214,12 +214,16 @@ async function adoptRunningPostmaster(files: Layout, password: string): Promise<
 async function launch(files: Layout, password: string): Promise<EmbeddedServer> {
   const { pgCtl } = await binaries();
   let lastError = '';
+  // The same port as last time when it is free: clients holding the old URL reconnect after a restart.
+  const portFile = path.join(files.pg, 'last-port');
+  const previous = Number(await fs.readFile(portFile, 'utf8').catch(() => '0'));
   for (let attempt = 1; attempt <= 6; attempt++) {
-    const port = await freePort();
+    const port = attempt === 1 && previous > 0 && (await portIsFree(previous)) ? previous : await freePort();
     const args = ['start', '-w', '-t', '60', '-D', files.data, '-l', files.log, '-o', serverOptions(files, port)];
     const result = await runAsOwner(pgCtl, args, files, true);
     const started = await readPostmasterPid(files);
     if (result.code === 0 && started && isAlive(started.pid)) {
+      await fs.writeFile(portFile, String(port)).catch(() => {});
       return { url: embeddedUrl(password, port), port, pid: started.pid };
     }
     // Port taken between choosing and binding, or the shared memory of a killed
@@ -417,6 +421,15 @@ async function writeFileAtomic(file: string, content: string, mode: number): Pro
   await fs.writeFile(tmp, content, { mode });
   await fs.chmod(tmp, mode);
   await fs.rename(tmp, file);
+}
+
+function portIsFree(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const server = net.createServer();
+    server.unref();
+    server.once('error', () => resolve(false));
+    server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
+  });
 }
 
 function freePort(): Promise<number> {

@@ -186,8 +186,9 @@ for (const backend of ['postgres', 'redis'] as const) {
         try {
           const mirrored = (await client.lrange(`${s.config.WORKER_QUEUE_KEY}:dead`, 0, -1)).map((e) => JSON.parse(e));
           assert.ok(mirrored.some((e) => /workspace "ghost" does not exist/.test(e.reason)), 'dead list mirrors the reason');
-          assert.equal(await client.llen(s.config.WORKER_QUEUE_KEY), 0, 'nothing left on the queue');
-          assert.equal(await client.llen(`${s.config.WORKER_QUEUE_KEY}:processing:${workerId}`), 0, 'every taken job was acked');
+          // The ack of the last job lands just after its claim: give it a moment.
+          await waitFor(async () => (await client.llen(s.config.WORKER_QUEUE_KEY)) === 0, { timeoutMs: 5000, what: 'nothing left on the queue' });
+          await waitFor(async () => (await client.llen(`${s.config.WORKER_QUEUE_KEY}:processing:${workerId}`)) === 0, { timeoutMs: 5000, what: 'every taken job acked' });
           const [garbage] = await s.su`select * from dead_letters where raw = '{"workspaceId": "acme", '`;
           assert.match(garbage?.reason, /invalid job: not valid JSON/);
         } finally {

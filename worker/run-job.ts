@@ -9,6 +9,7 @@ import { checkpointChain } from '../store/checkpoints.ts';
 import { appendEvent, claimRun, getRun, completeRun, failRun, recordRun, requeueRun, setRunWorkspace, workspaceExists, type RunRow } from '../store/runs.ts';
 import { apiKeyEnvVars, modelProvider } from '../store/workspace-config.ts';
 import { inWorkspace, withWorkspace } from '../store/workspace.ts';
+import { isTransientDbError } from '../store/retry.ts';
 import { errorMessage, LeaseLostError, toEchodoError } from './errors.ts';
 import { faultPoint } from './faults.ts';
 import { resolveHarnessForJob, type Harness } from './harnesses.ts';
@@ -44,7 +45,7 @@ export async function processDelivery(deps: JobDeps, delivery: Delivery): Promis
   if (!parsed.ok) return deadLetter(deps, delivery, `invalid job: ${parsed.problems.join('; ')}`);
   // A job pushed straight on the queue by an orchestrator is redacted like a dispatched one.
   const job = { ...parsed.job, brief: redactString(parsed.job.brief) };
-  const scoped = inWorkspace(db.app, job.workspaceId);
+  const scoped = inWorkspace(db.app, job.workspaceId, log);
 
   if (!(await scoped(workspaceExists))) return deadLetter(deps, delivery, `workspace "${job.workspaceId}" does not exist`, job);
   const { agentRunId } = await scoped((tx) => recordRun(tx, job));
@@ -69,6 +70,14 @@ export async function processDelivery(deps: JobDeps, delivery: Delivery): Promis
       runLog.warn({ error: errorMessage(err) }, 'lease lost: this worker stops touching the run');
       return 'lease_lost';
     }
+    if (isTransientDbError(err)) {
+      // The database went away for longer than the retries: not the run's fault. Hand the run
+      // back if we can; else the lease expires and the stall detector re-dispatches it.
+      runLog.warn({ error: errorMessage(err) }, 'database unavailable; releasing the run');
+      const released = await inWorkspace(db.app, run.workspace_id)((tx) => requeueRun(tx, { agentRunId: run.id, leaseEpoch: run.lease_epoch, nextAttempt: false })).catch(() => undefined);
+      if (released) await deps.queue.enqueue(released.job).catch(() => {});
+      return 'released';
+    }
     const e = toEchodoError(err);
     runLog.error({ code: e.code, error: e.message }, 'run failed');
     await inWorkspace(db.app, run.workspace_id)(async (tx) => {
@@ -85,25 +94,26 @@ export async function processDelivery(deps: JobDeps, delivery: Delivery): Promis
 async function executeRun(deps: JobDeps, run: RunRow, lease: Lease): Promise<JobResult> {
   const { config, db, log } = deps;
   const job = run.job;
-  const scoped = inWorkspace(db.app, run.workspace_id);
+  const scoped = inWorkspace(db.app, run.workspace_id, log);
   const harness = await scoped((tx) => resolveHarnessForJob(tx, job, config));
   registerSecretsFromEnv(process.env, await scoped(apiKeyEnvVars));
 
   const chain = await scoped((tx) => checkpointChain(tx, run.id));
   const anchor = await scoped((tx) => anchorOf(tx, run.id));
   const resuming = chain.length > 0 || run.attempt > 1 || run.worktree_path !== null || job.resumeFromCheckpoint;
+  // The model first: a run with an unknown model alias fails before any worktree is made.
+  const { model, description } = await resolveModel({
+    model: job.model,
+    lookupProvider: (alias) => scoped((tx) => modelProvider(tx, alias)),
+    startAt: chain.at(-1)?.step ?? 0,
+    signal: deps.shutdown,
+  });
   const { tree, baseOid } = await prepareTree(deps, run, harness, chain, anchor, resuming);
 
   const state = stateFromRow(chain.at(-1), baseOid);
   const tracker = new TouchTracker(tree.root);
   tracker.start();
   try {
-    const { model, description } = await resolveModel({
-      model: job.model,
-      lookupProvider: (alias) => scoped((tx) => modelProvider(tx, alias)),
-      startAt: state.step,
-      signal: deps.shutdown,
-    });
     log.info({ harness: harness.alias, model: description, step: state.step, seq: state.seq, root: tree.root }, resuming ? 'run resumed' : 'run started');
     const writer = new CheckpointWriter(
       { sql: db.app, run: { workspaceId: run.workspace_id, agentRunId: run.id, convoyId: run.convoy_id, briefId: run.brief_id, attempt: run.attempt }, lease, tree, tracker, notesRef: config.WORKER_NOTES_REF, historyLimit: config.WORKER_CHECKPOINT_HISTORY_LIMIT, leaseMs: config.WORKER_LEASE_MS, log },
@@ -160,7 +170,7 @@ async function executeRun(deps: JobDeps, run: RunRow, lease: Lease): Promise<Job
 
 async function prepareTree(deps: JobDeps, run: RunRow, harness: Harness, chain: Awaited<ReturnType<typeof checkpointChain>>, anchor: string | null | undefined, resuming: boolean): Promise<{ tree: WorkingTree; baseOid: string | null }> {
   const { config, db, log } = deps;
-  const scoped = inWorkspace(db.app, run.workspace_id);
+  const scoped = inWorkspace(db.app, run.workspace_id, log);
   const job = run.job;
   if (!harness.needsWorktree) {
     const root = config.WORKER_REPO_ROOT;

@@ -14,6 +14,7 @@ import type { CheckpointWriter } from './checkpoints/writer.ts';
 import type { TouchTracker } from './checkpoints/tracker.ts';
 import { TOOLS } from './tools/index.ts';
 import type { ToolContext } from './tools/context.ts';
+import { isTransientDbError } from '../store/retry.ts';
 
 export type SessionOutcome =
   | { kind: 'finished'; text: string; reason: 'model_done' | 'step_budget' }
@@ -114,6 +115,9 @@ export async function runSession(d: SessionDeps): Promise<SessionOutcome> {
           const code = (err as NodeJS.ErrnoException).code;
           if (code && FATAL_IO_CODES.has(code)) {
             halt('fatal', new EchodoError('io_failure', `${def.name} failed with ${code} (${errorMessage(err)}); the run stops at its last checkpoint`, { cause: err }));
+          } else if (isTransientDbError(err)) {
+            // The fencing check could not reach Postgres: stop here rather than tell the model.
+            halt('fatal', err);
           }
           throw err;
         } finally {

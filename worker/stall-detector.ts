@@ -13,7 +13,10 @@ import type { JobQueue } from './queue/types.ts';
 const LOCK_NOT_AVAILABLE = '55P03';
 
 export interface SweepResult {
+  /** Running runs whose lease expired: attempt + 1, resumeFromCheckpoint. */
   redispatched: string[];
+  /** Queued runs nobody took for STALL_QUEUED_MS: enqueued again, same attempt. */
+  reenqueued: string[];
   failed: string[];
 }
 
@@ -27,13 +30,20 @@ interface StalledRow {
 
 export async function sweepStalledRuns(deps: { config: Config; db: Database; queue: JobQueue; log: Logger }): Promise<SweepResult> {
   const { config, db, queue, log } = deps;
-  const result: SweepResult = { redispatched: [], failed: [] };
+  const result: SweepResult = { redispatched: [], reenqueued: [], failed: [] };
   const stalled = await db.admin<StalledRow[]>`select * from echodo_stalled_runs(${config.STALL_QUEUED_MS})`;
   for (const row of stalled) {
     const why = row.status === 'running' ? 'lease expired while running' : `queued for over ${config.STALL_QUEUED_MS} ms`;
     await withWorkspace(db.app, row.workspace_id, async (tx) => {
       // A paused worker may hold this row's lock mid-transaction: skip it this sweep, not block.
       await tx`set local lock_timeout = '500ms'`;
+      if (row.status === 'queued') {
+        // Never started (a job lost from Redis, or every worker busy): ring the doorbell again.
+        // Waiting is not a failed attempt, so the attempt count stays.
+        const run = await requeueRun(tx, { agentRunId: row.agent_run_id, leaseEpoch: row.lease_epoch, nextAttempt: false });
+        if (run) result.reenqueued.push(run.id);
+        return;
+      }
       if (row.attempt >= config.STALL_MAX_ATTEMPTS) {
         const reason = `stalled on attempt ${row.attempt} of ${config.STALL_MAX_ATTEMPTS} (${why}); giving up`;
         const failed = await failStalledRun(tx, { agentRunId: row.agent_run_id, leaseEpoch: row.lease_epoch, reason });
@@ -54,12 +64,10 @@ export async function sweepStalledRuns(deps: { config: Config; db: Database; que
     });
   }
   // Enqueue after the transactions committed: the queue only ever points at a recorded state.
-  if (result.redispatched.length) {
-    for (const id of result.redispatched) {
-      const row = stalled.find((s) => s.agent_run_id === id)!;
-      const run = await withWorkspace(db.app, row.workspace_id, (tx) => getRun(tx, id));
-      if (run?.status === 'queued') await queue.enqueue(run.job);
-    }
+  for (const id of [...result.redispatched, ...result.reenqueued]) {
+    const row = stalled.find((s) => s.agent_run_id === id)!;
+    const run = await withWorkspace(db.app, row.workspace_id, (tx) => getRun(tx, id));
+    if (run?.status === 'queued') await queue.enqueue(run.job);
   }
   return result;
 }

@@ -15,6 +15,9 @@ const KEY_SHAPES: [RegExp, string][] = [
   [/\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}/g, '[redacted:jwt]'],
 ];
 
+// NUL and lone surrogates (a high one not followed by a low one, or a low one not preceded by a high one).
+const UNSTORABLE = /\u0000|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
+
 const known = new Map<string, string>(); // secret value -> variable name
 let knownPattern: RegExp | null = null;
 
@@ -50,12 +53,16 @@ export function redactString(text: string): string {
   return out;
 }
 
-/** Redacts and truncates every string in a JSON-able value. */
+/**
+ * Redacts and truncates every string in a JSON-able value, and makes each one storable: Postgres
+ * jsonb refuses NUL and lone surrogates (which truncation could also create by cutting a pair).
+ */
 export function redactValue<T>(value: T, maxString = 2000): T {
   const walk = (v: unknown): unknown => {
     if (typeof v === 'string') {
       const r = redactString(v);
-      return r.length > maxString ? `${r.slice(0, maxString)}…[${r.length - maxString} more chars]` : r;
+      const cut = r.length > maxString ? `${r.slice(0, maxString)}…[${r.length - maxString} more chars]` : r;
+      return cut.replace(UNSTORABLE, '\uFFFD');
     }
     if (Array.isArray(v)) return v.map(walk);
     if (v && typeof v === 'object') {

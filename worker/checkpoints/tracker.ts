@@ -18,6 +18,7 @@ export class TouchTracker {
   start(): void {
     this.watcher = watch(this.root, {
       ignoreInitial: true,
+      followSymlinks: false, // a symlink to / in the repo must not make us watch the filesystem
       ignored: (p: string) => p === path.join(this.root, '.git') || p.includes(`${path.sep}.git${path.sep}`) || /\.echodo-tmp-/.test(p) || p.includes(`${path.sep}node_modules${path.sep}`),
       persistent: false,
     });

@@ -4,7 +4,7 @@ import { existsSync } from 'node:fs';
 import path from 'node:path';
 import type { CheckpointRow } from '../../store/checkpoints.ts';
 import type { RunRow } from '../../store/runs.ts';
-import { runGit } from '../git.ts';
+import { resolveCommit, runGit } from '../git.ts';
 import { inspectWorktree, repoCommonDir, type WorktreeState } from '../worktrees.ts';
 import { describeFiles } from './content.ts';
 import { verifyChain } from './hash.ts';
@@ -43,7 +43,7 @@ export interface Inspection {
 export const UNREPAIRABLE: ReadonlySet<FindingKind> = new Set(['hash_chain_broken', 'repo_missing', 'commit_unreachable']);
 
 export async function inspectRun(args: {
-  run: Pick<RunRow, 'id' | 'branch' | 'worktree_path' | 'base_oid' | 'job'>;
+  run: Pick<RunRow, 'id' | 'status' | 'branch' | 'worktree_path' | 'base_oid' | 'job'>;
   chain: CheckpointRow[];
   anchor?: string | null;
   repoRoot: string;
@@ -73,6 +73,14 @@ export async function inspectRun(args: {
   if (targetOid) {
     const reachable = await runGit(repoPath, ['cat-file', '-e', `${targetOid}^{commit}`], { allowExitCodes: [1, 128] });
     if (reachable.exitCode !== 0) findings.push({ kind: 'commit_unreachable', detail: `checkpoint commit ${targetOid} is not in ${repoPath}` });
+  }
+  if (!wt.exists && (args.run.status === 'completed' || args.run.status === 'failed')) {
+    // A finished run's worktree is disposable (prune removes it): the branch and notes are the record.
+    const tip = await resolveCommit(repoPath, `refs/heads/${args.run.branch}`);
+    if (targetOid && tip !== targetOid) findings.push({ kind: 'branch_moved', detail: `branch ${args.run.branch} is at ${tip ?? '(missing)'}, the last checkpoint at ${targetOid}` });
+    const notes = await compareNotes(repoPath, args.notesRef, args.chain);
+    findings.push(...notes.findings);
+    return { targetOid, worktree: wt, findings, notesToRewrite: notes.seqs };
   }
   if (!wt.exists) {
     findings.push({ kind: 'worktree_missing', detail: `worktree ${args.run.worktree_path} does not exist` });

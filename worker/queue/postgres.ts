@@ -8,6 +8,7 @@ import type { Database } from '../../store/connection.ts';
 import { failQueuedRun } from '../../store/runs.ts';
 import { withWorkspace } from '../../store/workspace.ts';
 import { EchodoError } from '../errors.ts';
+import { redactString, redactValue } from '../checkpoints/redact.ts';
 import type { Job } from '../job.ts';
 import type { Delivery, JobQueue } from './types.ts';
 
@@ -31,7 +32,16 @@ export async function recordDeadLetter(
   reason: string,
   ids: { workspaceId?: string; jobId?: string } = {},
 ): Promise<void> {
-  await admin`select echodo_dead_letter(${ids.workspaceId ?? null}, ${ids.jobId ?? null}, ${reason}, ${raw})`;
+  const stored = deadLetterText(raw);
+  await admin`select echodo_dead_letter(${ids.workspaceId ?? null}, ${ids.jobId ?? null}, ${redactString(reason)}, ${stored})`;
+}
+
+const DEAD_LETTER_MAX_CHARS = 64 * 1024;
+
+/** What a dead letter keeps of the message: redacted (a brief may hold a key) and capped (a 10 MB brief). */
+export function deadLetterText(raw: string): string {
+  const capped = raw.length > DEAD_LETTER_MAX_CHARS ? `${raw.slice(0, DEAD_LETTER_MAX_CHARS)}…[${raw.length - DEAD_LETTER_MAX_CHARS} more chars]` : raw;
+  return redactValue(capped, DEAD_LETTER_MAX_CHARS + 100);
 }
 
 export function createPostgresQueue(args: {

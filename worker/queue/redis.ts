@@ -9,7 +9,8 @@ import { Redis, type RedisOptions } from 'ioredis';
 import type { Database } from '../../store/connection.ts';
 import { EchodoError, errorMessage } from '../errors.ts';
 import type { Job } from '../job.ts';
-import { recordDeadLetter } from './postgres.ts';
+import { deadLetterText, recordDeadLetter } from './postgres.ts';
+import { redactString } from '../checkpoints/redact.ts';
 import type { Delivery, JobQueue } from './types.ts';
 
 const DEAD_LIST_MAX = 10_000; // the table keeps them all; the list is for a quick look
@@ -213,7 +214,7 @@ export function createRedisQueue(args: RedisQueueArgs): RedisJobQueue {
     async deadLetter(raw, reason, ids = {}): Promise<void> {
       // The table is the record; the list mirrors it next to the queue for operators.
       await recordDeadLetter(db.admin, raw, reason, ids);
-      const entry = { reason, raw, workspaceId: ids.workspaceId ?? null, jobId: ids.jobId ?? null, at: new Date().toISOString() };
+      const entry = { reason: redactString(reason), raw: deadLetterText(raw), workspaceId: ids.workspaceId ?? null, jobId: ids.jobId ?? null, at: new Date().toISOString() };
       await execOrThrow(cmd.multi().lpush(keys.dead, JSON.stringify(entry)).ltrim(keys.dead, 0, DEAD_LIST_MAX - 1));
     },
 

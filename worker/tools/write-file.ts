@@ -25,6 +25,8 @@ export interface WriteFileResult {
   sha256: string;
 }
 
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
 export async function writeFile(ctx: ToolContext, input: WriteFileInput): Promise<WriteFileResult> {
   // Sizes are checked on the string before any Buffer exists: a UTF-16 length over the limit is
   // already too many bytes, and Buffer.byteLength counts without allocating.
@@ -34,6 +36,11 @@ export async function writeFile(ctx: ToolContext, input: WriteFileInput): Promis
     throw new ToolRefusedError(
       `content for ${displayPath(input.path)} is larger than the ${WRITE_MAX_BYTES}-byte (10 MiB) write limit; write smaller files`,
     );
+  }
+  const lone = LONE_SURROGATE.exec(content);
+  if (lone) {
+    // UTF-8 cannot encode it: writing would silently turn it into U+FFFD.
+    throw new ToolRefusedError(`content for ${displayPath(input.path)} is not valid Unicode (a lone surrogate at index ${lone.index}); nothing was written`);
   }
   const { abs, rel } = await resolveInside(ctx, input.path, { forWrite: true });
   await ctx.beforeTouch();

@@ -1,0 +1,242 @@
+// npm run bench [-- --quick] [-- --only=checkpoint,integrity,resume,peers,throughput,mission-control]
+// Runs the benchmarks of docs/benchmarks.md on a fresh embedded PostgreSQL (or DATABASE_URL),
+// prints the tables and writes bench/results.json (--quick: bench/tmp/results.quick.json).
+// npm run bench -- --render [--file=…]: re-judge the targets of a results file and print it.
+// Not a test: nothing here asserts a speed; the targets are reported, met or not.
+import { spawnSync } from 'node:child_process';
+import { readFile, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { createFloorWorktree, ensureFloorTable, measureCheckpointCost, profileGitParts, writeCheckpointInParts, type RowPayload } from '../bench/checkpoint-cost.ts';
+import { openBenchEnv } from '../bench/env.ts';
+import { createRunFixture } from '../bench/fixture.ts';
+import { measureIntegrity, profileIntegrity } from '../bench/integrity.ts';
+import { machineInfo, versions } from '../bench/machine.ts';
+import { measureMissionControl } from '../bench/mission-control.ts';
+import { measurePeers } from '../bench/peers.ts';
+import { BENCH_TMP, ensurePristineRepo, spreadPaths, workingRepo } from '../bench/repos.ts';
+import { measureResume } from '../bench/resume.ts';
+import { evaluateTargets, renderTables, type BenchResults, type CheckpointFigure, type IntegrityFigure, type MissionControlFigure, type ResumeFigure } from '../bench/results.ts';
+import { ratio, round, Samples } from '../bench/stats.ts';
+import { measureThroughput, type ThroughputResult } from '../bench/throughput.ts';
+import { PROJECT_ROOT } from '../worker/config.ts';
+import { runGit } from '../worker/git.ts';
+
+const GIT_PARTS = ['updateIndex', 'writeTree', 'commitTree', 'updateRef', 'noteCommonDir', 'noteRefLookup'] as const;
+const BENCHES = ['checkpoint', 'integrity', 'resume', 'peers', 'throughput', 'mission-control'] as const;
+type BenchName = (typeof BENCHES)[number];
+
+const args = process.argv.slice(2);
+if (args.includes('--render')) {
+  // Re-judges the targets of a results file and prints its tables again; measures nothing.
+  const file = args.find((a) => a.startsWith('--file='))?.slice('--file='.length) ?? path.join(PROJECT_ROOT, 'bench', 'results.json');
+  const stored = JSON.parse(await readFile(file, 'utf8')) as BenchResults;
+  const { targets: _old, ...rest } = stored;
+  const judged: BenchResults = { ...rest, targets: evaluateTargets(rest) };
+  await writeFile(file, JSON.stringify(judged, null, 2) + '\n');
+  process.stdout.write(`${renderTables(judged)}\n`);
+  process.exit(0);
+}
+const quick = args.includes('--quick');
+const onlyArg = args.find((a) => a.startsWith('--only='));
+const only = new Set<BenchName>(onlyArg ? (onlyArg.slice('--only='.length).split(',') as BenchName[]) : BENCHES);
+for (const name of only) if (!BENCHES.includes(name)) throw new Error(`unknown benchmark "${name}"; choose from ${BENCHES.join(', ')}`);
+
+const plan = quick
+  ? { sizes: [1_000, 10_000], touches: [1, 10], samples: 5, mcRows: [10_000, 100_000], workers: [1, 2], rounds: 10, runsPerWorker: 1 }
+  : { sizes: [1_000, 10_000, 50_000], touches: [1, 10, 100], samples: 30, mcRows: [10_000, 100_000, 1_000_000], workers: [1, 2, 4], rounds: 50, runsPerWorker: 2 };
+
+const log = (line: string) => process.stdout.write(`${line}\n`);
+/** Between phases: flush Postgres' and the kernel's dirty pages so one phase's writeback is not charged to the next. */
+const settle = async () => {
+  await env.su`checkpoint`;
+  spawnSync('sync');
+};
+const started = performance.now();
+const machineAtStart = machineInfo();
+const since = () => `${((performance.now() - started) / 1000).toFixed(0)} s`;
+
+const env = await openBenchEnv(log);
+const s = new Samples();
+const checkpoint: CheckpointFigure[] = [];
+const integrity: IntegrityFigure[] = [];
+const resume: ResumeFigure[] = [];
+const repos = new Map<number, string>();
+let payload: RowPayload | undefined;
+let peerFixture: Awaited<ReturnType<typeof createRunFixture>> | undefined;
+let results: BenchResults | undefined;
+
+/** A working clone of the cached repo with `files` files, for one phase of the bench. */
+async function freshRepo(files: number, phase: string): Promise<string> {
+  const repo = await workingRepo(await ensurePristineRepo(files, log), path.join(env.workDir, `repo-${files}-${phase}`));
+  // Loose objects pile up over hundreds of commits; an auto gc in the middle of a sample would
+  // measure git's housekeeping, not a commit.
+  await runGit(repo, ['config', 'gc.auto', '0']);
+  return repo;
+}
+
+try {
+  await ensureFloorTable(env);
+  for (const files of plan.sizes) {
+    const repo = await freshRepo(files, 'checkpoint');
+    repos.set(files, repo);
+    if (only.has('checkpoint') || only.has('integrity')) {
+      // One run per size; the touched sets nest (1 ⊂ 10 ⊂ 100), so the run's files_touched is
+      // exactly the touched count in each phase.
+      const f = await createRunFixture(env, repo);
+      const floor = await createFloorWorktree(env, repo, `f${files}`);
+      for (const touched of plan.touches) {
+        const key = `cp.${files}.${touched}`;
+        const paths = spreadPaths(files, touched);
+        const cost = await measureCheckpointCost(env, f, floor, paths, plan.samples, s, key);
+        if (files === 10_000 && touched === 10) payload = cost.lastPayload;
+        payload ??= cost.lastPayload;
+        peerFixture = f;
+        if (only.has('checkpoint')) {
+          const insert = s.summary(`${key}.floorInsert`);
+          const gitCommit = s.summary(`${key}.floorGit`);
+          const total = s.summary(`${key}.total`);
+          checkpoint.push({
+            files,
+            touched,
+            payloadBytes: cost.payloadBytes,
+            total,
+            parts: { fence: s.summary(`${key}.fence`), content: s.summary(`${key}.content`), hash: s.summary(`${key}.hash`), row: s.summary(`${key}.row`), note: s.summary(`${key}.note`), partsSum: s.summary(`${key}.partsSum`) },
+            floors: { insert, gitCommit, sumOfMedians: round(insert.median + gitCommit.median) },
+            withoutNote: s.summary(`${key}.withoutNote`),
+            gitParts: {},
+            gitSpawn: s.summary(`${key}.gitSpawn`),
+            ratioToFloors: ratio(total.median, insert.median + gitCommit.median),
+            withoutNoteRatioToFloors: ratio(s.summary(`${key}.withoutNote`).median, insert.median + gitCommit.median),
+          });
+          log(`checkpoint ${files} files / ${touched} touched: ${total.median.toFixed(1)} ms vs floors ${(insert.median + gitCommit.median).toFixed(1)} ms (${since()})`);
+        }
+        if (only.has('integrity')) {
+          const ikey = `int.${files}.${touched}`;
+          const report = await measureIntegrity(env, f, plan.samples, s, ikey);
+          await profileIntegrity(env, f, Math.min(10, plan.samples), s, ikey);
+          const check = s.summary(`${ikey}.check`);
+          const gitStatus = s.summary(`${ikey}.gitStatus`);
+          const profile = Object.fromEntries(['load', 'verifyChain', 'revParse', 'catFile', 'statusV2', 'note', 'hashFiles'].map((p) => [p, s.summary(`${ikey}.profile.${p}`)]));
+          integrity.push({ files, touched: report.filesTouched, checkpoints: report.checkpoints, intact: report.intact, findings: report.findings, check, gitStatus, ratioToGitStatus: ratio(check.median, gitStatus.median), profile });
+          log(`integrity ${files} files / ${report.filesTouched} touched: ${check.median.toFixed(1)} ms vs git status ${gitStatus.median.toFixed(1)} ms (${since()})`);
+        }
+        if (only.has('checkpoint')) {
+          await profileGitParts(env, f, paths, plan.samples, s, key);
+          checkpoint.at(-1)!.gitParts = Object.fromEntries(GIT_PARTS.map((p) => [p, s.summary(`${key}.git.${p}`)]));
+        }
+      }
+    }
+  }
+
+  // The payload of a steady-state checkpoint (10k files / 10 touched when measured), for the
+  // peers and the mission-control rows; made now if the checkpoint bench did not run.
+  if ((only.has('peers') || only.has('mission-control')) && (!payload || !peerFixture)) {
+    const files = plan.sizes.includes(10_000) ? 10_000 : plan.sizes[0]!;
+    peerFixture = await createRunFixture(env, repos.get(files)!);
+    await peerFixture.playRound(spreadPaths(files, 10));
+    payload = await writeCheckpointInParts(env, peerFixture, new Samples(), 'payload');
+  }
+
+  await settle();
+  let peers: BenchResults['peers'] = null;
+  if (only.has('peers')) {
+    const r = await measurePeers(env, peerFixture!, payload!, plan.samples, s, log);
+    const ours = s.summary('peers.ours');
+    const lg = s.summary('peers.langgraphPut');
+    const dbos = r.dbos.ok ? s.summary('peers.dbosStep') : null;
+    peers = {
+      payloadBytes: r.payloadBytes,
+      ours,
+      floorInsert: s.summary('peers.floorInsert'),
+      langgraphPut: lg,
+      dbosStep: dbos,
+      dbos: r.dbos,
+      oursOverLanggraph: ratio(ours.median, lg.median),
+      oursOverDbos: dbos ? ratio(ours.median, dbos.median) : null,
+      oursOverFloor: ratio(ours.median, s.summary('peers.floorInsert').median),
+      profile: {
+        emptyTx: s.summary('peers.profile.emptyTx'),
+        insertOnly: s.summary('peers.profile.insertOnly'),
+        leaseUpdateOnly: s.summary('peers.profile.leaseUpdateOnly'),
+        fencedInsertForShare: s.summary('peers.profile.fencedInsertForShare'),
+      },
+      forShareOverLanggraph: ratio(s.summary('peers.profile.fencedInsertForShare').median, lg.median),
+    };
+    log(`peers: ours ${ours.median.toFixed(2)} ms, LangGraph put ${lg.median.toFixed(2)} ms${dbos ? `, DBOS step ${dbos.median.toFixed(2)} ms` : ''} (${since()})`);
+  }
+
+  const throughput: ThroughputResult[] = [];
+  if (only.has('throughput')) {
+    const repo = await freshRepo(plan.sizes[0]!, 'throughput');
+    for (const workers of plan.workers) throughput.push(await measureThroughput(env, repo, workers, plan.rounds, plan.runsPerWorker, log));
+    log(`throughput done (${since()})`);
+  }
+
+  await settle();
+  // Resume after the latency figures: its clones write gigabytes, whose writeback would disturb them.
+  for (const files of plan.sizes) {
+    if (only.has('resume')) {
+      // A fresh clone of the cached repo: the checkpoint bench left thousands of loose objects in
+      // the shared one, which `git clone --no-local` would have to pack, slowing the baseline.
+      const repo = await freshRepo(files, 'resume');
+      const key = `resume.${files}`;
+      const r = await measureResume(env, repo, files, plan.samples, s, key);
+      const fig: ResumeFigure = {
+        files,
+        rounds: r.rounds,
+        outcomes: r.outcomes,
+        resume: s.summary(`${key}.resume`),
+        resumeNoWatcher: s.summary(`${key}.resumeNoWatcher`),
+        verifyOnly: s.summary(`${key}.verifyOnly`),
+        clone: s.summary(`${key}.clone`),
+        cloneAndRedo: s.summary(`${key}.cloneAndRedo`),
+        speedupVsClone: 0,
+        speedupVsCloneAndRedo: 0,
+        speedupNoWatcherVsClone: 0,
+        timeline: r.timeline,
+      };
+      fig.speedupVsClone = ratio(fig.clone.median, fig.resume.median);
+      fig.speedupVsCloneAndRedo = ratio(fig.cloneAndRedo.median, fig.resume.median);
+      fig.speedupNoWatcherVsClone = ratio(fig.clone.median, fig.resumeNoWatcher.median);
+      resume.push(fig);
+      log(`resume ${files} files: ${fig.resume.median.toFixed(1)} ms vs clone ${fig.clone.median.toFixed(1)} ms (${since()})`);
+    }
+  }
+
+  await settle();
+  const missionControl: MissionControlFigure[] = [];
+  if (only.has('mission-control')) {
+    const levels = await measureMissionControl(env, plan.mcRows, plan.samples, payload!, s, log);
+    plan.mcRows.forEach((rows, i) => missionControl.push({ ...levels[i]!, convoyDetail: s.summary(`mc.${rows}.convoyDetail`), runHistory: s.summary(`mc.${rows}.runHistory`) }));
+    log(`mission control done (${since()})`);
+  }
+
+  const mcRatio = missionControl.length > 1 ? ratio(missionControl.at(-1)!.convoyDetail.median, missionControl[0]!.convoyDetail.median) : null;
+
+  const partial: Omit<BenchResults, 'targets'> = {
+    generatedAt: new Date().toISOString(),
+    mode: quick ? 'quick' : 'full',
+    durationSeconds: Math.round((performance.now() - started) / 1000),
+    machine: { ...machineAtStart, loadAverageAtEnd: machineInfo().loadAverage },
+    versions: versions(env.serverVersion),
+    database: { embedded: env.embedded, server: env.serverVersion },
+    plan: { ...plan, only: [...only] },
+    checkpoint,
+    integrity,
+    resume,
+    peers,
+    missionControl,
+    missionControlRatio: mcRatio,
+    throughput,
+  };
+  results = { ...partial, targets: evaluateTargets(partial) };
+  const out = quick ? path.join(BENCH_TMP, 'results.quick.json') : path.join(PROJECT_ROOT, 'bench', 'results.json');
+  await writeFile(out, JSON.stringify(results, null, 2) + '\n');
+  log('');
+  log(renderTables(results));
+  log('');
+  log(`wrote ${path.relative(PROJECT_ROOT, out)} (${since()})`);
+} finally {
+  await env.close();
+}
+process.exit(0);
