@@ -1,6 +1,8 @@
 // Bad input, one table-driven suite (issue 7 §1). A real worker on the Redis queue is fed the
 // corpus of test/fixtures/bad-input/: raw messages that are not jobs, jobs failing the schema in
 // each field, jobs naming things that do not exist, and a model whose tool calls are all bad.
+// The same job table runs on the Postgres queue too, as hand-inserted rows (what cannot be
+// jsonb, such as malformed JSON, exists only on Redis) and dispatched jobs.
 // Each gets a clear reason (a dead letter, the run's failure reason, or a tool error the model
 // sees and tool_history records), the same worker serves the next job, and a run going on in
 // another worker meanwhile is not disturbed.
@@ -14,6 +16,7 @@ import { after, before, describe, test } from 'node:test';
 import { Redis } from 'ioredis';
 import { verifyChain } from '../worker/checkpoints/hash.ts';
 import { checkRunIntegrity } from '../worker/integrity.ts';
+import { withWorkspace } from '../store/workspace.ts';
 import { waitFor, type Child } from './support/child.ts';
 import { git } from './support/git.ts';
 import { redisSkipReason, startRedis, type RedisServer } from './support/redis.ts';
@@ -270,10 +273,90 @@ describe('bad input: jobs, runs and tool calls', { skip: redisSkipReason }, () =
     assert.equal(bystander.attempt, 1, 'never re-dispatched');
     const rows = await s.checkpoints(bystanderRunId);
     assert.deepEqual(rows.map((r) => r.checkpoint_seq), Array.from({ length: BYSTANDER_ROUNDS }, (_, i) => i + 1));
-    assert.ok(verifyChain(rows as never).ok);
+    assert.ok(verifyChain(rows as never).ok, 'the bystander hash chain verifies');
     assert.ok((rows.at(-1)!.tool_history as { ok: boolean }[]).every((h) => h.ok), 'every tool call of the bystander succeeded');
     assert.equal((await s.events(bystanderRunId, 'run_failed')).length, 0, 'no run_failed event');
     assert.deepEqual((await checkRunIntegrity(s.t.db, s.config, s.workspaceId, bystanderRunId))?.findings, []);
     assert.ok(!workerB.lines.some((l) => /"level":(50|60)/.test(l)), 'worker B logged no error');
+  });
+});
+
+describe('bad input on the Postgres queue: the same job table', () => {
+  let s: Scenario;
+  let worker: Child;
+  let placeholders: Record<string, string>;
+  const WORKER = 'bad-input-postgres-worker';
+
+  before(async () => {
+    s = await createScenario({ steps: sampleSteps(20, 3) });
+    const scratch = await mkdtemp(path.join(os.tmpdir(), 'echodo-bad-input-pg-'));
+    await mkdir(path.join(scratch, 'not-a-repo'));
+    placeholders = {
+      $REPO: s.repo,
+      $NOT_A_REPO: path.join(scratch, 'not-a-repo'),
+      $MISSING_DIR: path.join(scratch, 'no-such-folder'),
+      $TRANSCRIPT: s.transcriptPath,
+      $BRIEF_10MB: 'Do it. '.repeat(Math.ceil((10 * MB) / 7)),
+      $ROLE_201: 'r'.repeat(201),
+    };
+    worker = s.spawnWorker({ WORKER_ID: WORKER });
+    await worker.waitForLine(/"worker started"/);
+  });
+  after(async () => {
+    await worker?.stop('SIGTERM', 5000);
+    await s?.close();
+  });
+
+  test('a stored run whose job turned bad is dead-lettered and failed, never taken again; a bad reference fails the run', { timeout: 120_000 }, async () => {
+    const stored = JOB_CASES.filter((c) => c.raw === undefined);
+    const expectations: { c: JobCase; agentRunId: string; jobId: string }[] = [];
+    for (const [i, c] of stored.entries()) {
+      const agentRunId = `bad-pg-${i}-${randomUUID().slice(0, 8)}`;
+      const jobId = `bad-pg-job-${i}`;
+      const job: Record<string, unknown> = {
+        jobId, workspaceId: s.workspaceId, convoyId: 'convoy-pg', briefId: `brief-pg-${i}`, roleId: 'coder', harnessAlias: 'code',
+        repoPath: s.repo, baseRef: 'main', brief: 'Greet.', model: `replay:${s.transcriptPath}`, agentRunId, resumeFromCheckpoint: false,
+      };
+      for (const field of c.unset ?? []) delete job[field];
+      Object.assign(job, fill(c.set ?? {}, placeholders));
+      if (c.expect.runFailed) {
+        const { agentRunId: id } = await s.dispatch(job); // valid jobs: the normal way in
+        expectations.push({ c, agentRunId: id, jobId });
+        continue;
+      }
+      // A row as an older release, or a hand edit, could have left it: the job no longer valid.
+      await withWorkspace(s.t.db.app, s.workspaceId, async (tx) => {
+        await tx`insert into convoys (workspace_id, id) values (${s.workspaceId}, 'convoy-pg') on conflict do nothing`;
+        await tx`insert into briefs (workspace_id, id, convoy_id, role_id) values (${s.workspaceId}, ${`brief-pg-${i}`}, 'convoy-pg', 'coder')`;
+        await tx`insert into agent_runs (id, workspace_id, convoy_id, brief_id, job_id, job, harness_alias)
+                 values (${agentRunId}, ${s.workspaceId}, 'convoy-pg', ${`brief-pg-${i}`}, ${jobId}, ${tx.json(job as never)}, 'code')`;
+      });
+      expectations.push({ c, agentRunId, jobId });
+    }
+    // No doorbell for hand-inserted rows: the worker's next take (every WORKER_BLPOP_TIMEOUT_S) finds them.
+
+    for (const { c, agentRunId } of expectations) {
+      const run = await waitFor(async () => {
+        const row = await s.run(agentRunId);
+        return row && (row.status === 'failed' || row.status === 'completed') ? row : undefined;
+      }, { timeoutMs: 60_000, what: `"${c.name}" to be failed` });
+      assert.equal(run.status, 'failed', `${c.name}: failed, not run`);
+      const expected = new RegExp((c.expect.deadLetter ?? c.expect.runFailed!).replace(/^\^/, ''));
+      assert.match(run.failure_reason, expected, `${c.name}: failure_reason`);
+      if (c.expect.deadLetter) {
+        assert.equal(run.attempt, 1, `${c.name}: taken once`);
+        assert.equal(run.worker_id, null, `${c.name}: never claimed`);
+        const dead = await s.su`select reason from dead_letters where reason ~ ${expected.source}`;
+        assert.ok(dead.length > 0, `${c.name}: a dead letter with the reason`);
+      } else {
+        const [event] = await s.events(agentRunId, 'run_failed');
+        assert.match(`${event?.metadata.code}: ${event?.metadata.reason}`, expected, `${c.name}: run_failed event`);
+      }
+    }
+
+    const good = await s.dispatch();
+    const done = await s.waitForStatus(good.agentRunId, 'completed', 60_000);
+    assert.equal(done.worker_id, WORKER, 'the same worker served the next job');
+    assert.equal(worker.process.exitCode, null);
   });
 });
