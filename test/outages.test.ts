@@ -259,7 +259,7 @@ describe('Redis restarted', { skip: redisSkipReason }, () => {
     const detector = track(s.spawnStallDetector());
     const run = await s.waitForStatus(lost.agentRunId, 'completed', 60_000);
     assert.equal(run.worker_id, 'redis-outage-worker');
-    assert.ok((await s.events(lost.agentRunId, 'run_redispatched')).length >= 1, 're-enqueued by the detector');
+    assert.ok((await s.events(lost.agentRunId, 'run_reenqueued')).length >= 1, 're-enqueued by the detector');
     const undisturbed = await s.waitForStatus(busy.agentRunId, 'completed');
     assert.equal(undisturbed.attempt, 1);
     assertCleanCheckpoints(await s.checkpoints(busy.agentRunId), 6, 'the run in flight during the restart');

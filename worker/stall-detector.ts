@@ -41,7 +41,10 @@ export async function sweepStalledRuns(deps: { config: Config; db: Database; que
         // Never started (a job lost from Redis, or every worker busy): ring the doorbell again.
         // Waiting is not a failed attempt, so the attempt count stays.
         const run = await requeueRun(tx, { agentRunId: row.agent_run_id, leaseEpoch: row.lease_epoch, nextAttempt: false });
-        if (run) result.reenqueued.push(run.id);
+        if (!run) return;
+        await appendEvent(tx, { convoyId: run.convoy_id, agentRunId: run.id, type: 'run_reenqueued', metadata: { attempt: run.attempt, reason: why } });
+        result.reenqueued.push(run.id);
+        log.info({ workspaceId: row.workspace_id, agentRunId: run.id }, `re-enqueued: ${why}`);
         return;
       }
       if (row.attempt >= config.STALL_MAX_ATTEMPTS) {
