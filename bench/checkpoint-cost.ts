@@ -1,0 +1,181 @@
+// Benchmark 1: the cost of one checkpoint after a tool round, on the product's real write path.
+// Samples alternate on one run: odd rounds time CheckpointWriter.write() whole; even rounds
+// replay its exact sequence (the same functions, same order, same state update) with a timer
+// around each part. Floors are measured between them on the same database and repository:
+// a bare one-row INSERT transaction with the same payload, and `git add <paths>` + `git commit`
+// of the same change in a second worktree of the same repo.
+import { writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { appendCheckpoint } from '../store/checkpoints.ts';
+import { withWorkspace } from '../store/workspace.ts';
+import { commitTouchedPaths, describeFiles } from '../worker/checkpoints/content.ts';
+import { checkpointHash, type CheckpointPayload } from '../worker/checkpoints/hash.ts';
+import { boundHistory } from '../worker/checkpoints/history.ts';
+import { writeCheckpointNote } from '../worker/checkpoints/notes.ts';
+import { redactOrDrop } from '../worker/checkpoints/redact.ts';
+import { runGit } from '../worker/git.ts';
+import type { BenchEnv } from './env.ts';
+import type { RunFixture } from './fixture.ts';
+import { fileContent } from './repos.ts';
+import { Samples } from './stats.ts';
+
+export interface FloorWorktree {
+  path: string;
+}
+
+/** A plain branch checked out in a second worktree of the same repo, for the bare `git commit`. */
+export async function createFloorWorktree(env: BenchEnv, repo: string, name: string): Promise<FloorWorktree> {
+  const dir = path.join(env.workDir, 'floor', name);
+  await runGit(repo, ['worktree', 'add', '-q', '-b', `bench-floor-${name}`, dir, 'main']);
+  return { path: dir };
+}
+
+export async function ensureFloorTable(env: BenchEnv): Promise<void> {
+  await env.su`create table if not exists bench_floor_insert (id bigint generated always as identity primary key, payload jsonb not null, created_at timestamptz not null default now())`;
+}
+
+/** What one replayed checkpoint stored: the payload the floor INSERT and the peers write too. */
+export interface RowPayload {
+  toolHistory: unknown[];
+  filesTouched: unknown[];
+  bytes: number;
+}
+
+/**
+ * CheckpointWriter.write(), step by step with a timer on each part. Mirrors writer.ts exactly
+ * (fence, drain, content commit, describe + hash, row, state update, note); a change there
+ * must be mirrored here, and the sum of parts is reported next to the total to catch drift.
+ */
+export async function writeCheckpointInParts(env: BenchEnv, f: RunFixture, s: Samples, key: string): Promise<RowPayload> {
+  const state = f.writer.state;
+  const ident = f.identity;
+  const start = performance.now();
+  await s.time(`${key}.fence`, () => f.lease.assertHeld());
+  const seq = state.seq + 1;
+  const prevHash = state.prevHash;
+  const paths = await f.tracker.drain();
+  const commitOid = await s.time(`${key}.content`, () =>
+    commitTouchedPaths({ worktree: f.worktree, branch: f.branch, parentOid: state.headOid!, paths, message: `echodo checkpoint ${seq} (run ${ident.agentRunId})` }),
+  );
+  const hashStart = performance.now();
+  for (const file of await describeFiles(f.worktree, paths)) state.files.set(file.path, file);
+  const history = boundHistory(state.history, env.config.WORKER_CHECKPOINT_HISTORY_LIMIT);
+  const payload: CheckpointPayload = {
+    workspaceId: ident.workspaceId,
+    agentRunId: ident.agentRunId,
+    checkpointSeq: seq,
+    step: state.step,
+    toolHistory: history,
+    filesTouched: [...state.files.values()].sort((a, b) => (a.path < b.path ? -1 : 1)),
+    branch: f.branch,
+    worktreePath: f.worktree,
+    commitOid,
+  };
+  const safe = redactOrDrop(payload) as CheckpointPayload;
+  const hash = checkpointHash(prevHash, safe);
+  s.add(`${key}.hash`, performance.now() - hashStart);
+  const inserted = await s.time(`${key}.row`, () =>
+    withWorkspace(env.db.app, ident.workspaceId, (tx) =>
+      appendCheckpoint(
+        tx,
+        { ...ident, checkpointSeq: seq, step: safe.step, toolHistory: safe.toolHistory, filesTouched: safe.filesTouched, branch: safe.branch, worktreePath: safe.worktreePath, commitOid, prevHash, hash },
+        { leaseEpoch: f.lease.epoch, leaseMs: 3_600_000 },
+      ),
+    ),
+  );
+  if (!inserted) throw new Error('bench checkpoint was fenced off');
+  f.lease.renewed();
+  Object.assign(state, { seq, prevHash: hash, headOid: commitOid, history });
+  const noteStart = performance.now();
+  await s.time(`${key}.note`, () =>
+    writeCheckpointNote(f.worktree, env.config.WORKER_NOTES_REF, commitOid, {
+      workspaceId: ident.workspaceId,
+      agentRunId: ident.agentRunId,
+      checkpointSeq: seq,
+      step: safe.step,
+      hash,
+      prevHash,
+      branch: f.branch,
+      files: safe.filesTouched.map((x) => ({ path: x.path, sha256: x.sha256 })),
+    }),
+  );
+  s.add(`${key}.partsSum`, performance.now() - start);
+  // What the round waits for if the note (a mirror, never fatal) were written off the critical path.
+  s.add(`${key}.withoutNote`, noteStart - start);
+  const bytes = Buffer.byteLength(JSON.stringify(safe.toolHistory)) + Buffer.byteLength(JSON.stringify(safe.filesTouched));
+  return { toolHistory: safe.toolHistory, filesTouched: safe.filesTouched, bytes };
+}
+
+/** The bare git floor: the same change, `git add <paths>` + `git commit -q -m x`. */
+async function bareGitCommit(floor: FloorWorktree, paths: string[], round: number, s: Samples, key: string): Promise<void> {
+  await Promise.all(paths.map((p) => writeFile(path.join(floor.path, p), `${fileContent(round, round)}// ${p}\n`)));
+  await s.time(`${key}.floorGit`, async () => {
+    await runGit(floor.path, ['add', '--', ...paths]);
+    await runGit(floor.path, ['commit', '-q', '-m', 'x']);
+  });
+}
+
+async function bareInsert(env: BenchEnv, payload: RowPayload, s: Samples, key: string): Promise<void> {
+  const value = { tool_history: payload.toolHistory, files_touched: payload.filesTouched };
+  await s.time(`${key}.floorInsert`, () => env.su.begin((tx) => tx`insert into bench_floor_insert (payload) values (${tx.json(value as never)})`));
+}
+
+export interface CheckpointCostResult {
+  key: string;
+  files: number;
+  touched: number;
+  payloadBytes: number;
+  lastPayload: RowPayload;
+}
+
+/**
+ * `samples` checkpoints timed whole and `samples` in parts, with both floors each round, on
+ * fixture `f` touching `paths` every round. Samples land in `s` under `key`.
+ */
+export async function measureCheckpointCost(env: BenchEnv, f: RunFixture, floor: FloorWorktree, paths: string[], samples: number, s: Samples, key: string): Promise<CheckpointCostResult> {
+  const warm = new Samples();
+  let payload: RowPayload | undefined;
+  // Warm-up: caches, pools, JIT; not recorded.
+  for (let i = 0; i < 3; i++) {
+    await f.playRound(paths);
+    await f.writer.write();
+    await f.playRound(paths);
+    payload = await writeCheckpointInParts(env, f, warm, 'warm');
+    await bareGitCommit(floor, paths, f.round, warm, 'warm');
+    await bareInsert(env, payload, warm, 'warm');
+  }
+  for (let i = 0; i < samples; i++) {
+    await f.playRound(paths);
+    await s.time(`${key}.total`, () => f.writer.write());
+    await bareGitCommit(floor, paths, f.round, s, key);
+    await f.playRound(paths);
+    payload = await writeCheckpointInParts(env, f, s, key);
+    await bareInsert(env, payload, s, key);
+    // One git process that does nothing: the fixed price of each of the checkpoint's git spawns.
+    await s.time(`${key}.gitSpawn`, () => runGit(f.worktree, ['rev-parse', '--git-common-dir']));
+  }
+  return { key, files: 0, touched: paths.length, payloadBytes: payload!.bytes, lastPayload: payload! };
+}
+
+/**
+ * Where the content commit and the note spend their time: the same git commands
+ * commitTouchedPaths runs (update-index, write-tree, commit-tree, update-ref), each timed, and
+ * the two lookups the note write does before its fast-import. The commits made here move the
+ * branch and the writer's head like a checkpoint's would; no row is written for them.
+ */
+export async function profileGitParts(env: BenchEnv, f: RunFixture, paths: string[], samples: number, s: Samples, key: string): Promise<void> {
+  const state = f.writer.state;
+  for (let i = 0; i < samples; i++) {
+    await f.playRound(paths);
+    const drained = await f.tracker.drain();
+    await s.time(`${key}.git.updateIndex`, () => runGit(f.worktree, ['update-index', '--add', '--remove', '-z', '--stdin'], { input: drained.join('\0') }));
+    const tree = (await s.time(`${key}.git.writeTree`, () => runGit(f.worktree, ['write-tree']))).stdout.trim();
+    const commit = (await s.time(`${key}.git.commitTree`, () => runGit(f.worktree, ['commit-tree', tree, '-p', state.headOid!, '-m', 'profile']))).stdout.trim();
+    await s.time(`${key}.git.updateRef`, () => runGit(f.worktree, ['update-ref', `refs/heads/${f.branch}`, commit, state.headOid!]));
+    state.headOid = commit;
+    await s.time(`${key}.git.noteCommonDir`, () => runGit(f.worktree, ['rev-parse', '--git-common-dir']));
+    await s.time(`${key}.git.noteRefLookup`, () => runGit(f.worktree, ['rev-parse', '--verify', '--quiet', env.config.WORKER_NOTES_REF], { allowExitCodes: [1] }));
+  }
+  // The tracker's next drain must not replay these paths: the profile commits hold them.
+  await f.tracker.drain();
+}
