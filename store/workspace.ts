@@ -8,8 +8,11 @@ export type WorkspaceTx = TransactionSql & { readonly workspaceId: string };
 export async function withWorkspace<T>(sql: Sql, workspaceId: string, fn: (tx: WorkspaceTx) => Promise<T>): Promise<T> {
   if (!workspaceId) throw new Error('withWorkspace: a workspace id is required');
   return (await sql.begin(async (tx) => {
-    await tx`select set_config('app.workspace_id', ${workspaceId}, true)`;
-    return fn(Object.assign(tx, { workspaceId }) as WorkspaceTx);
+    // Sent now, not awaited: the first query of fn follows it on the same connection in one
+    // round trip (pipelined), and runs after it, so it already sees the setting.
+    const setting = tx`select set_config('app.workspace_id', ${workspaceId}, true)`.execute();
+    const [, result] = await Promise.all([setting, fn(Object.assign(tx, { workspaceId }) as WorkspaceTx)]);
+    return result;
   })) as T;
 }
 

@@ -2,7 +2,7 @@
 // (side effects of commands, anything else writing in the worktree), cross-checked by git
 // after each command. A checkpoint then stages exactly these paths.
 import path from 'node:path';
-import { watch, type FSWatcher } from 'chokidar';
+import { Worker } from 'node:worker_threads';
 import { runGit } from '../git.ts';
 import { changedPathsByGit } from './content.ts';
 
@@ -10,23 +10,22 @@ export class TouchTracker {
   private pending = new Set<string>();
   /** Seen only by the watcher: may be .gitignored build output, so git filters them at drain. */
   private watched = new Set<string>();
-  private watcher: FSWatcher | undefined;
+  private watcher: Worker | undefined;
 
   constructor(private readonly root: string) {}
 
-  /** Starts watching without waiting for the initial scan: tool writes and git cover that window. */
+  /**
+   * Starts chokidar in a worker thread, without waiting for its initial scan: tool writes and the
+   * git cross-check cover that window, and the scan never stalls this thread.
+   */
   start(): void {
-    this.watcher = watch(this.root, {
-      ignoreInitial: true,
-      followSymlinks: false, // a symlink to / in the repo must not make us watch the filesystem
-      ignored: (p: string) => p === path.join(this.root, '.git') || p.includes(`${path.sep}.git${path.sep}`) || /\.echodo-tmp-/.test(p) || p.includes(`${path.sep}node_modules${path.sep}`),
-      persistent: false,
-    });
-    const add = (abs: string) => {
+    this.watcher = new Worker(new URL('./watcher-thread.mjs', import.meta.url), { workerData: { root: this.root } });
+    this.watcher.unref();
+    this.watcher.on('message', (abs: string) => {
       const rel = normalize(path.relative(this.root, abs));
       if (rel && !this.pending.has(rel)) this.watched.add(rel);
-    };
-    this.watcher.on('add', add).on('change', add).on('unlink', add).on('error', () => {});
+    });
+    this.watcher.on('error', () => {}); // a watcher that dies leaves the tools' reports and git
   }
 
   note(rel: string): void {
@@ -56,7 +55,14 @@ export class TouchTracker {
   }
 
   async stop(): Promise<void> {
-    await this.watcher?.close();
+    const watcher = this.watcher;
+    this.watcher = undefined;
+    if (!watcher) return;
+    const exited = new Promise((resolve) => watcher.once('exit', resolve));
+    watcher.postMessage('stop');
+    // A watcher still deep in its initial scan is not waited for.
+    await Promise.race([exited, new Promise((resolve) => setTimeout(resolve, 200))]);
+    await watcher.terminate();
   }
 }
 
