@@ -1,7 +1,7 @@
 // Worktrees: one per code run, on branch echodo/<briefId>-<first 8 of agentRunId>, made with
 // `git worktree add` from the local repo (never a clone), reused when it is healthy.
 import { existsSync } from 'node:fs';
-import { readFile, rm, mkdir } from 'node:fs/promises';
+import { readFile, realpath, rm, mkdir } from 'node:fs/promises';
 import path from 'node:path';
 import { simpleGit } from 'simple-git';
 import { EchodoError } from './errors.ts';
@@ -24,9 +24,12 @@ export interface WorktreeState {
 
 export async function repoCommonDir(repoPath: string): Promise<string> {
   if (!existsSync(repoPath)) throw new EchodoError('repo_invalid', `repoPath ${repoPath} does not exist`);
+  // The usual case, a repository with its .git folder, without spawning git.
+  const dotGit = path.join(repoPath, '.git');
+  if (existsSync(path.join(dotGit, 'HEAD')) && existsSync(path.join(dotGit, 'objects'))) return realpath(dotGit);
   const r = await runGit(repoPath, ['rev-parse', '--path-format=absolute', '--git-common-dir'], { allowExitCodes: [128] });
   if (r.exitCode !== 0) throw new EchodoError('repo_invalid', `repoPath ${repoPath} is not a git repository`);
-  return path.resolve(r.stdout.trim());
+  return realpath(path.resolve(r.stdout.trim()));
 }
 
 /** Reads a worktree's .git pointer files directly: no process spawned. */
@@ -35,7 +38,7 @@ export async function inspectWorktree(worktreePath: string, commonDir: string): 
   try {
     const pointer = (await readFile(path.join(worktreePath, '.git'), 'utf8')).trim();
     const gitDir = path.resolve(worktreePath, pointer.replace(/^gitdir:\s*/, ''));
-    const common = path.resolve(gitDir, (await readFile(path.join(gitDir, 'commondir'), 'utf8')).trim());
+    const common = await realpath(path.resolve(gitDir, (await readFile(path.join(gitDir, 'commondir'), 'utf8')).trim()));
     const head = (await readFile(path.join(gitDir, 'HEAD'), 'utf8')).trim();
     const branch = head.startsWith('ref: refs/heads/') ? head.slice('ref: refs/heads/'.length) : undefined;
     return { exists: true, belongsToRepo: common === commonDir, branch, gitDir };

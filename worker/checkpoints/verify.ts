@@ -51,11 +51,12 @@ export async function inspectRun(args: {
 }): Promise<Inspection> {
   const findings: Finding[] = [];
   const latest = args.chain.at(-1);
-  const verdict = verifyChain(args.chain, args.anchor ?? null);
-  for (const problem of verdict.problems) findings.push({ kind: 'hash_chain_broken', detail: problem });
+  const chainFindings = (): Finding[] =>
+    verifyChain(args.chain, args.anchor ?? null).problems.map((problem) => ({ kind: 'hash_chain_broken', detail: problem }));
 
   // Doc-writer runs have no worktree: files are checked in the repo root, hashes only.
   if (!args.run.worktree_path || !args.run.branch) {
+    findings.push(...chainFindings());
     if (latest) findings.push(...(await compareFiles(args.repoRoot, latest)));
     return { targetOid: null, worktree: null, findings, notesToRewrite: [] };
   }
@@ -66,13 +67,18 @@ export async function inspectRun(args: {
   try {
     commonDir = await repoCommonDir(repoPath);
   } catch (err) {
-    findings.push({ kind: 'repo_missing', detail: (err as Error).message });
+    findings.push(...chainFindings(), { kind: 'repo_missing', detail: (err as Error).message });
     return { targetOid, worktree: null, findings, notesToRewrite: [] };
   }
   const wt = await inspectWorktree(args.run.worktree_path, commonDir);
-  if (targetOid) {
+  const checkReachable = async () => {
+    if (!targetOid) return;
     const reachable = await runGit(repoPath, ['cat-file', '-e', `${targetOid}^{commit}`], { allowExitCodes: [1, 128] });
     if (reachable.exitCode !== 0) findings.push({ kind: 'commit_unreachable', detail: `checkpoint commit ${targetOid} is not in ${repoPath}` });
+  };
+  if (!wt.exists || !wt.belongsToRepo) {
+    findings.push(...chainFindings());
+    await checkReachable();
   }
   if (!wt.exists && (args.run.status === 'completed' || args.run.status === 'failed')) {
     // A finished run's worktree is disposable (prune removes it): the branch and notes are the record.
@@ -97,16 +103,21 @@ export async function inspectRun(args: {
     findings.push({ kind: 'stale_index_lock', detail: `${path.join(wt.gitDir, 'index.lock')} left behind` });
   }
 
-  // The three git reads and the file hashes are independent: run them side by side.
-  const [status, noteFindings, fileFindings] = await Promise.all([
+  // The git reads and the file hashes are independent: they run side by side, and the hash
+  // chain is verified (CPU) while the git processes work.
+  const reads = Promise.all([
     runGit(args.run.worktree_path, ['status', '--porcelain=v2', '--branch', '-z', '--untracked-files=all', '--no-renames'], { allowExitCodes: [128] }),
     compareNotes(args.run.worktree_path, args.notesRef, args.chain),
     latest ? compareFiles(args.run.worktree_path, latest) : Promise.resolve([]),
   ]);
+  findings.push(...chainFindings());
+  const [status, noteFindings, fileFindings] = await reads;
   const entries = status.stdout.split('\0').filter(Boolean);
   const tip = entries.find((e) => e.startsWith('# branch.oid '))?.slice('# branch.oid '.length);
-  if (targetOid && tip && tip !== targetOid) {
-    findings.push({ kind: 'branch_moved', detail: `branch tip is ${tip}, the checkpoint is at ${targetOid}` });
+  if (targetOid && tip !== targetOid) {
+    // A branch at its checkpoint commit proves that commit is there; otherwise look it up.
+    await checkReachable();
+    if (tip) findings.push({ kind: 'branch_moved', detail: `branch tip is ${tip}, the checkpoint is at ${targetOid}` });
   }
   const changed = entries.filter((e) => !e.startsWith('#'));
   if (changed.length) {
