@@ -205,6 +205,7 @@ export function renderTables(r: BenchResults): string {
       ['workers', 'runs × rounds', 'wall s', 'checkpoints/s', 'rounds/s', 'checkpoint interval ms (median / p99)', 'CPU s per worker (own + git)', 'machine busy'],
       r.throughput.map((t) => [t.workers, `${t.runs} × ${t.roundsPerRun}`, t.wallSeconds, t.checkpointsPerSecond, t.roundsPerSecond, mp(t.checkpointInterval), t.perWorker.map((w) => `${w.cpuSeconds}+${w.childCpuSeconds}`).join(', '), `${Math.round(t.machineBusy * 100)}%`]),
     ));
+    for (const t of r.throughput) if (t.failed) out.push(`${t.workers} worker(s): ${t.failed} of ${t.runs} runs failed${t.failures?.length ? `: ${t.failures.join(' | ')}` : ''}.`);
   }
   out.push('### Targets');
   out.push(table(['target', 'measured', 'met'], r.targets.map((t) => [t.goal, t.measured, t.met === null ? 'not measured' : t.met ? 'yes' : 'NO'])));

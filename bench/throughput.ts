@@ -30,6 +30,8 @@ export interface ThroughputResult {
   roundsPerRun: number;
   completed: number;
   failed: number;
+  /** failure_reason of each failed run (a throughput run should have none). */
+  failures: string[];
   wallSeconds: number;
   checkpoints: number;
   rounds: number;
@@ -151,8 +153,8 @@ export async function measureThroughput(env: BenchEnv, repo: string, workers: nu
     const cpu1 = new Map(procs.map((p) => [p.id, procTimes(p.child.pid!)]));
     await queue.close();
 
-    const runs = await env.su<{ id: string; status: string; step: number; worker_id: string | null; started_at: Date; finished_at: Date }[]>`
-      select id, status, step, worker_id, started_at, finished_at from agent_runs where id = any(${ids})`;
+    const runs = await env.su<{ id: string; status: string; step: number; worker_id: string | null; started_at: Date; finished_at: Date; failure_reason: string | null }[]>`
+      select id, status, step, worker_id, started_at, finished_at, failure_reason from agent_runs where id = any(${ids})`;
     const cps = await env.su<{ agent_run_id: string; occurred_at: Date }[]>`
       select agent_run_id, occurred_at from worker_checkpoints where agent_run_id = any(${ids}) order by agent_run_id, checkpoint_seq`;
     const intervals: number[] = [];
@@ -166,6 +168,7 @@ export async function measureThroughput(env: BenchEnv, repo: string, workers: nu
       roundsPerRun,
       completed: runs.filter((r) => r.status === 'completed').length,
       failed: runs.filter((r) => r.status === 'failed').length,
+      failures: runs.filter((r) => r.status === 'failed').map((r) => `${r.worker_id ?? '?'} at step ${r.step}: ${r.failure_reason ?? '(no reason)'}`),
       wallSeconds: round(wall),
       checkpoints: cps.length,
       rounds,
@@ -181,7 +184,7 @@ export async function measureThroughput(env: BenchEnv, repo: string, workers: nu
       checkpointInterval: summarize(intervals),
       runSeconds: summarize(runs.map((r) => (r.finished_at.getTime() - r.started_at.getTime()) / 1000)),
     };
-    log(`  ${workers} worker(s): ${result.completed}/${result.runs} runs, ${result.rounds} rounds in ${result.wallSeconds} s`);
+    log(`  ${workers} worker(s): ${result.completed}/${result.runs} runs, ${result.rounds} rounds in ${result.wallSeconds} s${result.failed ? `; failed: ${result.failures.join(' | ')}` : ''}`);
     return result;
   } finally {
     for (const p of procs) if (p.child.exitCode === null) p.child.kill('SIGTERM');
