@@ -161,7 +161,7 @@ export function renderTables(r: BenchResults): string {
       ['files', 'touched', 'checkpoint total', 'content commit', 'Postgres row', 'git note', 'fence', 'describe+hash', 'floor INSERT', 'floor git commit', 'total / floors', 'without note / floors'],
       r.checkpoint.map((c) => [c.files, c.touched, mp(c.total), mp(c.parts.content), mp(c.parts.row), mp(c.parts.note), mp(c.parts.fence), mp(c.parts.hash), mp(c.floors.insert), mp(c.floors.gitCommit), x(c.ratioToFloors), x(c.withoutNoteRatioToFloors)]),
     ));
-    out.push(`One git process doing nothing (rev-parse) costs ${mp(r.checkpoint[0]!.gitSpawn)} ms here; a checkpoint spawns 7 (content 4, note 3).`);
+    out.push(`One git process doing nothing (rev-parse) costs ${mp(r.checkpoint[0]!.gitSpawn)} ms here; a checkpoint spawns 4 (content: update-index, write-tree, update-ref; the commit object is written in-process), plus 1 for the note (fast-import), which runs behind the next round.`);
     out.push('The git commands one by one (ms, median / p99):');
     const parts = Object.keys(r.checkpoint[0]!.gitParts);
     if (parts.length) out.push(table(['files', 'touched', ...parts], r.checkpoint.map((c) => [c.files, c.touched, ...parts.map((p) => (c.gitParts[p] ? mp(c.gitParts[p]) : ''))])));

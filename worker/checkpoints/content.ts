@@ -3,7 +3,7 @@
 // makes unchanged subtrees free), and the branch moves by compare-and-set. No scan of the tree.
 import { createHash, randomBytes } from 'node:crypto';
 import { createReadStream, existsSync } from 'node:fs';
-import { lstat, mkdir, rename, writeFile } from 'node:fs/promises';
+import { lstat, mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { deflateSync } from 'node:zlib';
 import { runGit } from '../git.ts';
@@ -50,8 +50,10 @@ async function writeCommitObject(objectsDir: string, tree: string, parent: strin
   return oid;
 }
 
-export async function sha256File(file: string): Promise<string> {
+/** sha256 of a file: one read for the usual small file, a stream for a large one. */
+export async function sha256File(file: string, size?: number): Promise<string> {
   const hash = createHash('sha256');
+  if (size !== undefined && size <= 1024 * 1024) return hash.update(await readFile(file)).digest('hex');
   for await (const chunk of createReadStream(file)) hash.update(chunk as Buffer);
   return hash.digest('hex');
 }
@@ -63,7 +65,7 @@ export async function describeFiles(root: string, paths: string[]): Promise<File
       const abs = path.join(root, rel);
       const st = await lstat(abs).catch(() => undefined);
       if (!st || !st.isFile()) return { path: rel, sha256: null, bytes: 0, deleted: true };
-      return { path: rel, sha256: await sha256File(abs), bytes: st.size, deleted: false };
+      return { path: rel, sha256: await sha256File(abs, st.size), bytes: st.size, deleted: false };
     }),
   );
 }
