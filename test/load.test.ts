@@ -20,7 +20,7 @@ let repoB: string;
 const children: Child[] = [];
 
 before(async () => {
-  s = await createScenario({ steps: sampleSteps(10, ROUNDS), env: { STALL_MAX_ATTEMPTS: '100' } });
+  s = await createScenario({ steps: sampleSteps(10, ROUNDS), env: { STALL_MAX_ATTEMPTS: '100', WORKER_MAX_TOOL_STEPS: String(ROUNDS + 2) } });
   repoB = await makeRepo({ 'README.md': '# second repo\n', 'src/index.ts': 'export const answer = 42;\n' });
 });
 after(async () => {
