@@ -86,9 +86,11 @@ export async function runSession(d: SessionDeps): Promise<SessionOutcome> {
     writePrefixes: d.harness.writePrefixes,
     allowedCommands: d.harness.allowedCommands,
     commandTimeoutMs: d.commandTimeoutMs,
+    // Called by the writing tools right before they touch the tree: the epoch was checked in
+    // Postgres when the call began, so here only the local freshness (a pause since) is checked.
     beforeTouch: async () => {
       if (fatal) throw fatal;
-      await d.lease.assertHeld();
+      d.lease.assertFresh();
     },
     onTouched: (paths) => paths.forEach((p) => d.tracker.note(p)),
     signal: abort.signal,
@@ -105,7 +107,8 @@ export async function runSession(d: SessionDeps): Promise<SessionOutcome> {
         faultPoint('before-tool-call');
         toolsInFlight++;
         try {
-          await ctx.beforeTouch();
+          if (fatal) throw fatal;
+          await d.lease.assertHeld(); // every tool call first checks the epoch
           const output = await def.execute(ctx, input as never);
           if (def.name === 'run_command') await d.tracker.crossCheckWithGit();
           return output;
