@@ -74,13 +74,13 @@ export async function processDelivery(deps: JobDeps, delivery: Delivery): Promis
       // The database went away for longer than the retries: not the run's fault. Hand the run
       // back if we can; else the lease expires and the stall detector re-dispatches it.
       runLog.warn({ error: errorMessage(err) }, 'database unavailable; releasing the run');
-      const released = await inWorkspace(db.app, run.workspace_id)((tx) => requeueRun(tx, { agentRunId: run.id, leaseEpoch: run.lease_epoch, nextAttempt: false })).catch(() => undefined);
+      const released = await scoped((tx) => requeueRun(tx, { agentRunId: run.id, leaseEpoch: run.lease_epoch, nextAttempt: false })).catch(() => undefined);
       if (released) await deps.queue.enqueue(released.job).catch(() => {});
       return 'released';
     }
     const e = toEchodoError(err);
     runLog.error({ code: e.code, error: e.message }, 'run failed');
-    await inWorkspace(db.app, run.workspace_id)(async (tx) => {
+    await scoped(async (tx) => {
       if (await failRun(tx, { agentRunId: run.id, leaseEpoch: run.lease_epoch, reason: `${e.code}: ${e.message}` })) {
         await appendEvent(tx, { convoyId: run.convoy_id, agentRunId: run.id, type: 'run_failed', metadata: { reason: e.message, code: e.code, attempt: run.attempt } });
       }
