@@ -38,6 +38,16 @@ const schema = z.object({
   STALL_MAX_ATTEMPTS: int(1).default(5),
   STALL_QUEUED_MS: int(100).default(60000),
   MISSION_CONTROL_PORT: int(0).max(65535).default(4700),
+  // Isolation (docs/security.md): how run_command is confined, and which variables a provider may name.
+  WORKER_SANDBOX: z.enum(['bwrap', 'off']).default('bwrap'),
+  WORKER_PROVIDER_KEY_VARS: z
+    .string()
+    .regex(/^[A-Za-z0-9_*?]+(\s*,\s*[A-Za-z0-9_*?]+)*$/, 'must be comma-separated globs of variable names, e.g. *_API_KEY')
+    .default('*_API_KEY'),
+  DATABASE_APP_URL: z.string().url().optional(),
+  // Many hosts (docs/checkpoints.md): where this worker runs, and the remote every checkpoint is pushed to.
+  WORKER_HOST_ID: z.string().min(1).max(200).regex(/^[A-Za-z0-9][A-Za-z0-9._:-]*$/, 'may hold only letters, digits, ".", "_", ":" and "-"').default(os.hostname()),
+  WORKER_CHECKPOINT_REMOTE: z.string().min(1).optional(),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 });
 
@@ -84,7 +94,7 @@ export function loadConfigOrExit(env: NodeJS.ProcessEnv = process.env): Config {
 /** The config with anything secret masked, for banners. */
 export function maskedConfig(config: Config): Record<string, unknown> {
   const masked: Record<string, unknown> = { ...config };
-  for (const key of ['DATABASE_URL', 'REDIS_URL'] as const) {
+  for (const key of ['DATABASE_URL', 'DATABASE_APP_URL', 'REDIS_URL', 'WORKER_CHECKPOINT_REMOTE'] as const) {
     const value = config[key];
     if (value) masked[key] = value.replace(/\/\/([^:@/]*):([^@/]*)@/, '//$1:***@').replace(/([?&](?:password|pass|pwd)=)[^&]*/gi, '$1***');
   }
