@@ -5,9 +5,16 @@ import { z } from 'zod';
 
 export const MAX_BRIEF_BYTES = 256 * 1024;
 
-const id = (what: string) =>
+// NUL and lone surrogates: Postgres refuses them in text and jsonb, so a job holding one could
+// never be recorded (and would be redelivered forever). Refused at parse time, in every field.
+const UNSTORABLE = /\u0000|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+const text = (what: string) =>
   z
     .string({ error: (issue) => (issue.input === undefined ? `${what} is required` : `${what} must be a string`) })
+    .refine((s) => !UNSTORABLE.test(s), { message: `${what} holds a NUL character or a lone surrogate`, abort: true });
+
+const id = (what: string) =>
+  text(what)
     .min(1, `${what} must not be empty`)
     .max(200, `${what} is longer than 200 characters`)
     .regex(/^[A-Za-z0-9][A-Za-z0-9._:-]*$/, `${what} may hold only letters, digits, '.', '_', ':' and '-'`);
@@ -19,16 +26,14 @@ export const jobSchema = z.strictObject({
   briefId: id('briefId'),
   roleId: id('roleId'),
   harnessAlias: id('harnessAlias').optional(),
-  repoPath: z
-    .string()
+  repoPath: text('repoPath')
     .refine((p) => path.isAbsolute(p), 'repoPath must be an absolute path')
     .optional(),
-  baseRef: z.string().min(1).max(250).regex(/^[^\s~^:?*[\\]+$/, 'baseRef is not a valid git ref').refine((r) => !r.startsWith('-'), 'baseRef must not start with -'),
-  brief: z
-    .string()
+  baseRef: text('baseRef').min(1).max(250).regex(/^[^\s~^:?*[\\]+$/, 'baseRef is not a valid git ref').refine((r) => !r.startsWith('-'), 'baseRef must not start with -'),
+  brief: text('brief')
     .min(1, 'brief must not be empty')
     .refine((b) => Buffer.byteLength(b) <= MAX_BRIEF_BYTES, `brief is larger than ${MAX_BRIEF_BYTES} bytes`),
-  model: z.string().min(1, 'model must not be empty').max(4096),
+  model: text('model').min(1, 'model must not be empty').max(4096),
   agentRunId: id('agentRunId').optional(),
   resumeFromCheckpoint: z.boolean().default(false),
 });
@@ -36,26 +41,41 @@ export const jobSchema = z.strictObject({
 export type JobInput = z.input<typeof jobSchema>;
 export type Job = z.output<typeof jobSchema> & { jobId: string; agentRunId: string };
 
-export type JobParse = { ok: true; job: Job } | { ok: false; problems: string[] };
+/** `agentRunIdGiven`: the job named its run (a re-dispatch when that run exists); else one was generated. */
+export type JobParse = { ok: true; job: Job; agentRunIdGiven: boolean } | { ok: false; problems: string[] };
+
+/** The orchestrator's stall detector spells it resume_from_checkpoint: accepted as an alias. */
+function unalias(input: unknown): { value: unknown; problem?: string } {
+  if (!input || typeof input !== 'object' || Array.isArray(input) || !('resume_from_checkpoint' in input)) return { value: input };
+  const { resume_from_checkpoint: alias, ...rest } = input as Record<string, unknown>;
+  if ('resumeFromCheckpoint' in rest && rest.resumeFromCheckpoint !== alias) {
+    return { value: rest, problem: 'resume_from_checkpoint: differs from resumeFromCheckpoint (give one of them, or the same value)' };
+  }
+  return { value: { ...rest, resumeFromCheckpoint: alias } };
+}
 
 /** Validates a job; fills jobId and agentRunId when absent. Never throws. */
 export function parseJob(input: unknown): JobParse {
-  const result = jobSchema.safeParse(input);
-  if (!result.success) {
+  const { value, problem } = unalias(input);
+  const result = jobSchema.safeParse(value);
+  if (!result.success || problem) {
     return {
       ok: false,
-      problems: result.error.issues.map((i) => {
-        if (i.code === 'unrecognized_keys') return `unknown field(s): ${i.keys.join(', ')}`;
-        const field = i.path.length ? i.path.join('.') : '(job)';
-        return `${field}: ${i.message}`;
-      }),
+      problems: [
+        ...(problem ? [problem] : []),
+        ...(result.success ? [] : result.error.issues).map((i) => {
+          if (i.code === 'unrecognized_keys') return `unknown field(s): ${i.keys.join(', ')}`;
+          const field = i.path.length ? i.path.join('.') : '(job)';
+          return `${field}: ${i.message}`;
+        }),
+      ],
     };
   }
   const job = result.data;
   // A job pushed without a jobId gets one derived from its content, so a redelivery of the
   // same message maps to the same run (runs are idempotent on jobId).
   const jobId = job.jobId ?? `job-${createHash('sha256').update(JSON.stringify(input)).digest('hex').slice(0, 32)}`;
-  return { ok: true, job: { ...job, jobId, agentRunId: job.agentRunId ?? randomUUID() } };
+  return { ok: true, job: { ...job, jobId, agentRunId: job.agentRunId ?? randomUUID() }, agentRunIdGiven: job.agentRunId !== undefined };
 }
 
 /** Parses a raw queue message: bad JSON and schema failures both come back as problems. */
