@@ -12,7 +12,8 @@ import { createQueue, type Delivery, type JobQueue, type QueueTuning, type Redis
 import { redisKeys } from '../worker/queue/redis.ts';
 import { claimRun, createWorkspace, getRun, recordRun } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';
-import { createTestDatabase, type TestDatabase } from './support/db.ts';
+import type { Sql } from 'postgres';
+import { createTestDatabase, superuserSql, type TestDatabase } from './support/db.ts';
 import { redisSkipReason, startRedis, type RedisServer } from './support/redis.ts';
 import { spawnNode, waitFor } from './support/child.ts';
 
@@ -27,6 +28,8 @@ type Backend = 'postgres' | 'redis';
 interface Harness {
   backend: Backend;
   testDb: TestDatabase;
+  /** Superuser, outside RLS: for reading back what the queue recorded. */
+  su: Sql;
   config: Config;
   /** Redis only: the server, and a plain client for looking at keys. */
   server?: RedisServer;
@@ -123,6 +126,7 @@ for (const backend of ['postgres', 'redis'] as const) {
     let inspect: Redis | undefined;
     const open: JobQueue[] = [];
     const databases: TestDatabase[] = [];
+    const superusers: Sql[] = [];
 
     before(() => {
       if (backend === 'redis') inspect = new Redis(redisServer!.url, { maxRetriesPerRequest: null });
@@ -133,6 +137,7 @@ for (const backend of ['postgres', 'redis'] as const) {
     });
     afterEach(async () => {
       await Promise.all(open.splice(0).map((q) => q.close()));
+      await Promise.all(superusers.splice(0).map((su) => su.end({ timeout: 2 })));
       await Promise.all(databases.splice(0).map((d) => d.drop()));
     });
 
@@ -148,9 +153,12 @@ for (const backend of ['postgres', 'redis'] as const) {
         WORKER_HEARTBEAT_MS: HEARTBEAT_MS,
         WORKER_LEASE_MS: LEASE_MS,
       };
+      const su = superuserSql(testDb.url);
+      superusers.push(su);
       const h: Harness = {
         backend,
         testDb,
+        su,
         config,
         server: redisServer ?? undefined,
         inspect,
@@ -363,9 +371,9 @@ for (const backend of ['postgres', 'redis'] as const) {
       let badRun: Job | undefined;
       if (backend === 'redis') {
         const malformed = '{"workspaceId": "' + ws + '", not json';
-        // An outside orchestrator LPUSHes whatever it likes.
-        await h.inspect!.lpush(h.config.WORKER_QUEUE_KEY, malformed);
-        await h.inspect!.lpush(h.config.WORKER_QUEUE_KEY, JSON.stringify(schemaFailing));
+        // An outside orchestrator RPUSHes whatever it likes.
+        await h.inspect!.rpush(h.config.WORKER_QUEUE_KEY, malformed);
+        await h.inspect!.rpush(h.config.WORKER_QUEUE_KEY, JSON.stringify(schemaFailing));
         expected.push({ reason: /not valid JSON/, raw: malformed }, { reason: /unknown field\(s\): bogus/, raw: JSON.stringify(schemaFailing) });
       } else {
         // A stored job that no longer passes the schema (e.g. written by an older version).
@@ -391,7 +399,7 @@ for (const backend of ['postgres', 'redis'] as const) {
       assert.equal(next.agentRunId, good.agentRunId);
 
       // The dead_letters table holds every one, with its reason.
-      const rows = await h.testDb.db.admin<{ workspace_id: string; reason: string; raw: string }[]>`
+      const rows = await h.su<{ workspace_id: string; reason: string; raw: string }[]>`
         select workspace_id, reason, raw from dead_letters order by id`;
       for (const want of expected) {
         const row = rows.find((r) => want.reason.test(r.reason) && (!want.raw || r.raw === want.raw));
@@ -420,11 +428,48 @@ for (const backend of ['postgres', 'redis'] as const) {
 
     if (backend !== 'redis') return; // the cases below are about Redis alone
 
-    test("an outside orchestrator's job (raw LPUSH, no ids) is taken, and recording it is idempotent on jobId", async () => {
+    test('taken from the left end, as BLPOP does: 50 jobs RPUSHed by an orchestrator are claimed in order', async () => {
+      const h = await harness();
+      const ws = await newWorkspace(h);
+      const raws = Array.from({ length: 50 }, (_, i) => JSON.stringify({ ...jobInput(ws, i + 1), agentRunId: `run-${String(i + 1).padStart(2, '0')}` }));
+      for (const raw of raws) await h.inspect!.rpush(h.config.WORKER_QUEUE_KEY, raw);
+      const consumer = h.queue('consumer-fifo');
+      const got: string[] = [];
+      for (let i = 0; i < raws.length; i++) {
+        const c = await consumeOne(h, consumer, 'consumer-fifo', 5000);
+        assert.equal(c?.kind, 'claimed');
+        got.push(c.agentRunId);
+      }
+      assert.deepEqual(got, raws.map((r) => JSON.parse(r).agentRunId), 'first pushed, first claimed');
+      const claimedOrder = await h.su<{ id: string }[]>`select id from agent_runs order by started_at, id`;
+      assert.deepEqual(claimedOrder.map((r) => r.id), got, 'the claims in Postgres follow the push order');
+    });
+
+    test("a dead worker's jobs go back to the head of the queue, oldest first; a released delivery too", async () => {
+      const h = await harness();
+      const ws = await newWorkspace(h);
+      const keys = redisKeys(h.config.WORKER_QUEUE_KEY);
+      const [a, b, c, d] = [1, 2, 3, 4].map((n) => JSON.stringify(makeJob(ws, n)));
+      // What a dead worker leaves: a, b, c taken in that order (BLMOVE appends to the tail).
+      await h.inspect!.rpush(keys.processing('dead-worker'), a!, b!, c!);
+      await h.inspect!.rpush(keys.main, d!);
+      const rescuer = h.queue('rescuer-order') as RedisJobQueue;
+      assert.equal(await rescuer.recoverOrphans(), 3);
+      assert.deepEqual(await h.inspect!.lrange(keys.main, 0, -1), [a, b, c, d], 'the orphans are first in line, in their order');
+
+      const first = await rescuer.take({ timeoutMs: 2000 });
+      assert.equal(first?.raw, a);
+      await first!.release!();
+      assert.deepEqual(await h.inspect!.lrange(keys.main, 0, -1), [a, b, c, d], 'a released delivery is first in line again');
+      assert.equal(await h.inspect!.llen(keys.processing('rescuer-order')), 0);
+      assert.equal((await rescuer.take({ timeoutMs: 2000 }))?.raw, a);
+    });
+
+    test("an outside orchestrator's job (raw RPUSH, no ids) is taken, and recording it is idempotent on jobId", async () => {
       const h = await harness();
       const ws = await newWorkspace(h);
       const raw = JSON.stringify(jobInput(ws, 7));
-      await h.inspect!.lpush(h.config.WORKER_QUEUE_KEY, raw);
+      await h.inspect!.rpush(h.config.WORKER_QUEUE_KEY, raw);
 
       const consumer = h.queue('consumer-outside');
       const c = await consumeOne(h, consumer, 'consumer-outside', 5000);
@@ -447,7 +492,7 @@ for (const backend of ['postgres', 'redis'] as const) {
       await withWorkspace(h.testDb.db.app, ws, (tx) => recordRun(tx, job));
       const keys = redisKeys(h.config.WORKER_QUEUE_KEY);
       // What a BLMOVE whose reply never arrived leaves behind; also a restart with the same WORKER_ID.
-      await h.inspect!.lpush(keys.processing('same-worker'), JSON.stringify(job));
+      await h.inspect!.rpush(keys.processing('same-worker'), JSON.stringify(job));
 
       const consumer = h.queue('same-worker');
       const c = await consumeOne(h, consumer, 'same-worker', 5000);

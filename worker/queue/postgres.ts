@@ -8,7 +8,7 @@ import type { Database } from '../../store/connection.ts';
 import { failQueuedRun } from '../../store/runs.ts';
 import { withWorkspace } from '../../store/workspace.ts';
 import { EchodoError } from '../errors.ts';
-import { redactString, redactValue } from '../checkpoints/redact.ts';
+import { storableText } from '../checkpoints/redact.ts';
 import type { Job } from '../job.ts';
 import type { Delivery, JobQueue } from './types.ts';
 
@@ -33,15 +33,30 @@ export async function recordDeadLetter(
   ids: { workspaceId?: string; jobId?: string } = {},
 ): Promise<void> {
   const stored = deadLetterText(raw);
-  await admin`select echodo_dead_letter(${ids.workspaceId ?? null}, ${ids.jobId ?? null}, ${redactString(reason)}, ${stored})`;
+  await admin`select echodo_dead_letter(${ids.workspaceId ?? null}, ${ids.jobId ?? null}, ${deadLetterReason(reason)}, ${stored})`;
 }
 
 const DEAD_LETTER_MAX_CHARS = 64 * 1024;
 
-/** What a dead letter keeps of the message: redacted (a brief may hold a key) and capped (a 10 MB brief). */
+// Longer than any key the redactor knows (a PEM private key is ~3 KB), so a key straddling the
+// window's end lies wholly past the cap and no fragment of it is kept.
+const REDACT_MARGIN_CHARS = 16 * 1024;
+
+/**
+ * What a dead letter keeps of the message: redacted (a brief may hold a key), then capped (a 10 MB
+ * brief). Only a window a margin longer than the cap is redacted, so a huge message costs little.
+ */
 export function deadLetterText(raw: string): string {
-  const capped = raw.length > DEAD_LETTER_MAX_CHARS ? `${raw.slice(0, DEAD_LETTER_MAX_CHARS)}…[${raw.length - DEAD_LETTER_MAX_CHARS} more chars]` : raw;
-  return redactValue(capped, DEAD_LETTER_MAX_CHARS + 100);
+  const window = raw.length > DEAD_LETTER_MAX_CHARS + REDACT_MARGIN_CHARS ? raw.slice(0, DEAD_LETTER_MAX_CHARS + REDACT_MARGIN_CHARS) : raw;
+  const text = storableText(window);
+  if (text.length <= DEAD_LETTER_MAX_CHARS && window.length === raw.length) return text;
+  // Cut after redaction; the second pass only makes a surrogate pair cut in half storable.
+  return `${storableText(text.slice(0, DEAD_LETTER_MAX_CHARS))}…[message of ${raw.length} chars cut]`;
+}
+
+/** A dead letter's reason: redacted, then capped. */
+export function deadLetterReason(reason: string): string {
+  return storableText(reason, 2000);
 }
 
 export function createPostgresQueue(args: {
@@ -106,17 +121,20 @@ export function createPostgresQueue(args: {
     const taken = { workspaceId: row.workspace_id, agentRunId: row.agent_run_id };
     outstanding.set(raw, [...(outstanding.get(raw) ?? []), taken]);
     let acked = false;
+    const forgetThis = async () => {
+      if (acked) return;
+      acked = true;
+      const list = outstanding.get(raw);
+      const i = list?.indexOf(taken) ?? -1;
+      if (list && i >= 0) list.splice(i, 1);
+      if (list && list.length === 0) outstanding.delete(raw);
+    };
     return {
       raw,
       // The claim in agent_runs is the ack; only the bookkeeping is dropped here.
-      ack: async () => {
-        if (acked) return;
-        acked = true;
-        const list = outstanding.get(raw);
-        const i = list?.indexOf(taken) ?? -1;
-        if (list && i >= 0) list.splice(i, 1);
-        if (list && list.length === 0) outstanding.delete(raw);
-      },
+      ack: forgetThis,
+      // The run is still queued: it comes back when its visibility timeout lapses.
+      release: forgetThis,
     };
   }
 

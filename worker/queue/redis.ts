@@ -1,16 +1,17 @@
-// Redis backend (REDIS_URL set): jobs are JSON on the list WORKER_QUEUE_KEY. Orchestrators
-// LPUSH, so we take from the RIGHT (FIFO). A take atomically moves the job onto this worker's
-// processing list (BLMOVE); ack removes it once the run is claimed in Postgres. A worker that
-// dies leaves its processing list behind; once its liveness key expires, any worker's orphan
-// recovery moves those jobs back to the consumer end. A job may so arrive twice, never zero
-// times: Postgres decides (claimRun is a compare-and-set).
+// Redis backend (REDIS_URL set): jobs are JSON on the list WORKER_QUEUE_KEY. We take from the
+// LEFT end, as BLPOP does, so orchestrators that RPUSH get FIFO (and we RPUSH our own). A take
+// atomically moves the job onto the tail of this worker's processing list (BLMOVE LEFT RIGHT);
+// ack removes it once the run is claimed in Postgres (or the job is dead-lettered or refused).
+// A worker that dies leaves its processing list behind; once its liveness key expires, any
+// worker's orphan recovery moves those jobs back to the HEAD of the queue, oldest first, so the
+// order holds. A job may so arrive twice, never zero times: Postgres decides (the claim is a
+// compare-and-set).
 import os from 'node:os';
 import { Redis, type RedisOptions } from 'ioredis';
 import type { Database } from '../../store/connection.ts';
 import { EchodoError, errorMessage } from '../errors.ts';
 import type { Job } from '../job.ts';
-import { deadLetterText, recordDeadLetter } from './postgres.ts';
-import { redactString } from '../checkpoints/redact.ts';
+import { deadLetterReason, deadLetterText, recordDeadLetter } from './postgres.ts';
 import type { Delivery, JobQueue } from './types.ts';
 
 const DEAD_LIST_MAX = 10_000; // the table keeps them all; the list is for a quick look
@@ -111,8 +112,9 @@ export function createRedisQueue(args: RedisQueueArgs): RedisJobQueue {
         for (const list of lists) {
           const owner = list.slice(keys.processingPrefix.length);
           if (owner === workerId || (await cmd.exists(keys.worker(owner)))) continue;
-          // LEFT→RIGHT moves the newest first, so the oldest lands at the consumer end: FIFO kept.
-          while ((await cmd.lmove(list, keys.main, 'LEFT', 'RIGHT')) !== null) moved++;
+          // The processing list holds the oldest at its head. RIGHT→LEFT moves the newest first
+          // onto the head of the queue, so the oldest ends up first in line: FIFO kept.
+          while ((await cmd.lmove(list, keys.main, 'RIGHT', 'LEFT')) !== null) moved++;
         }
       } while (cursor !== '0');
       return moved;
@@ -125,12 +127,14 @@ export function createRedisQueue(args: RedisQueueArgs): RedisJobQueue {
   async function returnUnseen(): Promise<void> {
     if ((await cmd.llen(processing)) <= handedOutCount) return;
     const expected = new Map(handedOut);
-    // Newest first: pushing each to the consumer end leaves the oldest to be taken first.
+    const unseen: string[] = [];
     for (const raw of await cmd.lrange(processing, 0, -1)) {
       const n = expected.get(raw) ?? 0;
       if (n > 0) expected.set(raw, n - 1);
-      else await execOrThrow(cmd.multi().lrem(processing, 1, raw).rpush(keys.main, raw));
+      else unseen.push(raw);
     }
+    // Newest first onto the head of the queue, so the oldest is taken first again.
+    for (const raw of unseen.reverse()) await execOrThrow(cmd.multi().lrem(processing, -1, raw).lpush(keys.main, raw));
   }
 
   // A queue turns consumer on its first take, so a producer (dispatch) never shows up as a
@@ -156,22 +160,26 @@ export function createRedisQueue(args: RedisQueueArgs): RedisJobQueue {
     handedOut.set(raw, (handedOut.get(raw) ?? 0) + 1);
     handedOutCount++;
     let acked = false;
-    return {
-      raw,
-      ack: async () => {
-        if (acked) return;
-        acked = true;
-        try {
-          await cmd.lrem(processing, 1, raw);
-        } finally {
+    const settle = async (giveBack: boolean) => {
+      if (acked) return;
+      acked = true;
+      try {
+        if (giveBack) await execOrThrow(cmd.multi().lrem(processing, 1, raw).lpush(keys.main, raw));
+        else await cmd.lrem(processing, 1, raw);
+      } finally {
           // Even if LREM failed: the job is then returned by a later take and delivered again,
           // which Postgres makes harmless (the claim is a compare-and-set).
-          const n = (handedOut.get(raw) ?? 1) - 1;
-          if (n > 0) handedOut.set(raw, n);
-          else handedOut.delete(raw);
-          handedOutCount--;
-        }
-      },
+        const n = (handedOut.get(raw) ?? 1) - 1;
+        if (n > 0) handedOut.set(raw, n);
+        else handedOut.delete(raw);
+        handedOutCount--;
+      }
+    };
+    return {
+      raw,
+      ack: () => settle(false),
+      // Back to the head of the queue: it is the oldest job, and is taken again first.
+      release: () => settle(true),
     };
   }
 
@@ -180,7 +188,7 @@ export function createRedisQueue(args: RedisQueueArgs): RedisJobQueue {
     recoverOrphans,
 
     async enqueue(job: Job): Promise<void> {
-      await cmd.lpush(keys.main, JSON.stringify(job));
+      await cmd.rpush(keys.main, JSON.stringify(job));
     },
 
     async take({ timeoutMs, signal }): Promise<Delivery | null> {
@@ -193,7 +201,7 @@ export function createRedisQueue(args: RedisQueueArgs): RedisJobQueue {
         await returnUnseen();
         // BLMOVE takes seconds (decimals allowed); 0 would mean forever.
         const seconds = Math.max(timeoutMs, 10) / 1000;
-        const pending = blockingConnection().blmove(keys.main, processing, 'RIGHT', 'LEFT', seconds);
+        const pending = blockingConnection().blmove(keys.main, processing, 'LEFT', 'RIGHT', seconds);
         // Past the deadline plus a grace (a reply lost in a reconnect), give up on this BLMOVE.
         const outcome = await interruptible(pending, signal, timeoutMs + 5000);
         if (outcome === 'interrupted') {
@@ -214,7 +222,7 @@ export function createRedisQueue(args: RedisQueueArgs): RedisJobQueue {
     async deadLetter(raw, reason, ids = {}): Promise<void> {
       // The table is the record; the list mirrors it next to the queue for operators.
       await recordDeadLetter(db.admin, raw, reason, ids);
-      const entry = { reason: redactString(reason), raw: deadLetterText(raw), workspaceId: ids.workspaceId ?? null, jobId: ids.jobId ?? null, at: new Date().toISOString() };
+      const entry = { reason: deadLetterReason(reason), raw: deadLetterText(raw), workspaceId: ids.workspaceId ?? null, jobId: ids.jobId ?? null, at: new Date().toISOString() };
       await execOrThrow(cmd.multi().lpush(keys.dead, JSON.stringify(entry)).ltrim(keys.dead, 0, DEAD_LIST_MAX - 1));
     },
 
@@ -232,7 +240,7 @@ export function createRedisQueue(args: RedisQueueArgs): RedisJobQueue {
       // Hand back what was taken and never acked, and say we are gone. If Redis is down, the
       // liveness key expires by itself and another worker's recovery does the same.
       const cleanup = (async () => {
-        while ((await cmd.lmove(processing, keys.main, 'LEFT', 'RIGHT')) !== null);
+        while ((await cmd.lmove(processing, keys.main, 'RIGHT', 'LEFT')) !== null);
         await cmd.del(workerKey);
       })();
       cleanup.catch(() => {}); // reported through withTimeout below

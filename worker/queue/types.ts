@@ -5,8 +5,14 @@ import type { Job } from '../job.ts';
 export interface Delivery {
   /** The message as it arrived (JSON text); parse with parseRawJob. */
   raw: string;
-  /** Acknowledge after the run is claimed in Postgres (or the job dead-lettered). */
+  /** Acknowledge after the run is claimed in Postgres (or the job dead-lettered or refused). */
   ack(): Promise<void>;
+  /**
+   * Gives the message back for a later try, after a transient failure before the claim (the
+   * database unreachable): Redis puts it back at the head of the queue; Postgres lets the
+   * visibility timeout bring the run back. Optional for stand-ins; the queues implement it.
+   */
+  release?(): Promise<void>;
 }
 
 export interface JobQueue {
