@@ -60,6 +60,7 @@ export async function createRunFixture(env: BenchEnv, repo: string, options: { h
   const wt = await prepareWorktree({
     repoPath: repo,
     worktreeBase: env.config.WORKER_WORKTREE_BASE,
+    workspaceId: run.workspace_id,
     agentRunId: run.id,
     briefId: run.brief_id,
     baseRef: 'main',

@@ -35,7 +35,7 @@ async function trimChain(env: BenchEnv, agentRunId: string, keep: number): Promi
     const [anchor] = await tx<{ hash: string }[]>`select hash from worker_checkpoints where agent_run_id = ${agentRunId} and checkpoint_seq = ${cut}`;
     await tx`insert into checkpoint_anchors (workspace_id, agent_run_id, anchor_seq, anchor_hash)
              values (${env.workspaceId}, ${agentRunId}, ${cut}, ${anchor!.hash})
-             on conflict (agent_run_id) do update set anchor_seq = excluded.anchor_seq, anchor_hash = excluded.anchor_hash, pruned_at = now()`;
+             on conflict (workspace_id, agent_run_id) do update set anchor_seq = excluded.anchor_seq, anchor_hash = excluded.anchor_hash, pruned_at = now()`;
     await tx`delete from worker_checkpoints where agent_run_id = ${agentRunId} and checkpoint_seq <= ${cut}`;
   });
 }

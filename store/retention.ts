@@ -26,7 +26,7 @@ export async function pruneRunCheckpoints(tx: WorkspaceTx, agentRunId: string, d
   if (!anchor) return 0;
   await tx`insert into checkpoint_anchors (workspace_id, agent_run_id, anchor_seq, anchor_hash)
            values (${tx.workspaceId}, ${agentRunId}, ${anchor.seq}, ${anchor.hash})
-           on conflict (agent_run_id) do update set anchor_seq = excluded.anchor_seq, anchor_hash = excluded.anchor_hash, pruned_at = now()`;
+           on conflict (workspace_id, agent_run_id) do update set anchor_seq = excluded.anchor_seq, anchor_hash = excluded.anchor_hash, pruned_at = now()`;
   const deleted = await tx`delete from worker_checkpoints where agent_run_id = ${agentRunId} and checkpoint_seq < ${last.seq}`;
   return deleted.count;
 }

@@ -9,6 +9,7 @@ export type ErrorCode =
   | 'harness_unknown'
   | 'model_unknown'
   | 'repo_invalid'
+  | 'ref_refused' // a baseRef or branch that belongs to another run or workspace
   | 'worktree_unrecoverable'
   | 'tool_refused'
   | 'io_failure'

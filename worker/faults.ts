@@ -4,6 +4,7 @@
 
 export type FaultPoint =
   | 'after-take' // a job taken from the queue, not yet claimed
+  | 'after-branch-claim' // the run's branch claimed in Postgres, the worktree not yet made
   | 'after-claim'
   | 'after-content-commit' // checkpoint commit written, row not yet inserted
   | 'after-checkpoint-row' // row inserted, note not yet written

@@ -62,10 +62,14 @@ export async function verifyAndRepair(args: {
   const worktree = await prepareWorktree({
     repoPath,
     worktreeBase: args.worktreeBase,
+    workspaceId: run.workspace_id,
     agentRunId: run.id,
     briefId: run.brief_id,
     baseRef: run.job.baseRef,
     knownBaseOid: run.base_oid,
+    // The recorded branch and path: the run's own (run-job checked the branch's owner first).
+    branch: run.branch,
+    worktreePath: run.worktree_path,
     log,
   });
   report.worktree = worktree;

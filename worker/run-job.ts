@@ -24,7 +24,9 @@ import { CheckpointWriter, stateFromRow, type WorkingTree } from './checkpoints/
 import { verifyAndRepair } from './resume.ts';
 import { runSession } from './session.ts';
 import { removeStaleTempFiles } from './tools/temp-files.ts';
-import { prepareWorktree, type PreparedWorktree } from './worktrees.ts';
+import { prepareWorktree, repoCommonDir, type PreparedWorktree } from './worktrees.ts';
+import { assertOwnBranch, chooseBranch, vetBaseRef, type ClaimBranch } from './branch-ownership.ts';
+import { claimBranch, ownBranchesAmong } from '../store/branches.ts';
 import { anchorOf } from '../store/retention.ts';
 
 export type JobResult = 'completed' | 'failed' | 'released' | 'skipped' | 'dead_lettered' | 'lease_lost';
@@ -132,6 +134,7 @@ async function executeRun(deps: JobDeps, run: RunRow, lease: Lease): Promise<Job
       maxSteps: config.WORKER_MAX_TOOL_STEPS,
       checkpointEvery: config.WORKER_CHECKPOINT_EVERY_N_STEPS,
       commandTimeoutMs: config.WORKER_COMMAND_TIMEOUT_MS,
+      baseOid,
       shutdown: deps.shutdown,
       log,
     });
@@ -185,19 +188,28 @@ async function prepareTree(deps: JobDeps, run: RunRow, harness: Harness, chain: 
   }
 
   let worktree: PreparedWorktree;
+  // Branch ownership (worker/branch-ownership.ts): the run works only on a branch it owns.
+  const repoPath = job.repoPath ?? config.WORKER_REPO_ROOT;
+  const repoDir = await repoCommonDir(repoPath);
+  const claim: ClaimBranch = (branch, mayCreate) => scoped((tx) => claimBranch(tx, { repoDir, branch, agentRunId: run.id, mayCreate }));
+  if (run.branch) await assertOwnBranch(run.branch, claim);
   if (resuming && run.worktree_path) {
     const report = await verifyAndRepair({ run, chain, anchor: anchor ?? null, repoRoot: config.WORKER_REPO_ROOT, worktreeBase: config.WORKER_WORKTREE_BASE, notesRef: config.WORKER_NOTES_REF, log });
     worktree = report.worktree!;
     log.info({ fromSeq: report.fromSeq, findings: report.findings, repairs: report.repairs }, 'worktree verified against Postgres and the git notes');
     await recordResume(deps, run, report.fromSeq, report.findings.map((f) => `${f.kind}: ${f.detail}`), report.repairs);
   } else {
+    const knownBaseOid = run.base_oid ?? (await vetBaseRef({ repoPath, baseRef: job.baseRef, ownBranchesAmong: (names) => scoped((tx) => ownBranchesAmong(tx, repoDir, names)) }));
+    const branch = run.branch ?? (await chooseBranch({ repoPath, workspaceId: run.workspace_id, briefId: run.brief_id, agentRunId: run.id, claim }));
     worktree = await prepareWorktree({
-      repoPath: job.repoPath ?? config.WORKER_REPO_ROOT,
+      repoPath,
       worktreeBase: config.WORKER_WORKTREE_BASE,
+      workspaceId: run.workspace_id,
       agentRunId: run.id,
       briefId: run.brief_id,
       baseRef: job.baseRef,
-      knownBaseOid: run.base_oid,
+      knownBaseOid,
+      branch,
       log,
     });
     if (worktree.created) {

@@ -34,6 +34,8 @@ export interface SessionDeps {
   maxSteps: number;
   checkpointEvery: number;
   commandTimeoutMs: number;
+  /** The run's base commit (code harness): git arguments of run_command are vetted against it and HEAD. */
+  baseOid?: string | null;
   /** Aborts on SIGTERM: the tool call in flight finishes, then the loop stops. */
   shutdown: AbortSignal;
   log: Logger;
@@ -86,6 +88,7 @@ export async function runSession(d: SessionDeps): Promise<SessionOutcome> {
     writePrefixes: d.harness.writePrefixes,
     allowedCommands: d.harness.allowedCommands,
     commandTimeoutMs: d.commandTimeoutMs,
+    baseOid: d.baseOid ?? null,
     // Called by the writing tools right before they touch the tree: the epoch was checked in
     // Postgres when the call began, so here only the local freshness (a pause since) is checked.
     beforeTouch: async () => {

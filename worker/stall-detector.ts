@@ -31,6 +31,8 @@ interface StalledRow {
 export async function sweepStalledRuns(deps: { config: Config; db: Database; queue: JobQueue; log: Logger }): Promise<SweepResult> {
   const { config, db, queue, log } = deps;
   const result: SweepResult = { redispatched: [], reenqueued: [], failed: [] };
+  // Run ids are unique per workspace only: what to enqueue is kept as (workspace, run) pairs.
+  const toEnqueue: StalledRow[] = [];
   const stalled = await db.admin<StalledRow[]>`select * from echodo_stalled_runs(${config.STALL_QUEUED_MS})`;
   for (const row of stalled) {
     const why = row.status === 'running' ? 'lease expired while running' : `queued for over ${config.STALL_QUEUED_MS} ms`;
@@ -44,6 +46,7 @@ export async function sweepStalledRuns(deps: { config: Config; db: Database; que
         if (!run) return;
         await appendEvent(tx, { convoyId: run.convoy_id, agentRunId: run.id, type: 'run_reenqueued', metadata: { attempt: run.attempt, reason: why } });
         result.reenqueued.push(run.id);
+        toEnqueue.push(row);
         log.info({ workspaceId: row.workspace_id, agentRunId: run.id }, `re-enqueued: ${why}`);
         return;
       }
@@ -60,6 +63,7 @@ export async function sweepStalledRuns(deps: { config: Config; db: Database; que
       if (!run) return; // another detector (or the worker itself) got there first
       await appendEvent(tx, { convoyId: run.convoy_id, agentRunId: run.id, type: 'run_redispatched', metadata: { attempt: run.attempt, reason: why } });
       result.redispatched.push(run.id);
+      toEnqueue.push(row);
       log.info({ workspaceId: row.workspace_id, agentRunId: run.id, attempt: run.attempt }, `re-dispatched: ${why}`);
     }).catch((err) => {
       if ((err as { code?: string }).code !== LOCK_NOT_AVAILABLE) throw err;
@@ -67,9 +71,8 @@ export async function sweepStalledRuns(deps: { config: Config; db: Database; que
     });
   }
   // Enqueue after the transactions committed: the queue only ever points at a recorded state.
-  for (const id of [...result.redispatched, ...result.reenqueued]) {
-    const row = stalled.find((s) => s.agent_run_id === id)!;
-    const run = await withWorkspace(db.app, row.workspace_id, (tx) => getRun(tx, id));
+  for (const row of toEnqueue) {
+    const run = await withWorkspace(db.app, row.workspace_id, (tx) => getRun(tx, row.agent_run_id));
     if (run?.status === 'queued') await queue.enqueue(run.job);
   }
   return result;

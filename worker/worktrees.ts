@@ -47,8 +47,9 @@ export async function inspectWorktree(worktreePath: string, commonDir: string): 
   }
 }
 
-export function worktreePathFor(worktreeBase: string, agentRunId: string): string {
-  return path.join(worktreeBase, agentRunId);
+/** base/<workspaceId>/<agentRunId>: run ids are unique per workspace only, so the workspace is in the path. */
+export function worktreePathFor(worktreeBase: string, workspaceId: string, agentRunId: string): string {
+  return path.join(worktreeBase, workspaceId, agentRunId);
 }
 
 export interface PreparedWorktree {
@@ -65,15 +66,20 @@ export interface PreparedWorktree {
 export async function prepareWorktree(args: {
   repoPath: string;
   worktreeBase: string;
+  workspaceId: string;
   agentRunId: string;
   briefId: string;
   baseRef: string;
   knownBaseOid?: string | null;
+  /** The run's branch as claimed in Postgres (worker/branch-ownership.ts); default: the short name. */
+  branch?: string;
+  /** The run's recorded worktree (a resume keeps it); default: worktreePathFor. */
+  worktreePath?: string;
   log: Logger;
 }): Promise<PreparedWorktree> {
   const commonDir = await repoCommonDir(args.repoPath);
-  const branch = branchName(args.briefId, args.agentRunId);
-  const wtPath = worktreePathFor(args.worktreeBase, args.agentRunId);
+  const branch = args.branch ?? branchName(args.briefId, args.agentRunId);
+  const wtPath = args.worktreePath ?? worktreePathFor(args.worktreeBase, args.workspaceId, args.agentRunId);
   const baseOid = args.knownBaseOid ?? (await resolveCommit(args.repoPath, args.baseRef));
   if (!baseOid) throw new EchodoError('repo_invalid', `baseRef "${args.baseRef}" does not exist in ${args.repoPath}`);
 
@@ -85,7 +91,7 @@ export async function prepareWorktree(args: {
     await rm(wtPath, { recursive: true, force: true });
   }
 
-  await mkdir(args.worktreeBase, { recursive: true });
+  await mkdir(path.dirname(wtPath), { recursive: true, mode: 0o700 });
   // The repo's hooks must not run (a post-checkout hook would get the worker's environment and
   // could write into the worktree), and git gets a minimal environment, not the worker's.
   const repo = simpleGit({ baseDir: args.repoPath, config: ['core.hooksPath=/dev/null'], unsafe: { allowUnsafeHooksPath: true } })

@@ -10,6 +10,8 @@ export interface ToolContext {
   /** null: run_command is not available at all; else allowlisted command prefixes such as 'git diff'. */
   allowedCommands: string[] | null;
   commandTimeoutMs: number;
+  /** The commit the run's branch started from: run_command's git arguments may name only it, HEAD and their ancestors. */
+  baseOid?: string | null;
   /** Called before anything touches the tree (the lead's lease/fencing check); throws to refuse. */
   beforeTouch(): Promise<void>;
   /** Tells the lead which root-relative paths a tool changed (write_file: its path). */

@@ -9,6 +9,7 @@ import { z } from 'zod';
 import { ToolRefusedError } from '../errors.ts';
 import { faultPoint } from '../faults.ts';
 import { checkAllowed, splitCommand } from './command-line.ts';
+import { vetGitRevisions } from './git-revisions.ts';
 import type { ToolContext, ToolDefinition } from './context.ts';
 import { OutputTail } from './output-tail.ts';
 
@@ -54,7 +55,9 @@ export function commandEnvironment(home: string, parentPath = process.env.PATH ?
 
 export async function runCommand(ctx: ToolContext, input: RunCommandInput): Promise<RunCommandResult> {
   const argv = splitCommand(input.command);
-  checkAllowed(argv, ctx.allowedCommands);
+  const entry = checkAllowed(argv, ctx.allowedCommands);
+  // Revisions named in git arguments must be of this run's own history (git-revisions.ts).
+  if (argv[0] === 'git') await vetGitRevisions({ root: ctx.root, baseOid: ctx.baseOid ?? null }, argv.slice(entry.split(' ').length));
   await ctx.beforeTouch();
   ctx.signal?.throwIfAborted();
   // A fresh, empty HOME per command: no user git config, npm tokens or caches of the worker's user.
