@@ -6,12 +6,17 @@ import { createQueue } from '../worker/queue/index.ts';
 import { WorkerDaemon } from '../worker/daemon.ts';
 import { errorMessage } from '../worker/errors.ts';
 import { guardDaemon } from '../worker/process-guards.ts';
+import { describeSandbox, sandboxFor, sandboxOptionsFromConfig } from '../worker/sandbox/index.ts';
 
 const config = loadConfigOrExit();
 const log = createLogger({ level: config.LOG_LEVEL, name: 'echodo-worker' }).child({ workerId: config.WORKER_ID });
 
+// Probed once: run_command is refused (fail closed) when bwrap is unusable; 'off' is warned about.
+const sandbox = await sandboxFor(sandboxOptionsFromConfig(config));
+const sandboxLine = describeSandbox(sandbox);
+
 if (config.WORKER_DRY_RUN) {
-  process.stdout.write(`echodo-worker ${config.WORKER_ID} (dry run)\n${JSON.stringify(maskedConfig(config), null, 2)}\n`);
+  process.stdout.write(`echodo-worker ${config.WORKER_ID} (dry run)\n${JSON.stringify(maskedConfig(config), null, 2)}\nsandbox: ${sandboxLine}\n`);
   process.exit(0);
 }
 
@@ -20,6 +25,8 @@ try {
   const queue = createQueue({ config, db, workerId: config.WORKER_ID, onError: (err) => log.warn({ error: errorMessage(err) }, 'queue error') });
   const daemon = new WorkerDaemon({ config, db, queue, workerId: config.WORKER_ID, log });
   guardDaemon('worker', log);
+  if (sandbox.mode === 'bwrap' && sandbox.usable) log.info({ sandbox: sandboxLine }, 'sandbox ready');
+  else log.warn({ sandbox: sandboxLine }, sandbox.mode === 'off' ? 'WORKER_SANDBOX=off: run_command is not confined' : 'sandbox unusable: run_command will be refused');
   process.once('SIGTERM', () => daemon.stop());
   process.once('SIGINT', () => daemon.stop());
   log.info({ queue: queue.backend }, 'worker started');

@@ -14,6 +14,7 @@ import { TOOLS, toolsForHarness, removeStaleTempFiles } from '../worker/tools/in
 import { readFile, READ_CAP_BYTES } from '../worker/tools/read-file.ts';
 import { runCommand, COMMAND_OUTPUT_CAP_BYTES } from '../worker/tools/run-command.ts';
 import { writeFile, WRITE_MAX_BYTES } from '../worker/tools/write-file.ts';
+import { probeSandbox } from '../worker/sandbox/index.ts';
 import { makeRepo } from './support/git.ts';
 import { spawnNode, waitFor } from './support/child.ts';
 
@@ -22,12 +23,16 @@ interface TestContext extends ToolContext {
   touches: number;
 }
 
+// The real sandbox (bwrap), as the worker runs commands by default.
+const sandbox = await probeSandbox({ mode: 'bwrap' });
+
 function makeCtx(root: string, overrides: Partial<ToolContext> = {}): TestContext {
   const ctx: TestContext = {
     root,
     writePrefixes: null,
     allowedCommands: ['git status', 'git diff', 'pnpm test'],
     commandTimeoutMs: 30_000,
+    sandbox,
     touched: [],
     touches: 0,
     async beforeTouch() {
@@ -56,15 +61,6 @@ async function exists(p: string): Promise<boolean> {
     () => true,
     () => false,
   );
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 let repo: string;
@@ -463,8 +459,9 @@ describe('run_command', () => {
     scratch.push(root);
     await fsWriteFile(path.join(root, 'a.txt'), 'two\n');
     const ctx = makeCtx(root);
-    const status = await runCommand(ctx, { command: 'git status --short' });
+    const { note, ...status } = await runCommand(ctx, { command: 'git status --short' });
     assert.deepEqual(status, { command: 'git status --short', exitCode: 0, stdout: ' M a.txt\n', stderr: '', mayHaveChangedFiles: true });
+    assert.match(note!, /ran in the bwrap sandbox/);
     const diff = await runCommand(ctx, { command: "git diff --exit-code --stat -- 'a.txt'" });
     assert.equal(diff.exitCode, 1);
     assert.match(diff.stdout, /a\.txt \| 2 \+-/);
@@ -472,7 +469,7 @@ describe('run_command', () => {
     assert.deepEqual(ctx.touched, [], 'commands report no paths; the lead checks with git');
   });
 
-  test('the environment is built from scratch: no keys, tokens or database URLs', async () => {
+  for (const mode of ['bwrap', 'off'] as const) test(`the environment is built from scratch (sandbox ${mode}): no keys, tokens or database URLs`, async () => {
     const planted = {
       OPENAI_API_KEY: 'sk-test-do-not-leak',
       GITHUB_TOKEN: 'ghp-test-do-not-leak',
@@ -483,14 +480,21 @@ describe('run_command', () => {
     const saved = Object.fromEntries(Object.keys(planted).map((k) => [k, process.env[k]]));
     Object.assign(process.env, planted);
     try {
-      const result = await runCommand(makeCtx(repo, { allowedCommands: ['env'] }), { command: 'env' });
+      const ctx = makeCtx(repo, { allowedCommands: ['env'], sandbox: mode === 'off' ? { mode: 'off' } : sandbox });
+      const result = await runCommand(ctx, { command: 'env' });
       assert.equal(result.exitCode, 0);
       for (const value of Object.values(planted)) assert.ok(!result.stdout.includes(value), `leaked ${value}`);
       const names = result.stdout.trim().split('\n').map((line) => line.split('=')[0]).sort();
-      assert.deepEqual(names, ['GIT_CONFIG_NOSYSTEM', 'GIT_TERMINAL_PROMPT', 'HOME', 'LANG', 'PATH', 'TERM']);
       const home = /^HOME=(.*)$/m.exec(result.stdout)![1]!;
       assert.notEqual(home, os.homedir());
-      assert.equal(await exists(home), false, 'the per-command HOME is removed afterwards');
+      if (mode === 'bwrap') {
+        // bwrap --clearenv: exactly these four (PWD is the shell-less exec's own, set by bwrap --chdir).
+        assert.deepEqual(names.filter((n) => n !== 'PWD'), ['CI', 'HOME', 'LANG', 'PATH']);
+        assert.equal(home, '/home/sandbox', 'a private tmpfs HOME');
+      } else {
+        assert.deepEqual(names, ['GIT_CONFIG_NOSYSTEM', 'GIT_TERMINAL_PROMPT', 'HOME', 'LANG', 'PATH', 'TERM']);
+        assert.equal(await exists(home), false, 'the per-command HOME is removed afterwards');
+      }
     } finally {
       for (const [k, v] of Object.entries(saved)) {
         if (v === undefined) delete process.env[k];
@@ -502,12 +506,13 @@ describe('run_command', () => {
   test('a timeout kills the command and its children with SIGKILL', async () => {
     const root = await makeRepo({});
     scratch.push(root);
+    // The child's pid inside the sandbox means nothing outside: it proves it is gone by never writing.
     await fsWriteFile(
       path.join(root, 'hang.js'),
       "const { spawn } = require('node:child_process');\n" +
         "const fs = require('node:fs');\n" +
-        "const child = spawn('sleep', ['1000'], { stdio: 'inherit' });\n" +
-        "fs.writeFileSync('child.pid', String(child.pid));\n" +
+        "spawn('sh', ['-c', 'sleep 2.5; echo late > late.txt'], { stdio: 'inherit' });\n" +
+        "fs.writeFileSync('child.pid', '');\n" +
         "process.on('SIGTERM', () => {});\n" +
         'setInterval(() => {}, 1000);\n',
     );
@@ -517,8 +522,9 @@ describe('run_command', () => {
     assert.equal(result.signal, 'SIGKILL');
     assert.equal(result.exitCode, null);
     assert.match(result.note!, /timed out after 1500 ms and was killed \(SIGKILL\)/);
-    const grandchild = Number(await fsReadFile(path.join(root, 'child.pid'), 'utf8'));
-    await waitFor(() => !alive(grandchild), { what: 'the command\'s child to be killed' });
+    assert.ok(await exists(path.join(root, 'child.pid')), 'the command had started its child');
+    await new Promise((r) => setTimeout(r, 2000));
+    assert.equal(await exists(path.join(root, 'late.txt')), false, 'the command\'s child was killed with it');
   });
 
   test('a cancelled run stops its command', async () => {
@@ -566,7 +572,9 @@ describe('run_command', () => {
     await fsWriteFile(
       script,
       `import { runCommand } from ${JSON.stringify(pathToFileURL(path.resolve('worker/tools/run-command.ts')).href)};\n` +
-        `const ctx = { root: process.argv[2], writePrefixes: null, allowedCommands: ['git status'], commandTimeoutMs: 5000, beforeTouch: async () => {}, onTouched() {} };\n` +
+        `import { probeSandbox } from ${JSON.stringify(pathToFileURL(path.resolve('worker/sandbox/index.ts')).href)};\n` +
+        `const sandbox = await probeSandbox({ mode: 'bwrap' });\n` +
+        `const ctx = { root: process.argv[2], writePrefixes: null, allowedCommands: ['git status'], commandTimeoutMs: 5000, sandbox, beforeTouch: async () => {}, onTouched() {} };\n` +
         `console.log(JSON.stringify(await runCommand(ctx, { command: 'git status' })));\n`,
     );
     // TMPDIR: the killed child cannot remove its per-command HOME; let it land in our scratch folder.

@@ -40,6 +40,12 @@ const schema = z.object({
   MISSION_CONTROL_PORT: int(0).max(65535).default(4700),
   // Isolation (docs/security.md): how run_command is confined, and which variables a provider may name.
   WORKER_SANDBOX: z.enum(['bwrap', 'off']).default('bwrap'),
+  // The sandbox's binary and limits (worker/sandbox/index.ts has the defaults).
+  WORKER_SANDBOX_BWRAP: z.string().min(1).optional(),
+  WORKER_SANDBOX_CPU_S: int(1).optional(),
+  WORKER_SANDBOX_FILE_MB: int(1).optional(),
+  WORKER_SANDBOX_PIDS: int(8).optional(),
+  WORKER_SANDBOX_MEMORY_MB: int(64).optional(),
   WORKER_PROVIDER_KEY_VARS: z
     .string()
     .regex(/^[A-Za-z0-9_*?]+(\s*,\s*[A-Za-z0-9_*?]+)*$/, 'must be comma-separated globs of variable names, e.g. *_API_KEY')

@@ -23,6 +23,7 @@ import { TouchTracker } from './checkpoints/tracker.ts';
 import { CheckpointWriter, stateFromRow, type WorkingTree } from './checkpoints/writer.ts';
 import { verifyAndRepair } from './resume.ts';
 import { runSession } from './session.ts';
+import { sandboxFor, sandboxOptionsFromConfig } from './sandbox/index.ts';
 import { removeStaleTempFiles } from './tools/temp-files.ts';
 import { prepareWorktree, repoCommonDir, type PreparedWorktree } from './worktrees.ts';
 import { assertOwnBranch, chooseBranch, vetBaseRef, type ClaimBranch } from './branch-ownership.ts';
@@ -134,6 +135,7 @@ async function executeRun(deps: JobDeps, run: RunRow, lease: Lease): Promise<Job
       maxSteps: config.WORKER_MAX_TOOL_STEPS,
       checkpointEvery: config.WORKER_CHECKPOINT_EVERY_N_STEPS,
       commandTimeoutMs: config.WORKER_COMMAND_TIMEOUT_MS,
+      sandbox: harness.allowedCommands ? await sandboxFor(sandboxOptionsFromConfig(config)) : undefined,
       baseOid,
       shutdown: deps.shutdown,
       log,

@@ -14,6 +14,7 @@ import type { CheckpointWriter } from './checkpoints/writer.ts';
 import type { TouchTracker } from './checkpoints/tracker.ts';
 import { TOOLS } from './tools/index.ts';
 import type { ToolContext } from './tools/context.ts';
+import type { CommandSandbox } from './sandbox/index.ts';
 import { isTransientDbError } from '../store/retry.ts';
 
 export type SessionOutcome =
@@ -34,6 +35,8 @@ export interface SessionDeps {
   maxSteps: number;
   checkpointEvery: number;
   commandTimeoutMs: number;
+  /** How run_command is confined (probed once per process: worker/sandbox). */
+  sandbox?: CommandSandbox;
   /** The run's base commit (code harness): git arguments of run_command are vetted against it and HEAD. */
   baseOid?: string | null;
   /** Aborts on SIGTERM: the tool call in flight finishes, then the loop stops. */
@@ -88,6 +91,7 @@ export async function runSession(d: SessionDeps): Promise<SessionOutcome> {
     writePrefixes: d.harness.writePrefixes,
     allowedCommands: d.harness.allowedCommands,
     commandTimeoutMs: d.commandTimeoutMs,
+    sandbox: d.sandbox,
     baseOid: d.baseOid ?? null,
     // Called by the writing tools right before they touch the tree: the epoch was checked in
     // Postgres when the call began, so here only the local freshness (a pause since) is checked.

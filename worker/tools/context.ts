@@ -1,6 +1,7 @@
 // What every agent tool receives: where it may act, and the lead's hooks around acting.
 // Tools are pure functions over this context; the lead wraps them into ai-SDK tools.
 import type { z } from 'zod';
+import type { CommandSandbox } from '../sandbox/index.ts';
 
 export interface ToolContext {
   /** Absolute, realpath'd worktree (code harness) or repo root (doc-writer). */
@@ -10,6 +11,8 @@ export interface ToolContext {
   /** null: run_command is not available at all; else allowlisted command prefixes such as 'git diff'. */
   allowedCommands: string[] | null;
   commandTimeoutMs: number;
+  /** How run_command is confined (worker/sandbox); absent means run_command is refused (fail closed). */
+  sandbox?: CommandSandbox;
   /** The commit the run's branch started from: run_command's git arguments may name only it, HEAD and their ancestors. */
   baseOid?: string | null;
   /** Called before anything touches the tree (the lead's lease/fencing check); throws to refuse. */

@@ -1,15 +1,17 @@
-// run_command: one allowlisted program, no shell, in the root, with an environment built from
-// scratch (no API keys, tokens or database URLs of the worker reach it), a timeout that kills the
-// whole process group, and output capped to its tail.
+// run_command: one allowlisted program, no shell, in the root, inside the bubblewrap sandbox
+// (worker/sandbox: no network, no host files but the toolchain and the worktree, an environment of
+// PATH/HOME/LANG/CI only, limits), a timeout that kills the whole sandbox, and output capped to its
+// tail. With WORKER_SANDBOX=off the program runs directly with an environment built from scratch.
 import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { z } from 'zod';
 import { ToolRefusedError } from '../errors.ts';
 import { faultPoint } from '../faults.ts';
+import { describeSandbox, sandboxedCommand, type CommandSandbox } from '../sandbox/index.ts';
 import { checkAllowed, splitCommand } from './command-line.ts';
-import { vetGitRevisions } from './git-revisions.ts';
 import type { ToolContext, ToolDefinition } from './context.ts';
 import { OutputTail } from './output-tail.ts';
 
@@ -58,21 +60,65 @@ export async function runCommand(ctx: ToolContext, input: RunCommandInput): Prom
   const entry = checkAllowed(argv, ctx.allowedCommands);
   // Revisions named in git arguments must be of this run's own history (git-revisions.ts).
   if (argv[0] === 'git') await vetGitRevisions({ root: ctx.root, baseOid: ctx.baseOid ?? null }, argv.slice(entry.split(' ').length));
+  const sandbox = ctx.sandbox;
+  if (!sandbox) throw new ToolRefusedError('run_command is refused: no sandbox is configured for this run');
+  if (sandbox.mode === 'bwrap' && !sandbox.usable) throw new ToolRefusedError(`run_command is refused: ${sandbox.reason}`);
   await ctx.beforeTouch();
   ctx.signal?.throwIfAborted();
-  // A fresh, empty HOME per command: no user git config, npm tokens or caches of the worker's user.
+  if (sandbox.mode === 'bwrap') {
+    if (!findProgram(argv[0]!, sandbox.toolchain.path)) throw new ToolRefusedError(`program ${JSON.stringify(argv[0])} was not found on PATH`);
+    const spec = await sandboxedCommand(sandbox, { root: ctx.root, argv });
+    try {
+      const result = await execute(ctx, { file: spec.file, args: spec.args, cwd: '/', env: spec.env, onKill: () => spec.cgroup?.kill() }, argv, input.command);
+      return withSandboxNote(result, sandbox);
+    } finally {
+      await spec.cgroup?.remove();
+    }
+  }
+  // WORKER_SANDBOX=off: a fresh, empty HOME per command: no user git config, npm tokens or caches
+  // of the worker's user; otherwise the worker's own privileges (docs/security.md).
   const home = await mkdtemp(path.join(os.tmpdir(), 'echodo-cmd-home-'));
   try {
-    return await execute(ctx, argv, input.command, commandEnvironment(home));
+    const spawnSpec = { file: argv[0]!, args: argv.slice(1), cwd: ctx.root, env: commandEnvironment(home) };
+    return await execute(ctx, spawnSpec, argv, input.command);
   } finally {
     await rm(home, { recursive: true, force: true });
   }
 }
 
-function execute(ctx: ToolContext, argv: string[], command: string, env: Record<string, string>): Promise<RunCommandResult> {
+function findProgram(name: string, searchPath: string): boolean {
+  if (name.includes('/')) return false;
+  return searchPath.split(path.delimiter).some((dir) => existsSync(path.join(dir, name)));
+}
+
+// bwrap reports a command killed by a signal as exit code 128 + the signal number.
+const LIMIT_SIGNALS: Record<number, string> = {
+  9: 'SIGKILL (the memory limit, or the whole sandbox killed)',
+  24: 'SIGXCPU: it reached the CPU time limit',
+  25: 'SIGXFSZ: a file reached the file size limit',
+};
+
+function withSandboxNote(result: RunCommandResult, sandbox: Extract<CommandSandbox, { usable: true }>): RunCommandResult {
+  const notes = result.note ? [result.note] : [];
+  const signal = result.exitCode !== null && result.exitCode > 128 ? LIMIT_SIGNALS[result.exitCode - 128] : undefined;
+  if (signal) notes.push(`the command was killed by ${signal}`);
+  notes.push(`ran in the ${describeSandbox(sandbox)}`);
+  return { ...result, note: notes.join('; ') };
+}
+
+interface SpawnSpec {
+  file: string;
+  args: string[];
+  cwd: string;
+  env: Record<string, string>;
+  /** Kills what the process group kill cannot reach (the sandbox's cgroup). */
+  onKill?: () => void;
+}
+
+function execute(ctx: ToolContext, spec: SpawnSpec, argv: string[], command: string): Promise<RunCommandResult> {
   return new Promise((resolve, reject) => {
     // detached: the command leads its own process group, so a timeout kills its children too.
-    const child = spawn(argv[0]!, argv.slice(1), { cwd: ctx.root, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+    const child = spawn(spec.file, spec.args, { cwd: spec.cwd, env: spec.env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
     faultPoint('during-command');
 
     const stdout = new OutputTail(COMMAND_OUTPUT_CAP_BYTES);
@@ -93,6 +139,7 @@ function execute(ctx: ToolContext, argv: string[], command: string, env: Record<
       } catch {
         // the group is already gone
       }
+      spec.onKill?.();
     };
     const timer = setTimeout(() => {
       timedOut = true;
