@@ -7,7 +7,7 @@ import type { Sql } from 'postgres';
 import type { RunStatus } from './runs.ts';
 import type { WorkspaceTx } from './workspace.ts';
 
-export const RUN_STATUSES: readonly RunStatus[] = ['queued', 'running', 'completed', 'failed'];
+export const RUN_STATUSES: readonly RunStatus[] = ['queued', 'running', 'completed', 'failed', 'cancelled'];
 
 export interface ConvoySummary {
   convoyId: string;
@@ -70,14 +70,15 @@ export interface RunHistory {
 }
 
 const LIST_CONVOYS_SQL = `
-select v.id as convoy_id, v.created_at, r.queued, r.running, r.completed, r.failed,
+select v.id as convoy_id, v.created_at, r.queued, r.running, r.completed, r.failed, r.cancelled,
        cp.checkpoint_count, cp.last_checkpoint_at
   from convoys v
  cross join lateral (
    select count(*) filter (where a.status = 'queued')::int as queued,
           count(*) filter (where a.status = 'running')::int as running,
           count(*) filter (where a.status = 'completed')::int as completed,
-          count(*) filter (where a.status = 'failed')::int as failed
+          count(*) filter (where a.status = 'failed')::int as failed,
+          count(*) filter (where a.status = 'cancelled')::int as cancelled
      from agent_runs a
     where a.workspace_id = v.workspace_id and a.convoy_id = v.id) r
  cross join lateral (
@@ -94,7 +95,7 @@ export async function listConvoys(tx: WorkspaceTx, limit = 200): Promise<ConvoyS
   return rows.map((row) => ({
     convoyId: row.convoy_id,
     createdAt: row.created_at,
-    runs: { queued: row.queued, running: row.running, completed: row.completed, failed: row.failed },
+    runs: { queued: row.queued, running: row.running, completed: row.completed, failed: row.failed, cancelled: row.cancelled },
     checkpointCount: row.checkpoint_count,
     lastCheckpointAt: row.last_checkpoint_at,
   }));

@@ -3,7 +3,7 @@
 import type { Job } from '../worker/job.ts';
 import type { WorkspaceTx } from './workspace.ts';
 
-export type RunStatus = 'queued' | 'running' | 'completed' | 'failed';
+export type RunStatus = 'queued' | 'running' | 'completed' | 'failed' | 'cancelled';
 
 export interface RunRow {
   id: string;
@@ -26,6 +26,12 @@ export interface RunRow {
   failure_reason: string | null;
   created_at: Date;
   finished_at: Date | null;
+  /** Operator actions (migration 009): a cancel asked for, and where a fork started. */
+  cancel_requested_at?: Date | null;
+  cancel_requested_by?: string | null;
+  forked_from_run?: string | null;
+  forked_from_seq?: number | null;
+  fork_seed?: { step: number; hash: string; commitOid: string | null; history: unknown[] } | null;
 }
 
 export async function workspaceExists(tx: WorkspaceTx): Promise<boolean> {

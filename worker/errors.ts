@@ -5,6 +5,7 @@ export type ErrorCode =
   | 'invalid_job'
   | 'workspace_not_found'
   | 'run_not_found'
+  | 'action_refused' // an operator action (cancel, retry, fork) that the run's state does not allow
   | 'lease_lost'
   | 'harness_unknown'
   | 'model_unknown'

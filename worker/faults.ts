@@ -12,7 +12,8 @@ export type FaultPoint =
   | 'mid-write-file' // temp file written, not yet renamed into place
   | 'during-command'
   | 'during-model-call'
-  | 'before-tool-call';
+  | 'before-tool-call'
+  | 'after-cancel-request' // a cancel seen and the last round checkpointed, the run not yet marked cancelled;
 
 const armed = new Map<string, number>();
 for (const spec of (process.env.ECHODO_FAULT ?? '').split(',').filter(Boolean)) {

@@ -5,7 +5,7 @@
 import type { Sql } from 'postgres';
 import { LeaseLostError } from './errors.ts';
 import type { Logger } from './log.ts';
-import { heartbeatRun, holdsLease } from '../store/runs.ts';
+import { heartbeatWithCancel, leaseView } from '../store/operator-actions.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { retryTransient } from '../store/retry.ts';
 
@@ -15,6 +15,9 @@ export class Lease {
   private lost: LeaseLostError | undefined;
   readonly lostSignal: AbortSignal;
   private readonly controller = new AbortController();
+  /** Aborts (reason: who asked) when an operator asks to cancel the run: seen at a heartbeat or a fencing check. */
+  readonly cancelSignal: AbortSignal;
+  private readonly cancelController = new AbortController();
 
   constructor(
     private readonly sql: Sql,
@@ -24,6 +27,16 @@ export class Lease {
     private readonly options: { heartbeatMs: number; leaseMs: number; log: Logger },
   ) {
     this.lostSignal = this.controller.signal;
+    this.cancelSignal = this.cancelController.signal;
+  }
+
+  /** Who asked for the cancel, once one was seen. */
+  get cancelRequestedBy(): string | undefined {
+    return this.cancelSignal.aborted ? String(this.cancelSignal.reason) : undefined;
+  }
+
+  private noteCancel(by: string | null): void {
+    if (by !== null && !this.cancelSignal.aborted) this.cancelController.abort(by);
   }
 
   start(): void {
@@ -52,9 +65,11 @@ export class Lease {
     if (this.lost) return;
     try {
       this.assertFresh(); // after a pause: lost, and nothing more is written
-      const ok = await withWorkspace(this.sql, this.workspaceId, (tx) =>
-        heartbeatRun(tx, { agentRunId: this.agentRunId, leaseEpoch: this.epoch, leaseMs: this.options.leaseMs }),
+      const view = await withWorkspace(this.sql, this.workspaceId, (tx) =>
+        heartbeatWithCancel(tx, { agentRunId: this.agentRunId, leaseEpoch: this.epoch, leaseMs: this.options.leaseMs }),
       );
+      const ok = view.held;
+      this.noteCancel(view.cancelRequestedBy);
       if (ok) this.renewed();
       else this.markLost(`lease epoch ${this.epoch} is no longer current (taken over or finished)`);
     } catch (err) {
@@ -75,9 +90,11 @@ export class Lease {
   /** The fencing check before a tool call: local freshness, then the epoch in Postgres. */
   async assertHeld(): Promise<void> {
     this.assertFresh();
-    const ok = await retryTransient(() =>
-      withWorkspace(this.sql, this.workspaceId, (tx) => holdsLease(tx, { agentRunId: this.agentRunId, leaseEpoch: this.epoch })),
+    const view = await retryTransient(() =>
+      withWorkspace(this.sql, this.workspaceId, (tx) => leaseView(tx, { agentRunId: this.agentRunId, leaseEpoch: this.epoch })),
     );
+    const ok = view.held;
+    this.noteCancel(view.cancelRequestedBy);
     if (!ok) this.markLost(`lease epoch ${this.epoch} is no longer current (taken over or finished)`);
     this.assertFresh();
   }

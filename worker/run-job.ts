@@ -29,6 +29,8 @@ import { prepareWorktree, repoCommonDir, type PreparedWorktree } from './worktre
 import { assertOwnBranch, chooseBranch, vetBaseRef, type ClaimBranch } from './branch-ownership.ts';
 import { claimBranch, ownBranchesAmong } from '../store/branches.ts';
 import { anchorOf } from '../store/retention.ts';
+import { finishCancelledRun } from './cancel.ts';
+import { forkStartState } from './fork.ts';
 
 export type JobResult = 'completed' | 'failed' | 'released' | 'skipped' | 'dead_lettered' | 'lease_lost';
 
@@ -108,12 +110,18 @@ async function executeRun(deps: JobDeps, run: RunRow, lease: Lease): Promise<Job
   const { model, description } = await resolveModel({
     model: job.model,
     lookupProvider: (alias) => scoped((tx) => modelProvider(tx, alias)),
-    startAt: chain.at(-1)?.step ?? 0,
+    startAt: chain.at(-1)?.step ?? run.fork_seed?.step ?? 0, // a fork continues after its source's step
     signal: deps.shutdown,
   });
+  if (run.cancel_requested_at) {
+    // Asked while nobody could act on it (its worker died after the request): cancelled at once.
+    await finishCancelledRun({ db, run, by: run.cancel_requested_by ?? 'unknown', seq: chain.at(-1)?.checkpoint_seq ?? 0, step: run.step, repoPath: job.repoPath ?? config.WORKER_REPO_ROOT, worktreePath: run.worktree_path, log });
+    return 'released';
+  }
   const { tree, baseOid } = await prepareTree(deps, run, harness, chain, anchor, resuming);
 
-  const state = stateFromRow(chain.at(-1), baseOid);
+  // A fork's first attempt starts from its source's checkpoint (step, history, hash as anchor).
+  const state = chain.length || !run.fork_seed ? stateFromRow(chain.at(-1), baseOid) : forkStartState(run.fork_seed, baseOid);
   const tracker = new TouchTracker(tree.root);
   tracker.start();
   try {
@@ -143,6 +151,11 @@ async function executeRun(deps: JobDeps, run: RunRow, lease: Lease): Promise<Job
     switch (outcome.kind) {
       case 'lease_lost':
         throw outcome.error;
+      case 'cancelled': {
+        await tracker.stop(); // before its worktree goes
+        await finishCancelledRun({ db, run, by: outcome.by, seq: state.seq, step: state.step, repoPath: job.repoPath ?? config.WORKER_REPO_ROOT, worktreePath: tree.git?.worktreePath ?? null, log });
+        return 'released';
+      }
       case 'stopped': {
         const released = await scoped((tx) => requeueRun(tx, { agentRunId: run.id, leaseEpoch: run.lease_epoch, nextAttempt: false }));
         if (released) await deps.queue.enqueue(released.job);

@@ -20,6 +20,7 @@ import { isTransientDbError } from '../store/retry.ts';
 export type SessionOutcome =
   | { kind: 'finished'; text: string; reason: 'model_done' | 'step_budget' }
   | { kind: 'stopped' } // SIGTERM: the round in flight finished and was checkpointed
+  | { kind: 'cancelled'; by: string } // an operator's cancel: the same stop, then the run ends
   | { kind: 'lease_lost'; error: LeaseLostError };
 
 export interface SessionDeps {
@@ -66,7 +67,7 @@ export async function runSession(d: SessionDeps): Promise<SessionOutcome> {
   if (remaining <= 0) return { kind: 'finished', text: '', reason: 'step_budget' };
 
   const abort = new AbortController();
-  let halted: 'shutdown' | 'lease' | 'fatal' | undefined;
+  let halted: 'shutdown' | 'cancel' | 'lease' | 'fatal' | undefined;
   let fatal: unknown;
   let toolsInFlight = 0;
   let roundsSinceCheckpoint = 0;
@@ -82,9 +83,19 @@ export async function runSession(d: SessionDeps): Promise<SessionOutcome> {
     // A model call is interrupted at once; a tool call in flight finishes and is checkpointed first.
     if (toolsInFlight === 0) abort.abort(new Error('shutdown'));
   };
+  // A cancel stops like SIGTERM (at the next tool boundary, after a checkpoint), but ends the run.
+  const onCancel = () => {
+    halted ??= 'cancel';
+    if (toolsInFlight === 0) abort.abort(new Error('cancelled'));
+  };
+  const stopping = () => halted === 'shutdown' || halted === 'cancel';
+  const stoppedOutcome = (): SessionOutcome =>
+    halted === 'cancel' ? { kind: 'cancelled', by: d.lease.cancelRequestedBy ?? 'unknown' } : { kind: 'stopped' };
   d.lease.lostSignal.addEventListener('abort', onLeaseLost);
   d.shutdown.addEventListener('abort', onShutdown);
+  d.lease.cancelSignal.addEventListener('abort', onCancel);
   if (d.shutdown.aborted) onShutdown();
+  if (d.lease.cancelSignal.aborted) onCancel();
 
   const ctx: ToolContext = {
     root: d.root,
@@ -153,7 +164,7 @@ export async function runSession(d: SessionDeps): Promise<SessionOutcome> {
     d.log.info({ step: round, tools: calls.map((c) => c.toolName) }, 'tool round done');
     // The SDK swallows errors thrown here, so failures are caught and turned into a halt.
     try {
-      if (roundsSinceCheckpoint >= d.checkpointEvery || halted === 'shutdown') {
+      if (roundsSinceCheckpoint >= d.checkpointEvery || stopping()) {
         await d.writer.write();
         roundsSinceCheckpoint = 0;
       }
@@ -177,20 +188,21 @@ export async function runSession(d: SessionDeps): Promise<SessionOutcome> {
     // Rounds after the last Nth-round checkpoint are checkpointed before the run completes.
     if (roundsSinceCheckpoint > 0) await d.writer.write();
     await d.writer.settleNotes();
-    if (halted === 'shutdown') return { kind: 'stopped' };
+    if (stopping()) return stoppedOutcome();
     const lastHadTools = result.steps.at(-1)?.toolCalls.length ?? 0;
     return { kind: 'finished', text: result.text, reason: lastHadTools > 0 ? 'step_budget' : 'model_done' };
   } catch (err) {
     const cause = fatal ?? err;
     if (cause instanceof LeaseLostError) return { kind: 'lease_lost', error: cause };
-    if (halted === 'shutdown') {
+    if (stopping()) {
       if (roundsSinceCheckpoint > 0) await d.writer.write();
       await d.writer.settleNotes();
-      return { kind: 'stopped' };
+      return stoppedOutcome();
     }
     throw cause;
   } finally {
     d.lease.lostSignal.removeEventListener('abort', onLeaseLost);
     d.shutdown.removeEventListener('abort', onShutdown);
+    d.lease.cancelSignal.removeEventListener('abort', onCancel);
   }
 }

@@ -80,7 +80,7 @@ export async function inspectRun(args: {
     findings.push(...chainFindings());
     await checkReachable();
   }
-  if (!wt.exists && (args.run.status === 'completed' || args.run.status === 'failed')) {
+  if (!wt.exists && ['completed', 'failed', 'cancelled'].includes(args.run.status)) {
     // A finished run's worktree is disposable (prune removes it): the branch and notes are the record.
     const tip = await resolveCommit(repoPath, `refs/heads/${args.run.branch}`);
     if (targetOid && tip !== targetOid) findings.push({ kind: 'branch_moved', detail: `branch ${args.run.branch} is at ${tip ?? '(missing)'}, the last checkpoint at ${targetOid}` });
