@@ -6,6 +6,7 @@ import { dispatchJob } from '../worker/dispatch.ts';
 import { EchodoError, errorMessage } from '../worker/errors.ts';
 import { createQueue } from '../worker/queue/index.ts';
 import { parseJob } from '../worker/job.ts';
+import { registerConfigSecrets, registerStartupSecrets } from '../worker/secrets.ts';
 import { exitOnStartupError, parseCli, usageError } from './cli.ts';
 
 exitOnStartupError('dispatch');
@@ -30,7 +31,9 @@ if (!checked.ok) {
 }
 
 const config = loadConfigOrExit();
+registerConfigSecrets(config);
 const db = await openDatabase(config);
+await registerStartupSecrets(config, db); // the brief is redacted before it is stored
 const queue = createQueue({ config, db, workerId: `dispatch-${process.pid}` });
 let code = 0;
 try {

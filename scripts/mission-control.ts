@@ -5,6 +5,7 @@ import { openDatabase } from '../store/connection.ts';
 import { createAdminToken, createWorkspaceToken } from '../store/tokens.ts';
 import { loadConfigOrExit } from '../worker/config.ts';
 import { EchodoError, errorMessage } from '../worker/errors.ts';
+import { registerConfigSecrets, registerStartupSecrets } from '../worker/secrets.ts';
 import { exitOnStartupError, parseCli, usageError } from './cli.ts';
 import { createMissionControl } from './mission-control/server.ts';
 
@@ -25,7 +26,10 @@ function parseCommand(): Command {
 async function main(): Promise<void> {
   const command = parseCommand();
   const config = loadConfigOrExit();
+  registerConfigSecrets(config);
   const db = await openDatabase(config);
+  // Operator actions write events and reasons; the panel logs: both go through the redactor.
+  await registerStartupSecrets(config, db);
 
   if (command.kind === 'token') {
     try {

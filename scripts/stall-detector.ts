@@ -9,14 +9,17 @@ import { sweepStalledRuns } from '../worker/stall-detector.ts';
 import { pruneFinishedRuns } from '../worker/prune.ts';
 import { errorMessage } from '../worker/errors.ts';
 import { guardDaemon } from '../worker/process-guards.ts';
+import { registerConfigSecrets, registerStartupSecrets } from '../worker/secrets.ts';
 import { exitOnStartupError, parseCli } from './cli.ts';
 
 exitOnStartupError('stall-detector');
 
 const { values } = parseCli({ once: { type: 'boolean', default: false } }, 'npm run stall-detector [-- --once]');
 const config = loadConfigOrExit();
+registerConfigSecrets(config); // before the first log line
 const log = createLogger({ level: config.LOG_LEVEL, name: 'echodo-stall-detector' });
 const db = await openDatabase(config);
+await registerStartupSecrets(config, db);
 const queue = createQueue({ config, db, workerId: `stall-detector-${process.pid}` });
 if (!values.once) guardDaemon('stall-detector', log);
 const PRUNE_EVERY_MS = 60 * 60 * 1000;

@@ -6,9 +6,11 @@ import { createQueue } from '../worker/queue/index.ts';
 import { WorkerDaemon } from '../worker/daemon.ts';
 import { errorMessage } from '../worker/errors.ts';
 import { guardDaemon } from '../worker/process-guards.ts';
+import { registerConfigSecrets, registerStartupSecrets } from '../worker/secrets.ts';
 import { describeSandbox, sandboxFor, sandboxOptionsFromConfig } from '../worker/sandbox/index.ts';
 
 const config = loadConfigOrExit();
+registerConfigSecrets(config); // before the first log line
 const log = createLogger({ level: config.LOG_LEVEL, name: 'echodo-worker' }).child({ workerId: config.WORKER_ID });
 
 // Probed once: run_command is refused (fail closed) when bwrap is unusable; 'off' is warned about.
@@ -22,6 +24,7 @@ if (config.WORKER_DRY_RUN) {
 
 try {
   const db = await openDatabase(config);
+  const { registered } = await registerStartupSecrets(config, db);
   const queue = createQueue({ config, db, workerId: config.WORKER_ID, onError: (err) => log.warn({ error: errorMessage(err) }, 'queue error') });
   const daemon = new WorkerDaemon({ config, db, queue, workerId: config.WORKER_ID, log });
   guardDaemon('worker', log);
@@ -29,7 +32,7 @@ try {
   else log.warn({ sandbox: sandboxLine }, sandbox.mode === 'off' ? 'WORKER_SANDBOX=off: run_command is not confined' : 'sandbox unusable: run_command will be refused');
   process.once('SIGTERM', () => daemon.stop());
   process.once('SIGINT', () => daemon.stop());
-  log.info({ queue: queue.backend }, 'worker started');
+  log.info({ queue: queue.backend, secretsRegistered: registered }, 'worker started');
   const code = await daemon.run();
   log.info({ results: daemon.results, exitCode: code }, 'worker stopped');
   await queue.close();

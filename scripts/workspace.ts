@@ -5,6 +5,7 @@ import { openDatabase } from '../store/connection.ts';
 import { createWorkspace } from '../store/runs.ts';
 import { upsertModelProvider } from '../store/workspace-config.ts';
 import { withWorkspace } from '../store/workspace.ts';
+import { assertKeyVarAllowed, parseKeyVarGlobs, ProviderKeyVarRefusedError } from '../worker/models/key-vars.ts';
 import { exitOnStartupError, parseCli, usageError } from './cli.ts';
 
 exitOnStartupError('workspace');
@@ -19,11 +20,20 @@ if (!workspaceId || !['create', 'add-model'].includes(command ?? '')) usageError
 if (command === 'add-model' && (!values.alias || !values['base-url'] || !values.model)) usageError(USAGE, 'add-model needs --alias, --base-url and --model');
 
 const config = loadConfigOrExit();
+// A provider may only name a variable matching WORKER_PROVIDER_KEY_VARS (docs/security.md).
+const keyVarGlobs = parseKeyVarGlobs(config.WORKER_PROVIDER_KEY_VARS);
+try {
+  if (command === 'add-model') assertKeyVarAllowed(values['key-env'], keyVarGlobs);
+} catch (err) {
+  if (!(err instanceof ProviderKeyVarRefusedError)) throw err;
+  process.stderr.write(`${err.message}\n`);
+  process.exit(2);
+}
 const db = await openDatabase(config);
 await withWorkspace(db.app, workspaceId, async (tx) => {
   await createWorkspace(tx);
   if (command === 'add-model') {
-    await upsertModelProvider(tx, { alias: values.alias!, provider: 'openai-compatible', base_url: values['base-url']!, model: values.model!, api_key_env_var: values['key-env'] ?? null });
+    await upsertModelProvider(tx, { alias: values.alias!, provider: 'openai-compatible', base_url: values['base-url']!, model: values.model!, api_key_env_var: values['key-env'] ?? null }, keyVarGlobs);
   }
 });
 process.stdout.write(`${command === 'create' ? `workspace ${workspaceId} ready` : `model ${values.alias} added to ${workspaceId}`}\n`);

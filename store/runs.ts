@@ -2,6 +2,11 @@
 // transaction; completion and failure only ever happen `where lease_epoch = $mine`.
 import type { Job } from '../worker/job.ts';
 import type { WorkspaceTx } from './workspace.ts';
+import { redactValue, storableText } from '../worker/checkpoints/redact.ts';
+
+// Redaction at the store boundary (docs/security.md): every reason and event written here
+// passes the one redaction function, so no caller can forget it.
+const REASON_MAX_CHARS = 2000;
 
 export type RunStatus = 'queued' | 'running' | 'completed' | 'failed' | 'cancelled';
 
@@ -55,7 +60,7 @@ export async function recordRun(tx: WorkspaceTx, job: Job): Promise<{ agentRunId
   const inserted = await tx<{ id: string }[]>`
     insert into agent_runs (id, workspace_id, convoy_id, brief_id, job_id, job, harness_alias)
     values (${job.agentRunId}, ${tx.workspaceId}, ${job.convoyId}, ${job.briefId}, ${job.jobId},
-            ${tx.json(job as never)}, ${job.harnessAlias ?? null})
+            ${tx.json(redactValue(job, Infinity) as never)}, ${job.harnessAlias ?? null})
     on conflict (workspace_id, job_id) do nothing
     returning id`;
   if (inserted.length) return { agentRunId: inserted[0]!.id, created: true };
@@ -132,7 +137,7 @@ export async function completeRun(tx: WorkspaceTx, args: { agentRunId: string; l
 /** Fails the run with a reason; only the lease holder can. The brief is done either way. */
 export async function failRun(tx: WorkspaceTx, args: { agentRunId: string; leaseEpoch: number; reason: string }): Promise<boolean> {
   const [run] = await tx<{ brief_id: string }[]>`
-    update agent_runs set status = 'failed', failure_reason = ${args.reason}, finished_at = now(), lease_expires_at = null
+    update agent_runs set status = 'failed', failure_reason = ${storableText(args.reason, REASON_MAX_CHARS)}, finished_at = now(), lease_expires_at = null
      where id = ${args.agentRunId} and lease_epoch = ${args.leaseEpoch} and status = 'running'
     returning brief_id`;
   if (!run) return false;
@@ -143,7 +148,7 @@ export async function failRun(tx: WorkspaceTx, args: { agentRunId: string; lease
 /** Fails a run that was never claimed (bad job found before claim). */
 export async function failQueuedRun(tx: WorkspaceTx, args: { agentRunId: string; reason: string }): Promise<boolean> {
   const rows = await tx`
-    update agent_runs set status = 'failed', failure_reason = ${args.reason}, finished_at = now()
+    update agent_runs set status = 'failed', failure_reason = ${storableText(args.reason, REASON_MAX_CHARS)}, finished_at = now()
      where id = ${args.agentRunId} and status = 'queued'
     returning 1`;
   return rows.length > 0;
@@ -170,7 +175,7 @@ export async function requeueRun(
 /** Stall detector: a run out of attempts is failed (fencing whoever held it). */
 export async function failStalledRun(tx: WorkspaceTx, args: { agentRunId: string; leaseEpoch: number; reason: string }): Promise<RunRow | undefined> {
   const [run] = await tx<RunRow[]>`
-    update agent_runs set status = 'failed', failure_reason = ${args.reason}, finished_at = now(),
+    update agent_runs set status = 'failed', failure_reason = ${storableText(args.reason, REASON_MAX_CHARS)}, finished_at = now(),
            lease_epoch = lease_epoch + 1, lease_expires_at = null
      where id = ${args.agentRunId} and lease_epoch = ${args.leaseEpoch} and status in ('running', 'queued')
     returning *`;
@@ -183,5 +188,5 @@ export async function appendEvent(
   event: { convoyId: string; agentRunId: string | null; type: string; metadata?: Record<string, unknown> },
 ): Promise<void> {
   await tx`insert into convoy_events (workspace_id, convoy_id, agent_run_id, type, metadata)
-           values (${tx.workspaceId}, ${event.convoyId}, ${event.agentRunId}, ${event.type}, ${tx.json((event.metadata ?? {}) as never)})`;
+           values (${tx.workspaceId}, ${event.convoyId}, ${event.agentRunId}, ${event.type}, ${tx.json(redactValue(event.metadata ?? {}) as never)})`;
 }

@@ -1,4 +1,6 @@
 // Per-workspace configuration rows: harness overrides, role routes, model providers.
+import type { Sql } from 'postgres';
+import { assertKeyVarAllowed } from '../worker/models/key-vars.ts';
 import type { WorkspaceTx } from './workspace.ts';
 
 export interface HarnessRow {
@@ -40,7 +42,21 @@ export async function apiKeyEnvVars(tx: WorkspaceTx): Promise<string[]> {
   return rows.map((r) => r.api_key_env_var);
 }
 
-export async function upsertModelProvider(tx: WorkspaceTx, row: ModelProviderRow): Promise<void> {
+/**
+ * Every variable any workspace's provider names as its key (names only), through the
+ * security-definer function of migration 010: the start-up registration of secrets.
+ */
+export async function allApiKeyEnvVars(sql: Sql): Promise<string[]> {
+  const rows = await sql<{ api_key_env_var: string }[]>`select api_key_env_var from echodo_api_key_env_vars()`;
+  return rows.map((r) => r.api_key_env_var);
+}
+
+/**
+ * Writes a provider row. Its api_key_env_var must match `keyVarGlobs` (WORKER_PROVIDER_KEY_VARS):
+ * ProviderKeyVarRefusedError, naming the variable and the globs, otherwise.
+ */
+export async function upsertModelProvider(tx: WorkspaceTx, row: ModelProviderRow, keyVarGlobs?: readonly string[]): Promise<void> {
+  assertKeyVarAllowed(row.api_key_env_var, keyVarGlobs);
   await tx`insert into model_providers (workspace_id, alias, provider, base_url, model, api_key_env_var)
            values (${tx.workspaceId}, ${row.alias}, ${row.provider}, ${row.base_url}, ${row.model}, ${row.api_key_env_var})
            on conflict (workspace_id, alias) do update

@@ -10,12 +10,13 @@ import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { upsertModelProvider } from '../store/workspace-config.ts';
 import { withWorkspace } from '../store/workspace.ts';
-import { waitFor, type Child } from './support/child.ts';
+import { ProviderKeyVarRefusedError } from '../worker/models/key-vars.ts';
+import { spawnNode, waitFor, type Child } from './support/child.ts';
 import { startChatServer, type ChatServer } from './support/chat-server.ts';
 import { git } from './support/git.ts';
 import { createScenario, type Scenario } from './support/scenario.ts';
 
-const KEY_VAR = 'ECHODO_E2E_KEY';
+const KEY_VAR = 'ECHODO_E2E_API_KEY';
 const KEY = `sk-e2e-${randomBytes(16).toString('hex')}`;
 const NOTE = 'export const note = "written by the remote model";\n';
 
@@ -50,7 +51,9 @@ before(async () => {
   await waitFor(async () => {
     const row = await s.run(agentRunId);
     return row.status === 'completed' || row.status === 'failed';
-  }, { timeoutMs: 40_000, what: 'the run to finish' });
+  }, { timeoutMs: 40_000, what: 'the run to finish' }).catch((err) => {
+    throw new Error(`${(err as Error).message}\n${worker.output()}`);
+  });
   await worker.stop('SIGTERM', 5000);
   hookEnv = await readFile(hookEnvFile, 'utf8').catch(() => '');
 });
@@ -77,13 +80,13 @@ test('the command environment holds no key, and neither does the tool result sen
   const envCall = history.find((h) => h.tool === 'run_command');
   assert.equal(envCall?.ok, true, 'env ran');
   assert.equal(envCall!.result!.exitCode, 0);
-  assert.match(envCall!.result!.tail, /^HOME=.*\nLANG=C\.UTF-8$/m, 'the recorded output (its tail) is env output');
+  assert.match(envCall!.result!.tail, /^(HOME|PATH|LANG)=/m, 'the recorded output (its tail) is env output');
   assert.doesNotMatch(envCall!.result!.tail, new RegExp(`${KEY_VAR}|DATABASE_URL|REDIS_URL`));
 
   // What the model was sent after the command: the tool message carries env's raw output.
   const last = server.requests.at(-1)!.body as { messages: { role: string; content: unknown }[] };
   const toolMessages = last.messages.filter((m) => m.role === 'tool').map((m) => JSON.stringify(m.content));
-  const envResult = toolMessages.find((m) => m.includes('PATH=') && m.includes('GIT_TERMINAL_PROMPT=0'));
+  const envResult = toolMessages.find((m) => m.includes('PATH=') && m.includes('HOME='));
   assert.ok(envResult, `a tool result with env output was sent: ${toolMessages.join(' | ')}`);
   assert.ok(!envResult.includes(KEY_VAR), 'the key variable is not in the command environment');
   for (const r of server.requests) assert.ok(!JSON.stringify(r.body).includes(KEY), 'no request body holds the key');
@@ -144,4 +147,50 @@ test("the repo's hooks do not run while the worker makes its worktree, so they c
   assert.equal(env, '', 'the post-checkout hook did not run');
   assert.ok(!env.includes(KEY.slice(7)), 'the hook was given the API key');
   assert.ok(!/^DATABASE_URL=/m.test(env), 'the hook was given the database URL (with its password)');
+});
+
+// Reproduction 7: a model_providers row naming DATABASE_URL, with base_url pointing at a
+// listener, delivered the database URL as a bearer token. Such a row is refused when written
+// (store, CLI) and, if one exists anyway (written before the rule, or by hand), when it is used.
+test('a row naming DATABASE_URL fails the run with a clear reason, and the listener gets nothing', { timeout: 40_000 }, async () => {
+  const listener = await startChatServer([{ text: 'never served' }]);
+  const password = decodeURIComponent(new URL(s.env.DATABASE_URL!).password);
+  const w = s.spawnWorker({ [KEY_VAR]: KEY });
+  try {
+    await s.su`insert into model_providers (workspace_id, alias, provider, base_url, model, api_key_env_var)
+               values (${s.workspaceId}, 'leaky', 'openai-compatible', ${listener.baseURL}, 'm', 'DATABASE_URL')`;
+    const { agentRunId: id } = await s.dispatch({ model: 'leaky' });
+    const run = await waitFor(async () => {
+      const row = await s.run(id);
+      return row.status === 'completed' || row.status === 'failed' ? row : undefined;
+    }, { timeoutMs: 30_000, what: 'the run naming DATABASE_URL to finish' });
+    assert.equal(run.status, 'failed');
+    assert.match(run.failure_reason, /api_key_env_var "DATABASE_URL" is refused: .*WORKER_PROVIDER_KEY_VARS \(\*_API_KEY\)/, run.failure_reason);
+    assert.equal(run.worktree_path, null, 'refused before any worktree was made');
+    assert.equal(listener.requests.length, 0, 'nothing was sent to the listener');
+    assert.ok(!JSON.stringify(await s.events(id)).includes(password), 'no event holds the database password');
+    assert.ok(!w.output().includes(password), 'no log line holds the database password');
+  } finally {
+    await w.stop('SIGTERM', 5000);
+    await listener.close();
+  }
+});
+
+test('writing a row that names a variable outside WORKER_PROVIDER_KEY_VARS is refused, naming it and the globs', async () => {
+  await assert.rejects(
+    withWorkspace(s.t.db.app, s.workspaceId, (tx) =>
+      upsertModelProvider(tx, { alias: 'bad', provider: 'openai-compatible', base_url: 'http://127.0.0.1:9/v1', model: 'm', api_key_env_var: 'DATABASE_URL' }, ['*_API_KEY'])),
+    (err: unknown) => err instanceof ProviderKeyVarRefusedError && /"DATABASE_URL" is refused.*\(\*_API_KEY\)/.test(err.message),
+  );
+  assert.equal((await s.su`select 1 from model_providers where alias = 'bad'`).length, 0, 'no row was written');
+
+  const cli = (keyEnv: string, env: Record<string, string> = {}) =>
+    spawnNode('scripts/workspace.ts', ['add-model', s.workspaceId, '--alias', `cli-${keyEnv.toLowerCase()}`, '--base-url', 'http://127.0.0.1:9/v1', '--model', 'm', '--key-env', keyEnv], { env: { ...s.env, ...env } });
+  const refused = cli('DATABASE_URL');
+  assert.equal((await refused.exited).code, 2, refused.output());
+  assert.match(refused.output(), /api_key_env_var "DATABASE_URL" is refused: a model provider may only name a variable matching WORKER_PROVIDER_KEY_VARS \(\*_API_KEY\)/);
+  const custom = cli('LLM_ACCESS', { WORKER_PROVIDER_KEY_VARS: '*_API_KEY,LLM_*' });
+  assert.equal((await custom.exited).code, 0, custom.output());
+  const rows = await s.su<{ alias: string }[]>`select alias from model_providers where alias like 'cli-%' order by alias`;
+  assert.deepEqual(rows.map((r) => r.alias), ['cli-llm_access']);
 });

@@ -4,11 +4,12 @@ import { inspect } from 'node:util';
 import { generateText, streamText, stepCountIs, tool } from 'ai';
 import { z } from 'zod';
 import { resolveModel, type ProviderRow } from '../worker/models/resolve.ts';
-import { MissingApiKeyError } from '../worker/models/openai-compatible.ts';
+import { createOpenAICompatibleModel, MissingApiKeyError } from '../worker/models/openai-compatible.ts';
+import { keyVarAllowed, parseKeyVarGlobs, ProviderKeyVarRefusedError } from '../worker/models/key-vars.ts';
 import { EchodoError } from '../worker/errors.ts';
 import { startChatServer, type ChatServer } from './support/chat-server.ts';
 
-const KEY_VAR = 'ECHODO_TEST_LLM_KEY';
+const KEY_VAR = 'ECHODO_TEST_LLM_API_KEY';
 
 function providerRow(server: ChatServer, apiKeyEnvVar: string | null = KEY_VAR): ProviderRow {
   return { alias: 'local-llm', provider: 'openai-compatible', base_url: server.baseURL, model: 'test-model-1', api_key_env_var: apiKeyEnvVar };
@@ -197,4 +198,41 @@ test('a server error surfaces as an error, not as a silent empty answer', async 
     env: { [KEY_VAR]: 'sk-err-444' },
   });
   await assert.rejects(generateText({ model, prompt: 'x', maxRetries: 0 }), /does not exist/);
+});
+
+test('a provider row naming a variable outside WORKER_PROVIDER_KEY_VARS is refused before anything is sent', async (t) => {
+  const server = await startChatServer([{ text: 'must not be reached' }]);
+  t.after(() => server.close());
+  const env = { DATABASE_URL: 'postgres://postgres:db-password-0123456789@127.0.0.1:5432/echodo', [KEY_VAR]: 'sk-fine-0123456789abcdef' };
+  for (const keyVarGlobs of [undefined, ['*_API_KEY'], ['LLM_*', '*_TOKEN']]) {
+    await assert.rejects(
+      resolveModel({ model: 'local-llm', lookupProvider: lookupFor(providerRow(server, 'DATABASE_URL')), startAt: 0, env, keyVarGlobs }),
+      (err: unknown) => {
+        assert.ok(err instanceof ProviderKeyVarRefusedError, `refused with the typed error: ${String(err)}`);
+        assert.ok(err instanceof EchodoError, 'an EchodoError, so the run fails with its message');
+        assert.match(err.message, /"DATABASE_URL" is refused/, err.message);
+        assert.match(err.message, new RegExp(`WORKER_PROVIDER_KEY_VARS \\(${(keyVarGlobs ?? ['*_API_KEY']).join(', ').replace(/\*/g, '\\*')}\\)`), err.message);
+        assert.ok(!err.message.includes('db-password'), 'the refusal never holds the value');
+        return true;
+      },
+    );
+  }
+  // The same row through the model factory directly (a caller that skipped resolveModel).
+  assert.throws(() => createOpenAICompatibleModel({ baseURL: server.baseURL, model: 'm', apiKeyEnvVar: 'DATABASE_URL', env, keyVarGlobs: ['*_API_KEY'] }), ProviderKeyVarRefusedError);
+  assert.equal(server.requests.length, 0, 'the loopback server was sent nothing');
+
+  // A variable matching a custom glob is accepted and sent.
+  const { model } = await resolveModel({ model: 'local-llm', lookupProvider: lookupFor(providerRow(server, 'LLM_ACCESS')), startAt: 0, env: { LLM_ACCESS: 'custom-value-1234' }, keyVarGlobs: ['*_API_KEY', 'LLM_*'] });
+  assert.equal((await generateText({ model, prompt: 'x', maxRetries: 0 })).text, 'must not be reached');
+  assert.equal(server.requests[0]!.headers.authorization, 'Bearer custom-value-1234');
+});
+
+test('WORKER_PROVIDER_KEY_VARS globs: * and ? match within a name, the default is *_API_KEY', () => {
+  assert.deepEqual(parseKeyVarGlobs(undefined), ['*_API_KEY']);
+  assert.deepEqual(parseKeyVarGlobs(' *_API_KEY , LLM_? '), ['*_API_KEY', 'LLM_?']);
+  assert.ok(keyVarAllowed('OPENAI_API_KEY', ['*_API_KEY']));
+  assert.ok(!keyVarAllowed('DATABASE_URL', ['*_API_KEY']));
+  assert.ok(!keyVarAllowed('OPENAI_API_KEY_FILE', ['*_API_KEY']), 'a glob matches the whole name');
+  assert.ok(keyVarAllowed('LLM_A', ['LLM_?']) && !keyVarAllowed('LLM_AB', ['LLM_?']));
+  assert.ok(!keyVarAllowed('X.API_KEY', ['X_API_KEY']), 'regex characters in a name are literal');
 });

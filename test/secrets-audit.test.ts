@@ -1,84 +1,202 @@
-// Secrets audit: distinct secrets planted in every place they could come from (the worker's
-// environment, a provider row's key variable, a repo file the agent reads, command output, the
-// brief itself); then every table, every note, every log line and every event is scanned.
+// The secrets audit: distinct secrets planted in every place they could come from, then every
+// table, every git note, every commit message, the Redis dead-letter list and every worker log
+// line is scanned for each of them, and for fragments of them (a prefix, a middle, a suffix: what
+// a truncation before redaction leaves behind). Planted in:
+//  - the worker's environment (a *KEY* variable, a *TOKEN* variable), and a variable whose name
+//    has none of KEY/TOKEN/SECRET/PASSWORD, named only by ANOTHER workspace's provider row (a row
+//    written before WORKER_PROVIDER_KEY_VARS existed: the worker registers it at start-up);
+//  - DATABASE_URL's password, printed by a `git diff` of a file holding the URL;
+//  - command output, a key-shaped token straddling the 400-character tail cut of tool_history;
+//  - a provider's 401 error body echoing `Authorization: Bearer <key>` (reproduction 2): the
+//    failure reason and the run_failed event;
+//  - dead letters: a job for an unknown workspace whose brief holds keys, and a job whose
+//    unknown field is named by a key (the reason echoes it);
+//  - a repo file the agent reads, and the brief itself.
+// Commands are plain `git`, so this holds with or without the run_command sandbox.
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
+import { writeFile } from 'node:fs/promises';
 import { after, before, test } from 'node:test';
+import { Redis } from 'ioredis';
+import { createWorkspace } from '../store/runs.ts';
 import { upsertModelProvider } from '../store/workspace-config.ts';
 import { withWorkspace } from '../store/workspace.ts';
-import type { Child } from './support/child.ts';
+import { waitFor, type Child } from './support/child.ts';
+import { startChatServer, type ChatServer } from './support/chat-server.ts';
 import { git } from './support/git.ts';
+import { startRedis, type RedisServer } from './support/redis.ts';
 import { createScenario, type Scenario } from './support/scenario.ts';
 
 const rand = (n: number) => randomBytes(n).toString('hex').slice(0, n);
-const SECRETS = {
+const TAIL_CHARS = 400; // worker/checkpoints/history.ts
+const SECRETS: Record<string, string> = {
   envApiKey: `sk-audit${rand(32)}`, // OPENAI_API_KEY: a variable named *KEY*
   envToken: `tok${rand(24)}`, // DEPLOY_TOKEN: a variable named *TOKEN*, no known key shape
-  providerKey: `cred${rand(28)}`, // LLM_CREDENTIAL: named only by model_providers.api_key_env_var
+  otherWorkspaceKey: `cred${rand(28)}`, // LLM_AUTH_VALUE: named only by workspace "other"'s provider row
+  providerKey: `sk-live-${rand(40)}`, // AUDIT_API_KEY: echoed back by the provider's 401 body
+  straddling: `sk-proj-${rand(48)}`, // in command output, across the tail cut; registered nowhere
   fileGithub: `ghp_${rand(36)}`, // in a repo file the agent reads, and shown by git diff
-  filePem: `-----BEGIN PRIVATE KEY-----\nMII${rand(40)}\n-----END PRIVATE KEY-----`,
+  filePem: `MII${rand(40)}`, // the body of a PEM private key in that file
   briefAws: `AKIA${rand(16).toUpperCase()}`, // in the brief itself
   briefSlack: `xoxb-${rand(24)}`,
+  deadBearer: `dl${rand(30)}`, // after "Bearer" in a dead-lettered job's brief
+  deadField: `sk-field${rand(24)}`, // an unknown field's name: the dead letter's reason echoes it
 };
+const FRAGMENT = 12;
 
+let redis: RedisServer;
+let chat: ChatServer;
 let s: Scenario;
 let worker: Child | undefined;
+let dbPassword: string;
 
 before(async () => {
+  const started = await startRedis();
+  if (!started) throw new Error('redis-server is needed for the dead-letter part of the secrets audit');
+  redis = started;
+  chat = await startChatServer([
+    { status: 401, error: `Incorrect API key provided. You sent: Authorization: Bearer ${SECRETS.providerKey} (key ${SECRETS.providerKey})` },
+  ]);
   s = await createScenario({
+    env: { REDIS_URL: redis.url },
     files: {
       'README.md': '# sample\n',
-      'config/credentials.txt': `github=${SECRETS.fileGithub}\nopenai=${SECRETS.envApiKey}\n${SECRETS.filePem}\n`,
+      'notes.txt': 'old notes\n',
+      'config/credentials.txt': `github=${SECRETS.fileGithub}\nopenai=${SECRETS.envApiKey}\n-----BEGIN PRIVATE KEY-----\n${SECRETS.filePem}\n-----END PRIVATE KEY-----\n`,
     },
+    steps: [], // written below, once DATABASE_URL is known
+  });
+  dbPassword = decodeURIComponent(new URL(s.env.DATABASE_URL!).password);
+  assert.ok(dbPassword.length >= 8, 'the test database URL has a password to plant');
+  SECRETS.dbPassword = dbPassword;
+
+  // The last lines of notes.txt: a key straddling the tail cut, then the database URL and the
+  // other workspace's key, wholly inside the tail. `+` and `\n` are git diff's framing.
+  const lineA = `db=${s.env.DATABASE_URL}`;
+  const lineB = `auth=${SECRETS.otherWorkspaceKey}`;
+  const afterKey = TAIL_CHARS - Math.floor(SECRETS.straddling!.length / 2);
+  const pad = 'y'.repeat(afterKey - 2 - (lineA.length + 2) - (lineB.length + 2));
+  const notes = `new notes\n${SECRETS.straddling} ${pad}\n${lineA}\n${lineB}\n`;
+  await writeFile(s.transcriptPath, JSON.stringify({
     steps: [
       { toolCalls: [{ toolName: 'read_file', input: { path: 'config/credentials.txt' } }] },
       { toolCalls: [{ toolName: 'grep', input: { pattern: 'github=' } }] },
-      // The model copies the secrets into a new file and into its inputs: contents become hashes.
-      { toolCalls: [{ toolName: 'write_file', input: { path: 'config/credentials.txt', content: `github=${SECRETS.fileGithub}\ntoken=${SECRETS.envToken}\ncred=${SECRETS.providerKey}\n` } }] },
+      // The model copies secrets into files and into its inputs: contents become hashes.
+      { toolCalls: [
+        { toolName: 'write_file', input: { path: 'config/credentials.txt', content: `github=${SECRETS.fileGithub}\ntoken=${SECRETS.envToken}\n` } },
+        { toolName: 'write_file', input: { path: 'notes.txt', content: notes } },
+      ] },
       { toolCalls: [{ toolName: 'run_command', input: { command: 'git diff HEAD~1' } }] },
       { toolCalls: [{ toolName: 'grep', input: { pattern: SECRETS.envToken } }] },
       { toolCalls: [{ toolName: 'run_command', input: { command: 'git status' } }] },
       { text: 'done' },
     ],
-  });
+  }));
+
   await withWorkspace(s.t.db.app, s.workspaceId, (tx) =>
-    upsertModelProvider(tx, { alias: 'hosted', provider: 'openai-compatible', base_url: 'http://127.0.0.1:9/v1', model: 'm', api_key_env_var: 'LLM_CREDENTIAL' }),
+    upsertModelProvider(tx, { alias: 'hosted', provider: 'openai-compatible', base_url: chat.baseURL, model: 'm', api_key_env_var: 'AUDIT_API_KEY' }),
   );
+  // Another workspace's row, written before the WORKER_PROVIDER_KEY_VARS rule (by hand: the
+  // store refuses it now), names a variable no name pattern would flag.
+  await withWorkspace(s.t.db.app, 'other', (tx) => createWorkspace(tx));
+  await s.su`insert into model_providers (workspace_id, alias, provider, base_url, model, api_key_env_var)
+             values ('other', 'legacy', 'openai-compatible', 'http://127.0.0.1:9/v1', 'm', 'LLM_AUTH_VALUE')`;
 });
+
 after(async () => {
   await worker?.stop('SIGKILL', 100);
+  await chat?.close();
   await s?.close();
+  await redis?.stop();
 });
 
-test('no planted secret reaches a table, a note, a log line or an event', { timeout: 60_000 }, async () => {
-  const { agentRunId } = await s.dispatch({ brief: `Rotate the keys. Old AWS key ${SECRETS.briefAws}, slack ${SECRETS.briefSlack}.` });
-  worker = s.spawnWorker({ OPENAI_API_KEY: SECRETS.envApiKey, DEPLOY_TOKEN: SECRETS.envToken, LLM_CREDENTIAL: SECRETS.providerKey, LOG_LEVEL: 'debug' });
-  const run = await s.waitForStatus(agentRunId, 'completed');
+test('no planted secret, nor a fragment of one, reaches a table, a note, a commit, a dead letter or a log line', { timeout: 90_000 }, async () => {
+  const commandRun = await s.dispatch({ brief: `Rotate the keys. Old AWS key ${SECRETS.briefAws}, slack ${SECRETS.briefSlack}.` });
+  const failingRun = await s.dispatch({ model: 'hosted', brief: 'Call the hosted model.' });
+  const job = { convoyId: 'c', briefId: 'b', roleId: 'coder', baseRef: 'main', model: `replay:${s.transcriptPath}` };
+  const producer = new Redis(redis.url);
+  try {
+    await producer.rpush(s.config.WORKER_QUEUE_KEY,
+      JSON.stringify({ ...job, workspaceId: 'ghost', brief: `use ${SECRETS.briefAws} with Bearer ${SECRETS.deadBearer}` }),
+      JSON.stringify({ ...job, workspaceId: s.workspaceId, brief: 'x', [SECRETS.deadField!]: true }));
+  } finally {
+    producer.disconnect();
+  }
+  worker = s.spawnWorker({
+    OPENAI_API_KEY: SECRETS.envApiKey!,
+    DEPLOY_TOKEN: SECRETS.envToken!,
+    LLM_AUTH_VALUE: SECRETS.otherWorkspaceKey!,
+    AUDIT_API_KEY: SECRETS.providerKey!,
+    LOG_LEVEL: 'debug',
+  });
+  const done = await s.waitForStatus(commandRun.agentRunId, 'completed', 45_000);
+  const failed = await s.waitForStatus(failingRun.agentRunId, 'failed', 30_000);
+  const deadLetters = await waitFor(async () => {
+    const rows = await s.su<{ reason: string; raw: string }[]>`select reason, raw from dead_letters order by id`;
+    return rows.length >= 2 ? rows : undefined;
+  }, { timeoutMs: 20_000, what: 'two dead letters' });
   await worker.stop('SIGTERM');
 
-  // The run did see the secrets: the diff it ran held them (else the audit proves nothing).
-  const history = (await s.checkpoints(agentRunId)).flatMap((r) => r.tool_history as { tool: string; result?: { tail?: string } }[]);
-  assert.ok(history.some((h) => h.tool === 'run_command' && h.result?.tail?.includes('[redacted:')), `command output was redacted, not absent: ${JSON.stringify(history.filter((h) => h.tool === 'run_command'))}`);
+  // --- The audit proves something only if each secret really passed through.
+  assert.equal(chat.requests[0]?.headers.authorization, `Bearer ${SECRETS.providerKey}`, 'the provider got the key and echoed it');
+  assert.match(failed.failure_reason, /Incorrect API key provided/, `the failure reason is the provider's: ${failed.failure_reason}`);
+  assert.match(failed.failure_reason, /\[redacted/, failed.failure_reason);
+  const [runFailed] = await s.events(failingRun.agentRunId, 'run_failed');
+  assert.match(JSON.stringify(runFailed?.metadata), /Incorrect API key provided.*\[redacted/, 'the run_failed event carries the redacted reason');
+  assert.ok(deadLetters.some((d) => d.raw.includes('ghost') && d.raw.includes('[redacted')), `a dead letter kept the redacted job: ${JSON.stringify(deadLetters)}`);
+  assert.ok(deadLetters.some((d) => /unknown field/.test(d.reason) && d.reason.includes('[redacted')), `a dead letter's reason names the redacted field: ${JSON.stringify(deadLetters)}`);
 
+  const checkpoints = await s.checkpoints(commandRun.agentRunId);
+  // Every row's history (a row may hold only the rounds since the previous one).
+  const history = checkpoints.flatMap((c) => c.tool_history as { tool: string; input: { command?: string }; result?: { tail?: string } }[]);
+  const diff = history.find((h) => h.tool === 'run_command' && h.input.command === 'git diff HEAD~1');
+  const tail = diff?.result?.tail ?? '';
+  assert.ok(tail.endsWith(`+auth=[redacted:LLM_AUTH_VALUE]\n`), `another workspace's key variable was redacted by name: ${tail}`);
+  assert.ok(tail.includes('+db=postgres://postgres:[redacted:'), `DATABASE_URL keeps its user, not its password: ${tail}`);
+  // The straddle was real: in what git diff printed, the tail cut lies inside the key.
+  const cp = checkpoints.find((c) => c.step === 3) ?? checkpoints[2]!;
+  const raw = `${await git(s.repo, 'diff', `${cp.commit_oid}~1`, cp.commit_oid)}\n`;
+  const at = raw.indexOf(SECRETS.straddling!);
+  const cut = raw.length - TAIL_CHARS;
+  assert.ok(at >= 0 && at < cut && cut < at + SECRETS.straddling!.length, `the tail cut (${cut}) falls inside the key (${at}..${at + SECRETS.straddling!.length})`);
+  assert.equal(done.status, 'completed');
+
+  // --- Everything persisted or logged.
   const places: [string, string][] = [];
   const tables = await s.su<{ tablename: string }[]>`select tablename from pg_tables where schemaname = 'public'`;
   for (const { tablename } of tables) {
     const rows = await s.su.unsafe(`select row_to_json(t)::text as j from "${tablename}" t`);
     places.push(...rows.map((r): [string, string] => [`table ${tablename}`, r.j as string]));
   }
-  const notes = (await git(s.repo, 'notes', `--ref=${s.config.WORKER_NOTES_REF}`, 'list')).split('\n').filter(Boolean);
-  assert.ok(notes.length >= 6, 'notes were written');
-  for (const line of notes) {
-    const [, commit] = line.split(' ');
-    places.push([`note on ${commit}`, await git(s.repo, 'notes', `--ref=${s.config.WORKER_NOTES_REF}`, 'show', commit!)]);
+  for (const table of ['agent_runs', 'worker_checkpoints', 'convoy_events', 'dead_letters', 'model_providers']) {
+    assert.ok(places.some(([where]) => where === `table ${table}`), `table ${table} has rows to scan`);
   }
+  const notesRefs = (await git(s.repo, 'for-each-ref', '--format=%(refname)', 'refs/notes/')).split('\n').filter(Boolean);
+  let noteCount = 0;
+  for (const ref of notesRefs) {
+    for (const line of (await git(s.repo, 'notes', `--ref=${ref}`, 'list')).split('\n').filter(Boolean)) {
+      const [, commit] = line.split(' ');
+      places.push([`note ${ref} on ${commit}`, await git(s.repo, 'notes', `--ref=${ref}`, 'show', commit!)]);
+      noteCount++;
+    }
+  }
+  assert.ok(noteCount >= 6, `notes were written (${noteCount})`);
+  places.push(['commit messages', await git(s.repo, 'log', '--all', '--format=%H %an%n%B')]);
+  const inspector = new Redis(redis.url);
+  try {
+    const deadList = await inspector.lrange(`${s.config.WORKER_QUEUE_KEY}:dead`, 0, -1);
+    assert.ok(deadList.length >= 2, 'the Redis dead-letter list has the entries');
+    places.push(...deadList.map((d): [string, string] => ['redis dead list', d]));
+  } finally {
+    inspector.disconnect();
+  }
+  assert.ok(worker.lines.length > 20, 'the worker logged (at debug level)');
   places.push(...worker.lines.map((l): [string, string] => ['worker log', l]));
-  assert.ok(places.some(([where]) => where === 'table convoy_events'), 'events were scanned');
 
   for (const [name, secret] of Object.entries(SECRETS)) {
-    const needle = secret.includes('PRIVATE KEY') ? secret.split('\n')[1]! : secret;
-    const leaks = places.filter(([, text]) => text.includes(needle)).map(([where]) => where);
-    assert.deepEqual(leaks, [], `secret ${name} leaked into: ${[...new Set(leaks)].join(', ')}`);
+    const mid = Math.floor((secret.length - FRAGMENT) / 2);
+    const needles = [secret, secret.slice(0, FRAGMENT), secret.slice(mid, mid + FRAGMENT), secret.slice(-FRAGMENT)];
+    const leaks = places.filter(([, text]) => needles.some((n) => text.includes(n))).map(([where]) => where);
+    assert.deepEqual([...new Set(leaks)], [], `secret ${name} (or a ${FRAGMENT}-char fragment of it) leaked into: ${[...new Set(leaks)].join(', ')}`);
   }
-  assert.equal(run.status, 'completed');
 });

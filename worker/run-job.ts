@@ -17,6 +17,7 @@ import { parseRawJob, type Job } from './job.ts';
 import { Lease } from './lease.ts';
 import type { Logger } from './log.ts';
 import { resolveModel } from './models/resolve.ts';
+import { parseKeyVarGlobs } from './models/key-vars.ts';
 import type { Delivery, JobQueue } from './queue/types.ts';
 import { redactString, registerSecretsFromEnv } from './checkpoints/redact.ts';
 import { TouchTracker } from './checkpoints/tracker.ts';
@@ -112,6 +113,7 @@ async function executeRun(deps: JobDeps, run: RunRow, lease: Lease): Promise<Job
     lookupProvider: (alias) => scoped((tx) => modelProvider(tx, alias)),
     startAt: chain.at(-1)?.step ?? run.fork_seed?.step ?? 0, // a fork continues after its source's step
     signal: deps.shutdown,
+    keyVarGlobs: parseKeyVarGlobs(config.WORKER_PROVIDER_KEY_VARS),
   });
   if (run.cancel_requested_at) {
     // Asked while nobody could act on it (its worker died after the request): cancelled at once.

@@ -9,6 +9,7 @@ import { deflateSync } from 'node:zlib';
 import { runGit } from '../git.ts';
 import { commonDirOf } from './notes.ts';
 import type { FileTouched } from './hash.ts';
+import { redactString } from './redact.ts';
 
 export async function commitTouchedPaths(args: {
   worktree: string;
@@ -21,10 +22,11 @@ export async function commitTouchedPaths(args: {
     await runGit(args.worktree, ['update-index', '--add', '--remove', '-z', '--stdin'], { input: args.paths.join('\0') });
   }
   const tree = (await runGit(args.worktree, ['write-tree'])).stdout.trim();
+  const message = redactString(args.message); // a commit message is persisted: the one redactor
   const commit =
     tree.length === 40 && args.parentOid.length === 40
-      ? await writeCommitObject(path.join(await commonDirOf(args.worktree), 'objects'), tree, args.parentOid, args.message)
-      : (await runGit(args.worktree, ['commit-tree', tree, '-p', args.parentOid, '-m', args.message])).stdout.trim();
+      ? await writeCommitObject(path.join(await commonDirOf(args.worktree), 'objects'), tree, args.parentOid, message)
+      : (await runGit(args.worktree, ['commit-tree', tree, '-p', args.parentOid, '-m', message])).stdout.trim();
   // Compare-and-set: fails if anything else moved the branch since our last checkpoint.
   await runGit(args.worktree, ['update-ref', `refs/heads/${args.branch}`, commit, args.parentOid]);
   return commit;

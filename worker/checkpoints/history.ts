@@ -1,8 +1,8 @@
 // The bounded tool history a checkpoint keeps: each call with its input and a short result.
 // File contents become {bytes, sha256}; command output becomes an exit code and a short tail;
-// every string is redacted and truncated before it can reach a row or a log.
+// every string is redacted, and only then truncated, before it can reach a row or a log.
 import { createHash } from 'node:crypto';
-import { redactOrDrop } from './redact.ts';
+import { redactOrDrop, redactString } from './redact.ts';
 
 export interface ToolCallRecord {
   round: number;
@@ -40,7 +40,9 @@ function summarizeResult(tool: string, result: unknown): unknown {
       return { matchCount: matches.length, files: [...new Set(matches.map((m) => m.path))].slice(0, 20), truncated: r.truncated };
     }
     case 'run_command': {
-      const output = `${r.stdout ?? ''}${r.stderr ?? ''}`;
+      // The whole output is redacted before the tail is cut: a key straddling the cut would
+      // otherwise be stored minus its first characters, which no pattern recognises.
+      const output = redactString(`${r.stdout ?? ''}${r.stderr ?? ''}`);
       return { exitCode: r.exitCode, timedOut: r.timedOut, tail: output.slice(-TAIL_CHARS) };
     }
     default:
@@ -56,8 +58,17 @@ export function recordToolCall(args: { round: number; tool: string; input: unkno
     ok: args.error === undefined,
   };
   if (args.error !== undefined) record.error = redactOrDrop(String(args.error instanceof Error ? args.error.message : args.error), 500) as string;
-  else record.result = redactOrDrop(summarizeResult(args.tool, args.output), TAIL_CHARS);
+  else record.result = summarizeOrDrop(args.tool, args.output);
   return record;
+}
+
+/** Fail closed: a result whose summary cannot be redacted is dropped, never stored raw. */
+function summarizeOrDrop(tool: string, output: unknown): unknown {
+  try {
+    return redactOrDrop(summarizeResult(tool, output), TAIL_CHARS);
+  } catch {
+    return { dropped: 'redaction failed' };
+  }
 }
 
 /** Keeps the last `limit` rounds. */

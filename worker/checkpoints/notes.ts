@@ -8,6 +8,7 @@ import { randomUUID } from 'node:crypto';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { GitError, runGit } from '../git.ts';
+import { redactString } from './redact.ts';
 
 export interface CheckpointNote {
   workspaceId: string;
@@ -92,7 +93,7 @@ function fastImportScript(notesRef: string, notes: NoteWrite[], hasParent: boole
   ];
   if (hasParent) lines.push(`from ${notesRef}^0`);
   for (const { commitOid, note } of notes) {
-    const body = JSON.stringify(note);
+    const body = redactString(JSON.stringify(note)); // paths and ids only, and still through the one redactor
     lines.push(`N inline ${commitOid}`, `data ${Buffer.byteLength(body)}`, body);
   }
   lines.push('');

@@ -27,6 +27,8 @@ export interface ResolveModelArgs {
   env?: NodeJS.ProcessEnv;
   /** Aborts a replay model's thinking delay (e.g. on shutdown or a lost lease). */
   signal?: AbortSignal;
+  /** WORKER_PROVIDER_KEY_VARS as globs; defaults to the environment's, else *_API_KEY. */
+  keyVarGlobs?: readonly string[];
 }
 
 export interface ResolvedModel {
@@ -55,11 +57,14 @@ export async function resolveModel(args: ResolveModelArgs): Promise<ResolvedMode
   if (row.provider !== 'openai-compatible') {
     throw new EchodoError('model_unknown', `model alias "${row.alias}" has unsupported provider "${String(row.provider)}"`);
   }
+  // A row naming a variable outside WORKER_PROVIDER_KEY_VARS (DATABASE_URL, say) fails the run
+  // here, before the variable is read or anything is sent.
   const model = createOpenAICompatibleModel({
     baseURL: row.base_url,
     model: row.model,
     apiKeyEnvVar: row.api_key_env_var,
     env: args.env,
+    keyVarGlobs: args.keyVarGlobs,
   });
   return {
     model,
