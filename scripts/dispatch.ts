@@ -1,4 +1,6 @@
-// npm run dispatch -- --job FILE: validate a job file, record the run, enqueue it.
+// npm run dispatch -- --job FILE: validate a job file, record the run, enqueue it. A job naming an
+// existing agentRunId re-dispatches that run (worker/redispatch.ts). Exit 0: one JSON line;
+// 2: an invalid job (each bad field named); 3: a re-dispatch refused (one line: why).
 import { readFileSync } from 'node:fs';
 import { loadConfigOrExit } from '../worker/config.ts';
 import { openDatabase } from '../store/connection.ts';
@@ -37,11 +39,13 @@ await registerStartupSecrets(config, db); // the brief is redacted before it is 
 const queue = createQueue({ config, db, workerId: `dispatch-${process.pid}` });
 let code = 0;
 try {
-  process.stdout.write(`${JSON.stringify(await dispatchJob(db, queue, input))}\n`);
+  const { jobId, agentRunId } = await dispatchJob(db, queue, input, { defaultRepoPath: config.WORKER_REPO_ROOT });
+  process.stdout.write(`${JSON.stringify({ jobId, agentRunId })}\n`);
 } catch (err) {
   const invalid = err instanceof EchodoError && (err.code === 'invalid_job' || err.code === 'workspace_not_found');
-  process.stderr.write(`${invalid ? 'invalid job:\n' : ''}${errorMessage(err)}\n`);
-  code = invalid ? 2 : 1;
+  const refused = err instanceof EchodoError && err.code === 'action_refused';
+  process.stderr.write(`${invalid ? 'invalid job:\n' : ''}${refused ? 're-dispatch refused: ' : ''}${errorMessage(err)}\n`);
+  code = invalid ? 2 : refused ? 3 : 1;
 } finally {
   await queue.close();
   await db.close();

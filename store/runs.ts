@@ -173,6 +173,52 @@ export async function requeueRun(
 }
 
 /** Stall detector: a run out of attempts is failed (fencing whoever held it). */
+/** A run as a re-dispatch decision sees it: locked, with its lease judged by the database's clock. */
+export type LockedRun = RunRow & { lease_live: boolean };
+
+/** Locks a run of this workspace by id for a re-dispatch decision (worker/redispatch.ts). */
+export async function lockRunById(tx: WorkspaceTx, agentRunId: string): Promise<LockedRun | undefined> {
+  const [row] = await tx<LockedRun[]>`
+    select *, coalesce(lease_expires_at > now(), false) as lease_live from agent_runs
+     where workspace_id = ${tx.workspaceId} and id = ${agentRunId} for update`;
+  return row;
+}
+
+/** Locks the run a jobId was recorded as (a redelivery of the same message). */
+export async function lockRunByJobId(tx: WorkspaceTx, jobId: string): Promise<LockedRun | undefined> {
+  const [row] = await tx<LockedRun[]>`
+    select *, coalesce(lease_expires_at > now(), false) as lease_live from agent_runs
+     where workspace_id = ${tx.workspaceId} and job_id = ${jobId} for update`;
+  return row;
+}
+
+/**
+ * Re-dispatch, as the stall detector does it: attempt + 1, the epoch bumped (fencing any
+ * previous holder), queued again with resumeFromCheckpoint. Only from one of `from` and only
+ * `where lease_epoch = $seen`. A failed run's finish is undone; its reason goes in the event.
+ */
+export async function redispatchRun(
+  tx: WorkspaceTx,
+  args: { agentRunId: string; leaseEpoch: number; from: RunStatus[] },
+): Promise<RunRow | undefined> {
+  const [run] = await tx<RunRow[]>`
+    update agent_runs
+       set status = 'queued', lease_epoch = lease_epoch + 1, worker_id = null, lease_expires_at = null,
+           attempt = attempt + 1, available_at = now(), queued_at = now(), finished_at = null, failure_reason = null,
+           job = job || jsonb_build_object('agentRunId', id, 'resumeFromCheckpoint', true)
+     where workspace_id = ${tx.workspaceId} and id = ${args.agentRunId} and lease_epoch = ${args.leaseEpoch}
+       and status = any(${args.from})
+    returning *`;
+  return run;
+}
+
+/** A failed run's brief was marked done; re-dispatching it opens the brief again (unless another run did it). */
+export async function reopenBrief(tx: WorkspaceTx, args: { briefId: string; agentRunId: string }): Promise<void> {
+  await tx`update briefs set status = 'open', completed_at = null
+            where workspace_id = ${tx.workspaceId} and id = ${args.briefId} and status = 'done'
+              and (claimed_by_run = ${args.agentRunId} or claimed_by_run is null)`;
+}
+
 export async function failStalledRun(tx: WorkspaceTx, args: { agentRunId: string; leaseEpoch: number; reason: string }): Promise<RunRow | undefined> {
   const [run] = await tx<RunRow[]>`
     update agent_runs set status = 'failed', failure_reason = ${storableText(args.reason, REASON_MAX_CHARS)}, finished_at = now(),

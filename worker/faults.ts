@@ -13,7 +13,8 @@ export type FaultPoint =
   | 'during-command'
   | 'during-model-call'
   | 'before-tool-call'
-  | 'after-cancel-request' // a cancel seen and the last round checkpointed, the run not yet marked cancelled;
+  | 'after-cancel-request' // a cancel seen and the last round checkpointed, the run not yet marked cancelled
+  | 'after-admission'; // dispatch/retry: the run recorded or re-dispatched in Postgres, the doorbell not yet rung
 
 const armed = new Map<string, number>();
 for (const spec of (process.env.ECHODO_FAULT ?? '').split(',').filter(Boolean)) {

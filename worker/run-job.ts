@@ -6,7 +6,7 @@ import path from 'node:path';
 import type { Config } from './config.ts';
 import type { Database } from '../store/connection.ts';
 import { checkpointChain } from '../store/checkpoints.ts';
-import { appendEvent, claimRun, getRun, completeRun, failRun, recordRun, requeueRun, setRunWorkspace, workspaceExists, type RunRow } from '../store/runs.ts';
+import { appendEvent, getRun, completeRun, failRun, requeueRun, setRunWorkspace, type RunRow } from '../store/runs.ts';
 import { apiKeyEnvVars, modelProvider } from '../store/workspace-config.ts';
 import { inWorkspace, withWorkspace } from '../store/workspace.ts';
 import { isTransientDbError } from '../store/retry.ts';
@@ -23,6 +23,7 @@ import { redactString, registerSecretsFromEnv } from './checkpoints/redact.ts';
 import { TouchTracker } from './checkpoints/tracker.ts';
 import { CheckpointWriter, stateFromRow, type WorkingTree } from './checkpoints/writer.ts';
 import { verifyAndRepair } from './resume.ts';
+import { admitDelivery } from './delivery.ts';
 import { runSession } from './session.ts';
 import { sandboxFor, sandboxOptionsFromConfig } from './sandbox/index.ts';
 import { removeStaleTempFiles } from './tools/temp-files.ts';
@@ -52,16 +53,11 @@ export async function processDelivery(deps: JobDeps, delivery: Delivery): Promis
   // A job pushed straight on the queue by an orchestrator is redacted like a dispatched one.
   const job = { ...parsed.job, brief: redactString(parsed.job.brief) };
   const scoped = inWorkspace(db.app, job.workspaceId, log);
-
-  if (!(await scoped(workspaceExists))) return deadLetter(deps, delivery, `workspace "${job.workspaceId}" does not exist`, job);
-  const { agentRunId } = await scoped((tx) => recordRun(tx, job));
-  const run = await scoped((tx) => claimRun(tx, { agentRunId, workerId: deps.workerId, leaseMs: deps.config.WORKER_LEASE_MS }));
-  faultPoint('after-claim');
-  await delivery.ack();
-  if (!run) {
-    log.info({ agentRunId, jobId: job.jobId }, 'run is not queued (held by another worker or finished); job dropped');
-    return 'skipped';
-  }
+  // New run, served, re-dispatched or refused: one decision (worker/redispatch.ts), claimed at once.
+  const admitted = await admitDelivery(deps, delivery, job, parsed.agentRunIdGiven);
+  if (admitted.kind === 'dead') return deadLetter(deps, delivery, admitted.reason, job);
+  if (admitted.kind === 'skipped') return 'skipped';
+  const { run } = admitted;
   const runLog = log.child({ workspaceId: run.workspace_id, agentRunId: run.id, attempt: run.attempt });
   const lease = new Lease(db.app, run.workspace_id, run.id, run.lease_epoch, {
     heartbeatMs: deps.config.WORKER_HEARTBEAT_MS,
@@ -256,7 +252,13 @@ async function deadLetter(deps: JobDeps, delivery: Delivery, reason: string, job
     }
   }
   // The queue records it (and, for the Postgres queue, fails the run so it is not taken again).
-  await deps.queue.deadLetter(delivery.raw, reason, ids);
+  try {
+    await deps.queue.deadLetter(delivery.raw, reason, ids);
+  } catch (err) {
+    // Not recorded (the database away): hand the message back rather than strand it.
+    await delivery.release?.().catch(() => {});
+    throw err;
+  }
   await delivery.ack();
   return 'dead_lettered';
 }

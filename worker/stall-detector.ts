@@ -5,7 +5,7 @@
 // and the bump fences off the worker that stalled.
 import type { Config } from './config.ts';
 import type { Database } from '../store/connection.ts';
-import { appendEvent, failStalledRun, getRun, requeueRun } from '../store/runs.ts';
+import { appendEvent, failStalledRun, getRun, redispatchRun, requeueRun } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import type { Logger } from './log.ts';
 import type { JobQueue } from './queue/types.ts';
@@ -59,7 +59,8 @@ export async function sweepStalledRuns(deps: { config: Config; db: Database; que
         log.warn({ workspaceId: row.workspace_id, agentRunId: failed.id, attempt: row.attempt }, reason);
         return;
       }
-      const run = await requeueRun(tx, { agentRunId: row.agent_run_id, leaseEpoch: row.lease_epoch, nextAttempt: true });
+      // The same SQL as a requested re-dispatch (worker/redispatch.ts), from 'running' only.
+      const run = await redispatchRun(tx, { agentRunId: row.agent_run_id, leaseEpoch: row.lease_epoch, from: ['running'] });
       if (!run) return; // another detector (or the worker itself) got there first
       await appendEvent(tx, { convoyId: run.convoy_id, agentRunId: run.id, type: 'run_redispatched', metadata: { attempt: run.attempt, reason: why } });
       result.redispatched.push(run.id);
