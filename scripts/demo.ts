@@ -116,7 +116,7 @@ start('worker.ts', 'worker-2', onWorkerLog('worker-2'));
 const deadline = Date.now() + 60_000;
 let status = '';
 while (Date.now() < deadline) {
-  const [row] = await db.admin<{ status: string }[]>`select status from agent_runs where id = ${agentRunId}`;
+  const [row] = await withWorkspace(db.app, workspaceId, (tx) => tx<{ status: string }[]>`select status from agent_runs where id = ${agentRunId}`);
   status = row!.status;
   if (status === 'completed' || status === 'failed') break;
   await sleep(200);
@@ -124,10 +124,10 @@ while (Date.now() < deadline) {
 for (const child of children) if (child.exitCode === null) child.kill('SIGTERM');
 
 const report = await checkRunIntegrity(db, config, workspaceId, agentRunId);
-const [counts] = await db.admin<{ checkpoints: number; worktrees: number; attempt: number; step: number }[]>`
+const [counts] = await withWorkspace(db.app, workspaceId, (tx) => tx<{ checkpoints: number; worktrees: number; attempt: number; step: number }[]>`
   select (select count(*)::int from worker_checkpoints where agent_run_id = ${agentRunId}) as checkpoints,
          (select count(*)::int from convoy_events where agent_run_id = ${agentRunId} and type = 'worktree_created') as worktrees,
-         attempt, step from agent_runs where id = ${agentRunId}`;
+         attempt, step from agent_runs where id = ${agentRunId}`);
 say(`\n$ git -C ${report?.worktreePath} notes --ref=echodo-checkpoints show HEAD`);
 say(await git(report!.worktreePath!, 'notes', '--ref=echodo-checkpoints', 'show', 'HEAD').catch((e) => String(e)));
 say(`\n$ npm run integrity-check -- --workspace ${workspaceId} --run ${agentRunId}`);

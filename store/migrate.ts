@@ -58,3 +58,17 @@ export async function assertSchemaNotNewer(sql: Sql, migrations = loadMigrations
     );
   }
 }
+
+/** Without a superuser URL nothing can migrate: the schema must already be at this code's version. */
+export async function assertSchemaCurrent(sql: Sql, migrations = loadMigrations()): Promise<void> {
+  await assertSchemaNotNewer(sql, migrations);
+  const known = Math.max(0, ...migrations.map((m) => m.version));
+  const [row] = await sql<{ version: number | null }[]>`select max(version) as version from schema_migrations`;
+  if ((row?.version ?? 0) < known) {
+    throw new EchodoError(
+      'internal',
+      `database schema is at migration version ${row?.version ?? 0}, this code needs ${known}; only DATABASE_APP_URL is set, ` +
+        'which cannot migrate: run `npm run db -- migrate` with DATABASE_URL set to the superuser, or set both',
+    );
+  }
+}

@@ -88,8 +88,9 @@ test('convoy detail: counts and last checkpoint times equal count(*) and max(occ
     assert.equal(body.checkpointCount, 3);
     assert.equal(body.lastCheckpointAt, total!.last.toISOString());
     const stored = await su`select r.id, r.status, r.attempt, count(c.id)::int as n, max(c.occurred_at) as last
-                              from agent_runs r left join worker_checkpoints c on c.agent_run_id = r.id
-                             where r.workspace_id = 'ws-a' and r.convoy_id = 'convoy-1' group by r.id`;
+                              from agent_runs r
+                              left join worker_checkpoints c on c.workspace_id = r.workspace_id and c.agent_run_id = r.id
+                             where r.workspace_id = 'ws-a' and r.convoy_id = 'convoy-1' group by r.workspace_id, r.id`;
     assert.equal(body.runs.length, stored.length);
     for (const row of stored) {
       const run = body.runs.find((r: { agentRunId: string }) => r.agentRunId === row.id);
@@ -171,7 +172,7 @@ test("a workspace's listing and its same-named convoy never include the other wo
   const list = await (await get('/api/convoys', tokens.a)).json();
   assert.deepEqual(list.convoys.map((c: { convoyId: string }) => c.convoyId), ['convoy-1']);
   assert.equal(list.convoys[0].checkpointCount, 3);
-  assert.deepEqual(list.convoys[0].runs, { queued: 1, running: 1, completed: 0, failed: 0 });
+  assert.deepEqual(list.convoys[0].runs, { queued: 1, running: 1, completed: 0, failed: 0, cancelled: 0 });
 
   const a = await (await get('/api/convoys/convoy-1', tokens.a)).json();
   const b = await (await get('/api/convoys/convoy-1', tokens.b)).json();

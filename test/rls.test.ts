@@ -40,8 +40,22 @@ const fixtures: Record<string, (tx: WorkspaceTx, ws: string, n: number) => Promi
   mission_control_tokens: (tx, ws, n) =>
     tx`insert into mission_control_tokens (workspace_id, token_sha256)
        values (${ws}, ${(ws === A ? 'a' : 'b').repeat(63) + String(n)})`,
+  checkpoint_manifest: (tx, ws, n) =>
+    tx`insert into checkpoint_manifest (workspace_id, agent_run_id, path, sha256, seq)
+       values (${ws}, ${`${ws}-run-0`}, ${`src/file-${n}.ts`}, null, 1)`,
+  // A workspace never inserts a claim itself (store/migrations/005): it claims through the function.
+  branch_claims: (tx, _ws, n) => tx`select echodo_claim_branch('/repo', ${`echodo/b-${tx.workspaceId}-${n}`}, ${`${tx.workspaceId}-run-0`}, true)`,
 };
 const TABLES = Object.keys(fixtures);
+
+/** A row forged for another workspace, where the fixture would not be a plain insert. */
+const forgeries: Record<string, (tx: WorkspaceTx, ws: string, n: number) => Promise<unknown>> = {
+  branch_claims: (tx, ws, n) =>
+    tx`insert into branch_claims (repo_dir, branch, workspace_id, agent_run_id) values ('/repo', ${`forged-${n}`}, ${ws}, ${`${ws}-run-0`})`,
+};
+
+/** Refused by a policy, or by a missing grant (tables a workspace only reads): both are 42501. */
+const REFUSED = /row-level security|permission denied/;
 
 let t: TestDatabase;
 let app: Sql;
@@ -88,10 +102,41 @@ test('every table has workspace_id, forced row-level security, and a fixture in 
   }
 });
 
-test('the app client is echodo_app, neither superuser nor BYPASSRLS', async () => {
-  const [me] = await app<{ user: string; superuser: boolean; bypassrls: boolean }[]>`
-    select current_user as user, rolsuper as superuser, rolbypassrls as bypassrls from pg_roles where rolname = current_user`;
-  assert.deepEqual(me, { user: 'echodo_app', superuser: false, bypassrls: false });
+test('the app client logs in as echodo_app_login (a member of echodo_app), neither superuser nor BYPASSRLS', async () => {
+  for (const client of [app, t.db.admin]) {
+    const [me] = await client<{ user: string; session: string; superuser: boolean; bypassrls: boolean; app: boolean }[]>`
+      select current_user as user, session_user as session, rolsuper as superuser, rolbypassrls as bypassrls,
+             pg_has_role(current_user, 'echodo_app', 'USAGE') as app
+        from pg_roles where rolname = current_user`;
+    assert.deepEqual(me, { user: 'echodo_app_login', session: 'echodo_app_login', superuser: false, bypassrls: false, app: true });
+  }
+});
+
+test('the login is a member of no privileged role, and can run every system function', async () => {
+  const privileged = await app<{ rolname: string }[]>`
+    select r.rolname from pg_roles r
+     where pg_has_role(current_user, r.oid, 'MEMBER')
+       and (r.rolsuper or r.rolbypassrls or r.rolcreaterole or r.rolcreatedb or r.rolreplication or r.rolname like 'pg\_%')`;
+  assert.deepEqual([...privileged], [], 'a privileged role the login could SET ROLE to');
+  // Nothing runs as the superuser after migrating: a SECURITY DEFINER function the login cannot
+  // execute is one that no process can call.
+  const uncallable = await su<{ fn: string }[]>`
+    select p.oid::regprocedure::text as fn from pg_proc p
+     where p.pronamespace = 'public'::regnamespace and p.prosecdef
+       and not has_function_privilege('echodo_app_login', p.oid, 'EXECUTE')`;
+  assert.deepEqual([...uncallable], [], 'grant execute on these to echodo_app in their migration');
+});
+
+test('no app connection can SET ROLE to the superuser, inside or outside a workspace transaction', async () => {
+  await assert.rejects(app`set role postgres`, (err: { code?: string }) => err.code === '42501', 'set role postgres accepted');
+  await assert.rejects(
+    withWorkspace(app, A, (tx) => tx`set local role postgres`),
+    (err: { code?: string }) => err.code === '42501',
+    'set local role postgres accepted in a workspace transaction',
+  );
+  await assert.rejects(app`set session authorization postgres`, (err: { code?: string }) => err.code === '42501');
+  const [me] = await app<{ user: string }[]>`select current_user as user`;
+  assert.equal(me!.user, 'echodo_app_login');
 });
 
 test('workspace A sees only its own rows in every table', async () => {
@@ -112,23 +157,31 @@ test('hand-written SQL through withWorkspace(A) returns only A runs', async () =
 });
 
 test("workspace A cannot update or delete B's rows: zero rows affected, B's rows intact", async () => {
+  // Zero rows, or refused outright on a table the workspace only reads.
+  const affected = (sql: string) =>
+    withWorkspace(app, A, (tx) => tx.unsafe(sql, [B])).then(
+      (r) => r.count,
+      (err: { code?: string; message?: string }) => {
+        assert.equal(err.code, '42501', err.message);
+        return 0;
+      },
+    );
   for (const table of TABLES) {
-    const updated = await withWorkspace(app, A, (tx) => tx.unsafe(`update ${table} set workspace_id = workspace_id where workspace_id = $1`, [B]));
-    assert.equal(updated.count, 0, `${table}: update reached B`);
-    const deleted = await withWorkspace(app, A, (tx) => tx.unsafe(`delete from ${table} where workspace_id = $1`, [B]));
-    assert.equal(deleted.count, 0, `${table}: delete reached B`);
+    assert.equal(await affected(`update ${table} set workspace_id = workspace_id where workspace_id = $1`), 0, `${table}: update reached B`);
+    assert.equal(await affected(`delete from ${table} where workspace_id = $1`), 0, `${table}: delete reached B`);
     const [row] = await su.unsafe<{ n: number }[]>(`select count(*)::int as n from ${table} where workspace_id = $1`, [B]);
     assert.ok(row!.n > 0, `${table}: B's row is gone`);
   }
 });
 
 test('workspace A cannot insert a row with workspace_id B, nor move its own rows to B', async () => {
-  for (const [table, insert] of Object.entries(fixtures)) {
+  for (const [table, fixture] of Object.entries(fixtures)) {
+    const insert = forgeries[table] ?? fixture;
     await assert.rejects(
       withWorkspace(app, A, (tx) => insert(tx, B, 1)),
       (err: { code?: string; message?: string }) => {
         assert.equal(err.code, '42501', `${table}: ${err.message}`);
-        assert.match(err.message ?? '', /row-level security/);
+        assert.match(err.message ?? '', REFUSED);
         return true;
       },
       `${table}: insert as B accepted`,

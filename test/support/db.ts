@@ -2,14 +2,17 @@
 // Under `npm test` the server and template come from scripts/test.ts (ECHODO_TEST_PG_URL);
 // a test file run on its own starts its own embedded server under a temp home instead.
 import { spawn, spawnSync } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
+import { createHmac, randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import postgres, { type Sql } from 'postgres';
 import { parseConfig, type Config } from '../../worker/config.ts';
 import { openDatabase, type Database } from '../../store/connection.ts';
+import {
+  APP_LOGIN_ROLE, appLoginUrl, appRoleFile, setAppLoginPassword, writeCredentialsExclusive, type AppCredentials,
+} from '../../store/app-role.ts';
 import { ensureEmbeddedPostgres } from '../../store/embedded.ts';
 import { migrate } from '../../store/migrate.ts';
 
@@ -19,12 +22,18 @@ const TEMPLATE_LOCK = 7_201_411_002; // arbitrary, fixed: "echodo test template"
 export interface TestDatabase {
   /** Superuser URL to this test's own database (what DATABASE_URL is set to). */
   url: string;
+  /** The app login's URL to this database (what the processes connect with; usable as DATABASE_APP_URL). */
+  appUrl: string;
   /** Superuser URL to the server's `postgres` maintenance database. */
   adminUrl: string;
   db: Database;
   /** parseConfig of `env`: this database, a temp ECHODO_HOME and WORKER_WORKTREE_BASE. */
   config: Config;
-  /** DATABASE_URL, ECHODO_HOME, WORKER_WORKTREE_BASE: hand these to a child process. */
+  /**
+   * DATABASE_URL, ECHODO_HOME, WORKER_WORKTREE_BASE: hand these to a child process. The home holds
+   * app-role.json with the test server's app login password, so a process given only the
+   * superuser URL logs in as the app role like in production.
+   */
   env: Record<string, string>;
   /** Closes `db`, drops the database (even with connections still open) and the temp dirs. */
   drop(): Promise<void>;
@@ -66,10 +75,14 @@ export async function createTestDatabase(): Promise<TestDatabase> {
     ECHODO_HOME: path.join(dir, 'home'),
     WORKER_WORKTREE_BASE: path.join(dir, 'worktrees'),
   };
+  const credentials = testAppCredentials(adminUrl);
+  await mkdir(env.ECHODO_HOME, { recursive: true, mode: 0o700 });
+  await writeCredentialsExclusive(appRoleFile(env.ECHODO_HOME), credentials);
   const config = parseConfig(env);
   const db = await openDatabase(config);
   return {
     url,
+    appUrl: appLoginUrl(url, credentials),
     adminUrl,
     db,
     config,
@@ -87,27 +100,44 @@ export async function createTestDatabase(): Promise<TestDatabase> {
   };
 }
 
-/** Creates and migrates echodo_template unless it exists (under a lock: test files run in parallel). */
+/**
+ * The app login's password on a test server. Roles are cluster-wide while every test has its own
+ * database and home: every test process derives the same password from the server's superuser
+ * URL, and each test home gets it in app-role.json.
+ */
+export function testAppCredentials(adminUrl: string): AppCredentials {
+  const password = createHmac('sha256', withDatabase(adminUrl, 'postgres')).update('echodo test app login').digest('base64url');
+  return { role: APP_LOGIN_ROLE, password };
+}
+
+/**
+ * Creates and migrates echodo_template unless it exists (under a lock: test files run in parallel),
+ * and gives the app login role the test password.
+ */
 export async function ensureTemplate(adminUrl: string): Promise<void> {
   const sql = postgres(adminUrl, { max: 1, onnotice: () => {} });
   try {
     await sql`select pg_advisory_lock(${TEMPLATE_LOCK})`;
     const [found] = await sql`select 1 from pg_database where datname = ${TEMPLATE_DATABASE}`;
-    if (found) return;
-    await sql.unsafe(`create database "${TEMPLATE_DATABASE}"`);
-    const template = postgres(withDatabase(adminUrl, TEMPLATE_DATABASE), { max: 1, onnotice: () => {} });
-    try {
-      await migrate(template);
-    } catch (err) {
-      await template.end({ timeout: 2 });
-      await sql.unsafe(`drop database if exists "${TEMPLATE_DATABASE}" with (force)`);
-      throw err;
-    }
-    await template.end({ timeout: 2 });
-    await sql.unsafe(`alter database "${TEMPLATE_DATABASE}" is_template true`);
+    if (!found) await createTemplate(sql, adminUrl);
+    await setAppLoginPassword(sql, testAppCredentials(adminUrl), { mayReset: true, home: '(test server)' });
   } finally {
     await sql.end({ timeout: 2 }); // ends the session, so the lock goes with it
   }
+}
+
+async function createTemplate(sql: Sql, adminUrl: string): Promise<void> {
+  await sql.unsafe(`create database "${TEMPLATE_DATABASE}"`);
+  const template = postgres(withDatabase(adminUrl, TEMPLATE_DATABASE), { max: 1, onnotice: () => {} });
+  try {
+    await migrate(template);
+  } catch (err) {
+    await template.end({ timeout: 2 });
+    await sql.unsafe(`drop database if exists "${TEMPLATE_DATABASE}" with (force)`);
+    throw err;
+  }
+  await template.end({ timeout: 2 });
+  await sql.unsafe(`alter database "${TEMPLATE_DATABASE}" is_template true`);
 }
 
 /** A clone needs the template free of other sessions: retry briefly while it is not. */
