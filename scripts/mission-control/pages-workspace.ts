@@ -3,6 +3,7 @@
 // whether work is moving.
 import type { ConvoyDetail, ConvoySummary, RunHistory, RunSummary } from '../../store/mission-control.ts';
 import { formatAge, html, shortOid, statusBadge, timeCell, type SafeHtml } from './html.ts';
+import { checkpointActions, runActions, type ActionView } from './pages-actions.ts';
 
 const enc = encodeURIComponent;
 
@@ -72,11 +73,12 @@ function metadataText(metadata: Record<string, unknown>): string {
     .join(' · ');
 }
 
-export function runTimelineContent(history: RunHistory): SafeHtml {
+/** `actions`: the viewer may act (fork, retry, cancel); without it the timeline only links the diffs. */
+export function runTimelineContent(history: RunHistory, actions?: ActionView): SafeHtml {
   const { run, checkpoints, events, chain } = history;
   // Checkpoints and events in time order; at equal times the event goes after (a resume follows its checkpoint).
   const items = [
-    ...checkpoints.map((c) => ({ at: c.occurredAt.getTime(), order: 0, view: checkpointItem(c) })),
+    ...checkpoints.map((c) => ({ at: c.occurredAt.getTime(), order: 0, view: checkpointItem(c, run.agentRunId, actions) })),
     ...events.map((e) => ({
       at: e.occurredAt.getTime(),
       order: 1,
@@ -91,7 +93,8 @@ ${timeCell(e.occurredAt)}<span class="muted">${metadataText(e.metadata)}</span><
   <div class="card primary"><div class="label">Last checkpoint</div>${timeCell(run.lastCheckpointAt, undefined, 'run-last-checkpoint-at')}</div>
   <div class="card"><div class="label">Status</div><div class="value">${statusBadge(run.status)}</div>
     <div class="muted">attempt ${run.attempt} · step ${run.step} · worker ${run.workerId ?? '—'}</div>
-    ${run.failureReason ? html`<div class="muted">${run.failureReason}</div>` : ''}</div>
+    ${run.failureReason ? html`<div class="muted">${run.failureReason}</div>` : ''}
+    ${runActions({ agentRunId: run.agentRunId, status: run.status, stalled: run.status === 'running' && !!run.leaseExpiresAt && run.leaseExpiresAt.getTime() < Date.now() }, actions)}</div>
   <div class="card"><div class="label">Hash chain</div>
     <div class="value ${chain.ok ? 'verified' : 'broken'}" data-testid="chain-verdict">${chain.ok ? 'verifies' : 'broken'}</div>
     ${chain.problems.map((p) => html`<div class="muted">${p}</div>`)}</div>
@@ -101,13 +104,14 @@ ${timeCell(e.occurredAt)}<span class="muted">${metadataText(e.metadata)}</span><
 ${items.length ? html`<ol class="timeline" data-testid="timeline">${items.map((i) => i.view)}</ol>` : html`<div class="empty">No checkpoints yet.</div>`}`;
 }
 
-function checkpointItem(c: RunHistory['checkpoints'][number]): SafeHtml {
+function checkpointItem(c: RunHistory['checkpoints'][number], runId: string, actions?: ActionView): SafeHtml {
   return html`<li class="checkpoint" data-seq="${c.seq}"><div class="row">
 <span class="seq">#${c.seq}</span>${timeCell(c.occurredAt)}<span>step ${c.step}</span><span class="muted">attempt ${c.attempt}</span>
 <span>${c.tools.length ? c.tools.map((t) => html`<span class="chip">${t}</span>`) : html`<span class="muted">no tools</span>`}</span>
 <span>${c.filesTouchedCount} file${c.filesTouchedCount === 1 ? '' : 's'}</span>
 <span class="mono" title="${c.commitOid ?? ''}">commit ${shortOid(c.commitOid)}</span>
-<span class="mono ${c.verified ? 'verified' : 'broken'}" title="${c.hash}">${c.verified ? '✓' : '✗'} ${c.hash.slice(0, 12)}</span></div>
+<span class="mono ${c.verified ? 'verified' : 'broken'}" title="${c.hash}">${c.verified ? '✓' : '✗'} ${c.hash.slice(0, 12)}</span>
+${checkpointActions(runId, c.seq, c.commitOid !== null, actions)}</div>
 ${c.files.length ? html`<details><summary>files</summary><ul>${c.files.map(
     (f) => html`<li><code>${f.path}</code> <span class="muted mono">${f.deleted ? 'deleted' : (f.sha256 ?? '').slice(0, 12)}</span></li>`,
   )}</ul></details>` : ''}</li>`;

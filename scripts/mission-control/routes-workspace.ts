@@ -11,12 +11,19 @@ import { changeFeed } from './feed.ts';
 import { sendPage } from './layout.ts';
 import { messageContent } from './pages-admin.ts';
 import { convoyDetailContent, convoyListContent, runTimelineContent } from './pages-workspace.ts';
+import { isReadOnly, pageCsrfToken } from './routes-actions.ts';
 import type { ChangeHub } from './sse-hub.ts';
 
 const NOT_FOUND = {
   convoy: { error: 'not_found', message: 'convoy not found' },
   run: { error: 'not_found', message: 'run not found' },
 } as const;
+
+/** The panel's forms carry the session's CSRF token; a read-only token (or a bearer page) gets none. */
+function actionView(c: McContext): { csrf: string } | undefined {
+  const csrf = pageCsrfToken(c);
+  return csrf && !isReadOnly(c.get('principal')) ? { csrf } : undefined;
+}
 
 export function mountWorkspaceRoutes(app: Hono<McEnv>, db: Database, hub: ChangeHub): void {
   const api = requirePrincipal(db.admin, { surface: 'api', need: 'workspace' });
@@ -64,7 +71,7 @@ export function mountWorkspaceRoutes(app: Hono<McEnv>, db: Database, hub: Change
       title: `run ${history.run.agentRunId}`,
       who: who(c),
       live: { events: '/api/events', run: history.run.agentRunId },
-      content: runTimelineContent(history),
+      content: runTimelineContent(history, actionView(c)),
     });
   });
 }

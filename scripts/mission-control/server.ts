@@ -8,18 +8,23 @@ import { serve } from '@hono/node-server';
 import { Hono } from 'hono';
 import type { Database } from '../../store/connection.ts';
 import type { Config } from '../../worker/config.ts';
+import type { JobQueue } from '../../worker/queue/types.ts';
 import { createLogger, type Logger } from '../../worker/log.ts';
 import type { McEnv } from './auth.ts';
 import { sendPage } from './layout.ts';
 import { messageContent } from './pages-admin.ts';
+import { mountActionRoutes } from './routes-actions.ts';
 import { mountAdminRoutes } from './routes-admin.ts';
 import { mountWorkspaceRoutes } from './routes-workspace.ts';
 import { ChangeHub } from './sse-hub.ts';
 
 export interface MissionControlOptions {
   db: Database;
-  config: Pick<Config, 'MISSION_CONTROL_PORT' | 'LOG_LEVEL'>;
+  /** The full config enables the operator actions (routes-actions.ts); these two are the minimum. */
+  config: Pick<Config, 'MISSION_CONTROL_PORT' | 'LOG_LEVEL'> & Partial<Config>;
   logger?: Logger;
+  /** Where forks and retries are enqueued; default: the queue the config names. */
+  queue?: JobQueue;
 }
 
 export interface RunningMissionControl {
@@ -35,7 +40,7 @@ export interface MissionControl {
   start(port?: number): Promise<RunningMissionControl>;
 }
 
-export function createMissionControl({ db, config, logger }: MissionControlOptions): MissionControl {
+export function createMissionControl({ db, config, logger, queue }: MissionControlOptions): MissionControl {
   const log = logger ?? createLogger({ name: 'mission-control', level: config.LOG_LEVEL });
   const hub = new ChangeHub();
   const app = new Hono<McEnv>();
@@ -58,6 +63,7 @@ export function createMissionControl({ db, config, logger }: MissionControlOptio
   app.get('/favicon.ico', (c) => c.body(null, 204));
   mountAdminRoutes(app, db, hub);
   mountWorkspaceRoutes(app, db, hub);
+  const actions = mountActionRoutes(app, { db, config: config.WORKER_REPO_ROOT ? (config as Config) : undefined, queue, log });
 
   const wantsJson = (path: string) => path.startsWith('/api/');
   app.notFound((c) =>
@@ -94,6 +100,7 @@ export function createMissionControl({ db, config, logger }: MissionControlOptio
         url: `http://127.0.0.1:${actual}`,
         async close() {
           await hub.close(); // ends every SSE stream, so the server can finish closing
+          await actions.close();
           await new Promise<void>((resolve) => {
             server.close(() => resolve());
             server.closeIdleConnections();
