@@ -64,7 +64,8 @@ export async function recordRun(tx: WorkspaceTx, job: Job): Promise<{ agentRunId
     on conflict (workspace_id, job_id) do nothing
     returning id`;
   if (inserted.length) return { agentRunId: inserted[0]!.id, created: true };
-  const [existing] = await tx<{ id: string }[]>`select id from agent_runs where job_id = ${job.jobId}`;
+  // Ids are unique per workspace (migration 005): a run of another workspace neither conflicts nor is found here.
+  const [existing] = await tx<{ id: string }[]>`select id from agent_runs where workspace_id = ${tx.workspaceId} and job_id = ${job.jobId}`;
   if (!existing) throw new Error(`run for job ${job.jobId} could not be recorded (agentRunId ${job.agentRunId} taken?)`);
   return { agentRunId: existing.id, created: false };
 }
