@@ -9,7 +9,7 @@ import path from 'node:path';
 import { appendCheckpoint } from '../store/checkpoints.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { commitTouchedPaths, describeFiles } from '../worker/checkpoints/content.ts';
-import { checkpointHash, type CheckpointPayload } from '../worker/checkpoints/hash.ts';
+import { checkpointHash, DELTA_FORMAT, ManifestDigest, type CheckpointPayload, type FileTouched } from '../worker/checkpoints/hash.ts';
 import { boundHistory } from '../worker/checkpoints/history.ts';
 import { writeCheckpointNote } from '../worker/checkpoints/notes.ts';
 import { redactOrDrop } from '../worker/checkpoints/redact.ts';
@@ -41,6 +41,8 @@ export interface RowPayload {
   bytes: number;
 }
 
+const digests = new WeakMap<object, ManifestDigest>();
+
 /**
  * CheckpointWriter.write(), step by step with a timer on each part. Mirrors writer.ts exactly
  * (fence, drain, content commit, describe + hash, row, state update, note); a change there
@@ -54,22 +56,40 @@ export async function writeCheckpointInParts(env: BenchEnv, f: RunFixture, s: Sa
   const seq = state.seq + 1;
   const prevHash = state.prevHash;
   const paths = await f.tracker.drain();
-  const commitOid = await s.time(`${key}.content`, () =>
+  const manifest = state.manifest ?? new Map<string, string | null>();
+  state.manifest = manifest;
+  const { commitOid, treeOid } = await s.time(`${key}.content`, () =>
     commitTouchedPaths({ worktree: f.worktree, branch: f.branch, parentOid: state.headOid!, paths, message: `echodo checkpoint ${seq} (run ${ident.agentRunId})` }),
   );
   const hashStart = performance.now();
-  for (const file of await describeFiles(f.worktree, paths)) state.files.set(file.path, file);
+  // A running digest, as the writer keeps it: O(changed) per checkpoint.
+  const digest = digests.get(state) ?? ManifestDigest.of([...manifest].map(([p, sha256]) => ({ path: p, sha256 })));
+  digests.set(state, digest);
+  const changed: FileTouched[] = [];
+  for (const file of await describeFiles(f.worktree, paths)) {
+    const sha256 = file.deleted ? null : file.sha256;
+    const before = manifest.get(file.path);
+    if (before === sha256) continue;
+    if (before !== undefined) digest.remove(file.path, before);
+    digest.add(file.path, sha256);
+    manifest.set(file.path, sha256);
+    changed.push(sha256 === null ? { path: file.path, sha256: null, deleted: true } : { path: file.path, sha256 });
+  }
   const history = boundHistory(state.history, env.config.WORKER_CHECKPOINT_HISTORY_LIMIT);
   const payload: CheckpointPayload = {
+    format: DELTA_FORMAT,
     workspaceId: ident.workspaceId,
     agentRunId: ident.agentRunId,
     checkpointSeq: seq,
     step: state.step,
-    toolHistory: history,
-    filesTouched: [...state.files.values()].sort((a, b) => (a.path < b.path ? -1 : 1)),
+    toolHistory: history.filter((h) => h.round === state.step),
+    filesTouched: changed,
     branch: f.branch,
     worktreePath: f.worktree,
     commitOid,
+    treeOid,
+    manifestDigest: digest.hex(),
+    manifestCount: digest.count,
   };
   const safe = redactOrDrop(payload) as CheckpointPayload;
   const hash = checkpointHash(prevHash, safe);
@@ -78,7 +98,7 @@ export async function writeCheckpointInParts(env: BenchEnv, f: RunFixture, s: Sa
     withWorkspace(env.db.app, ident.workspaceId, (tx) =>
       appendCheckpoint(
         tx,
-        { ...ident, checkpointSeq: seq, step: safe.step, toolHistory: safe.toolHistory, filesTouched: safe.filesTouched, branch: safe.branch, worktreePath: safe.worktreePath, commitOid, prevHash, hash },
+        { ...ident, checkpointSeq: seq, step: safe.step, toolHistory: safe.toolHistory, filesTouched: safe.filesTouched, branch: safe.branch, worktreePath: safe.worktreePath, commitOid, treeOid, manifestDigest: digest.hex(), manifestCount: digest.count, prevHash, hash },
         { leaseEpoch: f.lease.epoch, leaseMs: 3_600_000 },
       ),
     ),

@@ -43,7 +43,7 @@ export async function measurePeers(env: BenchEnv, f: RunFixture, payload: RowPay
       withWorkspace(env.db.app, env.workspaceId, (tx) =>
         appendCheckpoint(
           tx,
-          { ...f.identity, checkpointSeq: ++seq, step: seq, toolHistory: payload.toolHistory, filesTouched: payload.filesTouched as FileTouched[], branch: f.branch, worktreePath: f.worktree, commitOid: 'c'.repeat(40), prevHash: 'a'.repeat(64), hash: 'b'.repeat(64) },
+          { ...f.identity, checkpointSeq: ++seq, step: seq, toolHistory: payload.toolHistory, filesTouched: payload.filesTouched as FileTouched[], branch: f.branch, worktreePath: f.worktree, commitOid: 'c'.repeat(40), treeOid: 'd'.repeat(40), manifestDigest: 'e'.repeat(64), manifestCount: 1, prevHash: 'a'.repeat(64), hash: 'b'.repeat(64) },
           { leaseEpoch: f.lease.epoch, leaseMs: 3_600_000 },
         ),
       ).then((row) => {

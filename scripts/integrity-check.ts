@@ -24,7 +24,7 @@ try {
     code = report.intact ? 0 : 1;
     if (values.json) process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
     else {
-      process.stdout.write(`run ${report.agentRunId} (${report.status}) in ${report.workspaceId}: ${report.checkpoints} checkpoint(s), latest seq ${report.latestSeq ?? '-'} at ${report.commitOid?.slice(0, 12) ?? '-'}\n`);
+      process.stdout.write(`run ${report.agentRunId} (${report.status}) in ${report.workspaceId}: ${report.checkpoints} checkpoint(s), latest seq ${report.latestSeq ?? "-"} at ${report.commitOid?.slice(0, 12) ?? "-"}, ${report.manifest.length} file(s) in the manifest\n`);
       for (const f of report.findings) process.stdout.write(`  DRIFT ${f.kind}: ${f.detail}\n`);
       process.stdout.write(report.intact ? 'intact: worktree, Postgres and git notes agree\n' : `${report.findings.length} finding(s)\n`);
     }

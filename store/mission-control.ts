@@ -167,7 +167,9 @@ select r.id as agent_run_id, r.convoy_id, r.brief_id, r.status, r.attempt, r.wor
                  'checkpoint_seq', c.checkpoint_seq, 'step', c.step, 'attempt', c.attempt,
                  'tool_history', c.tool_history, 'files_touched', c.files_touched, 'branch', c.branch,
                  'worktree_path', c.worktree_path, 'commit_oid', c.commit_oid, 'prev_hash', c.prev_hash,
-                 'hash', c.hash, 'occurred_at', c.occurred_at) order by c.checkpoint_seq), '[]'::jsonb)
+                 'hash', c.hash, 'occurred_at', c.occurred_at, 'payload_format', c.payload_format, 'tree_oid', c.tree_oid,
+                 'manifest_digest', c.manifest_digest, 'manifest_count', c.manifest_count, 'legacy_window', c.legacy_window)
+                 order by c.checkpoint_seq), '[]'::jsonb)
           from worker_checkpoints c where c.workspace_id = r.workspace_id and c.agent_run_id = r.id) as checkpoints,
        (select coalesce(jsonb_agg(jsonb_build_object('type', e.type, 'metadata', e.metadata, 'occurred_at', e.occurred_at)
                  order by e.occurred_at, e.id), '[]'::jsonb)

@@ -1,7 +1,7 @@
 // The integrity check: resume's verification, read-only, from any process.
 import type { Config } from './config.ts';
 import type { Database } from '../store/connection.ts';
-import { checkpointChain } from '../store/checkpoints.ts';
+import { checkpointChain, runManifest, type ManifestEntry } from '../store/checkpoints.ts';
 import { anchorOf } from '../store/retention.ts';
 import { getRun } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';
@@ -17,6 +17,8 @@ export interface IntegrityReport {
   worktreePath: string | null;
   intact: boolean;
   findings: Finding[];
+  /** Every path the run ever touched, with its sha256 (null: deleted) and the checkpoint that last changed it. */
+  manifest: ManifestEntry[];
 }
 
 /** undefined when the run does not exist in that workspace (row-level security decides). */
@@ -24,11 +26,12 @@ export async function checkRunIntegrity(db: Database, config: Config, workspaceI
   const loaded = await withWorkspace(db.app, workspaceId, async (tx) => {
     const run = await getRun(tx, agentRunId);
     if (!run) return undefined;
-    return { run, chain: await checkpointChain(tx, agentRunId), anchor: (await anchorOf(tx, agentRunId)) ?? null };
+    const [chain, manifest, anchor] = await Promise.all([checkpointChain(tx, agentRunId), runManifest(tx, agentRunId), anchorOf(tx, agentRunId)]);
+    return { run, chain, manifest, anchor: anchor ?? null };
   });
   if (!loaded) return undefined;
-  const { run, chain, anchor } = loaded;
-  const inspection = await inspectRun({ run, chain, anchor, repoRoot: config.WORKER_REPO_ROOT, notesRef: config.WORKER_NOTES_REF });
+  const { run, chain, manifest, anchor } = loaded;
+  const inspection = await inspectRun({ run, chain, anchor, manifest, repoRoot: config.WORKER_REPO_ROOT, notesRef: config.WORKER_NOTES_REF });
   const latest = chain.at(-1);
   return {
     workspaceId,
@@ -40,5 +43,6 @@ export async function checkRunIntegrity(db: Database, config: Config, workspaceI
     worktreePath: run.worktree_path,
     intact: inspection.findings.length === 0,
     findings: inspection.findings,
+    manifest,
   };
 }

@@ -3,7 +3,7 @@
 // added again from the local repo's objects.
 import { rm, unlink } from 'node:fs/promises';
 import path from 'node:path';
-import type { CheckpointRow } from '../store/checkpoints.ts';
+import type { CheckpointRow, ManifestEntry } from '../store/checkpoints.ts';
 import type { RunRow } from '../store/runs.ts';
 import { EchodoError } from './errors.ts';
 import { runGit } from './git.ts';
@@ -29,6 +29,7 @@ export function noteForRow(row: CheckpointRow) {
     prevHash: row.prev_hash,
     branch: row.branch,
     files: row.files_touched.map((f) => ({ path: f.path, sha256: f.sha256 })),
+    ...(row.payload_format === 3 ? { treeOid: row.tree_oid, manifestDigest: row.manifest_digest, manifestCount: row.manifest_count } : {}),
   };
 }
 
@@ -36,6 +37,8 @@ export async function verifyAndRepair(args: {
   run: RunRow;
   chain: CheckpointRow[];
   anchor: string | null;
+  /** The run's manifest (store/checkpoints.ts runManifest): every file the run touched is verified. */
+  manifest?: ManifestEntry[];
   repoRoot: string;
   worktreeBase: string;
   notesRef: string;
@@ -43,7 +46,7 @@ export async function verifyAndRepair(args: {
 }): Promise<ResumeReport> {
   const { run, chain, log } = args;
   const latest = chain.at(-1);
-  const inspection = await inspectRun({ run, chain, anchor: args.anchor, repoRoot: args.repoRoot, notesRef: args.notesRef });
+  const inspection = await inspectRun({ run, chain, anchor: args.anchor, manifest: args.manifest, repoRoot: args.repoRoot, notesRef: args.notesRef });
   const fatal = inspection.findings.filter((f) => UNREPAIRABLE.has(f.kind));
   if (fatal.length) {
     throw new EchodoError('worktree_unrecoverable', `cannot resume run ${run.id}: ${fatal.map((f) => f.detail).join('; ')}`);

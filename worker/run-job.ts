@@ -5,7 +5,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import type { Config } from './config.ts';
 import type { Database } from '../store/connection.ts';
-import { checkpointChain } from '../store/checkpoints.ts';
+import { checkpointChain, runManifest, type ManifestEntry } from '../store/checkpoints.ts';
 import { appendEvent, getRun, completeRun, failRun, requeueRun, setRunWorkspace, type RunRow } from '../store/runs.ts';
 import { apiKeyEnvVars, modelProvider } from '../store/workspace-config.ts';
 import { inWorkspace, withWorkspace } from '../store/workspace.ts';
@@ -21,7 +21,7 @@ import { parseKeyVarGlobs } from './models/key-vars.ts';
 import type { Delivery, JobQueue } from './queue/types.ts';
 import { redactString, registerSecretsFromEnv } from './checkpoints/redact.ts';
 import { TouchTracker } from './checkpoints/tracker.ts';
-import { CheckpointWriter, stateFromRow, type WorkingTree } from './checkpoints/writer.ts';
+import { CheckpointWriter, stateFromChain, type WorkingTree } from './checkpoints/writer.ts';
 import { verifyAndRepair } from './resume.ts';
 import { admitDelivery } from './delivery.ts';
 import { runSession } from './session.ts';
@@ -100,7 +100,8 @@ async function executeRun(deps: JobDeps, run: RunRow, lease: Lease): Promise<Job
   const harness = await scoped((tx) => resolveHarnessForJob(tx, job, config));
   registerSecretsFromEnv(process.env, await scoped(apiKeyEnvVars));
 
-  const chain = await scoped((tx) => checkpointChain(tx, run.id));
+  // The rows (small: each holds its own changes) and the run's manifest, for verification.
+  const { chain, manifest } = await scoped(async (tx) => ({ chain: await checkpointChain(tx, run.id), manifest: await runManifest(tx, run.id) }));
   const anchor = await scoped((tx) => anchorOf(tx, run.id));
   const resuming = chain.length > 0 || run.attempt > 1 || run.worktree_path !== null || job.resumeFromCheckpoint;
   // The model first: a run with an unknown model alias fails before any worktree is made.
@@ -116,10 +117,10 @@ async function executeRun(deps: JobDeps, run: RunRow, lease: Lease): Promise<Job
     await finishCancelledRun({ db, run, by: run.cancel_requested_by ?? 'unknown', seq: chain.at(-1)?.checkpoint_seq ?? 0, step: run.step, repoPath: job.repoPath ?? config.WORKER_REPO_ROOT, worktreePath: run.worktree_path, log });
     return 'released';
   }
-  const { tree, baseOid } = await prepareTree(deps, run, harness, chain, anchor, resuming);
+  const { tree, baseOid } = await prepareTree(deps, run, harness, chain, anchor, resuming, manifest);
 
   // A fork's first attempt starts from its source's checkpoint (step, history, hash as anchor).
-  const state = chain.length || !run.fork_seed ? stateFromRow(chain.at(-1), baseOid) : forkStartState(run.fork_seed, baseOid);
+  const state = chain.length || !run.fork_seed ? stateFromChain(chain, baseOid, config.WORKER_CHECKPOINT_HISTORY_LIMIT, manifest) : forkStartState(run.fork_seed, baseOid);
   const tracker = new TouchTracker(tree.root);
   tracker.start();
   try {
@@ -184,7 +185,7 @@ async function executeRun(deps: JobDeps, run: RunRow, lease: Lease): Promise<Job
   }
 }
 
-async function prepareTree(deps: JobDeps, run: RunRow, harness: Harness, chain: Awaited<ReturnType<typeof checkpointChain>>, anchor: string | null | undefined, resuming: boolean): Promise<{ tree: WorkingTree; baseOid: string | null }> {
+async function prepareTree(deps: JobDeps, run: RunRow, harness: Harness, chain: Awaited<ReturnType<typeof checkpointChain>>, anchor: string | null | undefined, resuming: boolean, manifest?: ManifestEntry[]): Promise<{ tree: WorkingTree; baseOid: string | null }> {
   const { config, db, log } = deps;
   const scoped = inWorkspace(db.app, run.workspace_id, log);
   const job = run.job;
@@ -193,7 +194,7 @@ async function prepareTree(deps: JobDeps, run: RunRow, harness: Harness, chain: 
     if (resuming) {
       // A write_file killed between its temp file and the rename leaves the temp behind.
       for (const prefix of harness.writePrefixes ?? ['']) await removeStaleTempFiles(path.join(root, prefix));
-      const report = await verifyAndRepair({ run, chain, anchor: anchor ?? null, repoRoot: root, worktreeBase: config.WORKER_WORKTREE_BASE, notesRef: config.WORKER_NOTES_REF, log });
+      const report = await verifyAndRepair({ run, chain, anchor: anchor ?? null, manifest, repoRoot: root, worktreeBase: config.WORKER_WORKTREE_BASE, notesRef: config.WORKER_NOTES_REF, log });
       await recordResume(deps, run, report.fromSeq, report.findings.map((f) => f.detail), []);
     }
     await scoped((tx) => setRunWorkspace(tx, { agentRunId: run.id, leaseEpoch: run.lease_epoch, harnessAlias: harness.alias, branch: null, worktreePath: null, baseOid: null }));
@@ -207,7 +208,7 @@ async function prepareTree(deps: JobDeps, run: RunRow, harness: Harness, chain: 
   const claim: ClaimBranch = (branch, mayCreate) => scoped((tx) => claimBranch(tx, { repoDir, branch, agentRunId: run.id, mayCreate }));
   if (run.branch) await assertOwnBranch(run.branch, claim);
   if (resuming && run.worktree_path) {
-    const report = await verifyAndRepair({ run, chain, anchor: anchor ?? null, repoRoot: config.WORKER_REPO_ROOT, worktreeBase: config.WORKER_WORKTREE_BASE, notesRef: config.WORKER_NOTES_REF, log });
+    const report = await verifyAndRepair({ run, chain, anchor: anchor ?? null, manifest, repoRoot: config.WORKER_REPO_ROOT, worktreeBase: config.WORKER_WORKTREE_BASE, notesRef: config.WORKER_NOTES_REF, log });
     worktree = report.worktree!;
     log.info({ fromSeq: report.fromSeq, findings: report.findings, repairs: report.repairs }, 'worktree verified against Postgres and the git notes');
     await recordResume(deps, run, report.fromSeq, report.findings.map((f) => `${f.kind}: ${f.detail}`), report.repairs);

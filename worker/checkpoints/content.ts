@@ -17,19 +17,31 @@ export async function commitTouchedPaths(args: {
   parentOid: string;
   paths: string[];
   message: string;
-}): Promise<string> {
+}): Promise<{ commitOid: string; treeOid: string }> {
   if (args.paths.length) {
     await runGit(args.worktree, ['update-index', '--add', '--remove', '-z', '--stdin'], { input: args.paths.join('\0') });
   }
   const tree = (await runGit(args.worktree, ['write-tree'])).stdout.trim();
+  const objectsDir = path.join(await commonDirOf(args.worktree), 'objects');
   const message = redactString(args.message); // a commit message is persisted: the one redactor
-  const commit =
-    tree.length === 40 && args.parentOid.length === 40
-      ? await writeCommitObject(path.join(await commonDirOf(args.worktree), 'objects'), tree, args.parentOid, message)
-      : (await runGit(args.worktree, ['commit-tree', tree, '-p', args.parentOid, '-m', message])).stdout.trim();
-  // Compare-and-set: fails if anything else moved the branch since our last checkpoint.
-  await runGit(args.worktree, ['update-ref', `refs/heads/${args.branch}`, commit, args.parentOid]);
-  return commit;
+  // The staged blobs and the tree are referenced by the worktree's index (git gc keeps them);
+  // the commit object is referenced by nothing until the branch moves, so a `git gc --prune=now`
+  // running at that instant may delete it: update-ref then refuses the missing object, and the
+  // commit is written again.
+  for (let attempt = 1; ; attempt++) {
+    const commit =
+      tree.length === 40 && args.parentOid.length === 40
+        ? await writeCommitObject(objectsDir, tree, args.parentOid, message)
+        : (await runGit(args.worktree, ['commit-tree', tree, '-p', args.parentOid, '-m', message])).stdout.trim();
+    try {
+      // Compare-and-set: fails if anything else moved the branch since our last checkpoint.
+      await runGit(args.worktree, ['update-ref', `refs/heads/${args.branch}`, commit, args.parentOid]);
+      return { commitOid: commit, treeOid: tree };
+    } catch (err) {
+      const present = await runGit(args.worktree, ['cat-file', '-e', `${commit}^{commit}`], { allowExitCodes: [1, 128] });
+      if (present.exitCode === 0 || attempt >= 3) throw err;
+    }
+  }
 }
 
 /**
@@ -45,11 +57,20 @@ async function writeCommitObject(objectsDir: string, tree: string, parent: strin
   const dir = path.join(objectsDir, oid.slice(0, 2));
   const file = path.join(dir, oid.slice(2));
   if (existsSync(file)) return oid;
-  await mkdir(dir, { recursive: true });
-  const temp = path.join(dir, `tmp_obj_echodo_${process.pid}_${randomBytes(4).toString('hex')}`);
-  await writeFile(temp, deflateSync(raw), { mode: 0o444 });
-  await rename(temp, file);
-  return oid;
+  const deflated = deflateSync(raw);
+  // `git prune-packed` (ours, or a concurrent `git gc`) removes empty fan-out directories: one
+  // may vanish between our mkdir and our write, so both are tried again (as git itself does).
+  for (let attempt = 1; ; attempt++) {
+    const temp = path.join(dir, `tmp_obj_echodo_${process.pid}_${randomBytes(4).toString('hex')}`);
+    try {
+      await mkdir(dir, { recursive: true });
+      await writeFile(temp, deflated, { mode: 0o444 });
+      await rename(temp, file);
+      return oid;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT' || attempt >= 5) throw err;
+    }
+  }
 }
 
 /** sha256 of a file: one read for the usual small file, a stream for a large one. */

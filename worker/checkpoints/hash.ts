@@ -1,13 +1,24 @@
 // The hash chain: hash = sha256(prev_hash || canonical JSON of the row's payload).
 // Any edit of a stored row, or a row removed from the middle, breaks every hash after it.
+//
+// Three payload formats (worker_checkpoints.payload_format), all verified here:
+//  1 stored:   the pre-008 cumulative row, hashed as stored (files_touched = every path so far,
+//              tool_history = the bounded window);
+//  2 migrated: a format-1 row rewritten by migration 008 into its delta; its hash is still the
+//              format-1 hash, checked against the cumulative payload rebuilt by folding the deltas
+//              (files) and the last `legacy_window` history entries;
+//  3 delta:    this checkpoint's files and tool calls only, plus a fixed-size summary (the
+//              commit's tree and the run's manifest digest) that makes verification complete.
 import { createHash } from 'node:crypto';
 
 export interface FileTouched {
   path: string;
   sha256: string | null; // null when deleted
-  bytes: number;
-  deleted: boolean;
+  bytes?: number;
+  deleted?: boolean;
 }
+
+export const DELTA_FORMAT = 3;
 
 export interface CheckpointPayload {
   workspaceId: string;
@@ -19,6 +30,11 @@ export interface CheckpointPayload {
   branch: string | null;
   worktreePath: string | null;
   commitOid: string | null;
+  /** Format 3 only (absent keys keep format 1 hashing exactly as before). */
+  format?: number;
+  treeOid?: string | null;
+  manifestDigest?: string;
+  manifestCount?: number;
 }
 
 /** JSON with object keys sorted at every depth: the same value always gives the same text. */
@@ -38,6 +54,43 @@ export function checkpointHash(prevHash: string | null, payload: CheckpointPaylo
     .digest('hex');
 }
 
+// ------------------------------------------------------------------ the manifest digest
+// Every path the run ever touched with its current sha256 (null: deleted). The digest is the
+// sum mod 2^256 of sha256(path \0 sha256|"deleted") over the entries: order-free, and adding,
+// replacing or deleting one path updates it in O(1).
+const MOD = 1n << 256n;
+
+function entryTerm(path: string, sha256: string | null): bigint {
+  return BigInt(`0x${createHash('sha256').update(`${path}\0${sha256 ?? 'deleted'}`).digest('hex')}`);
+}
+
+export class ManifestDigest {
+  private sum = 0n;
+  count = 0;
+  add(path: string, sha256: string | null): void {
+    this.sum = (this.sum + entryTerm(path, sha256)) % MOD;
+    this.count++;
+  }
+  remove(path: string, sha256: string | null): void {
+    this.sum = (this.sum - entryTerm(path, sha256) + MOD) % MOD;
+    this.count--;
+  }
+  clone(): ManifestDigest {
+    const d = new ManifestDigest();
+    d.sum = this.sum;
+    d.count = this.count;
+    return d;
+  }
+  hex(): string {
+    return this.sum.toString(16).padStart(64, '0');
+  }
+  static of(entries: Iterable<{ path: string; sha256: string | null }>): ManifestDigest {
+    const d = new ManifestDigest();
+    for (const e of entries) d.add(e.path, e.sha256);
+    return d;
+  }
+}
+
 /** The columns of a worker_checkpoints row the chain covers. */
 export interface ChainRow {
   workspace_id: string;
@@ -51,10 +104,16 @@ export interface ChainRow {
   commit_oid: string | null;
   prev_hash: string | null;
   hash: string;
+  /** 1 when absent: a row written before migration 008 (or by a fixture in the old shape). */
+  payload_format?: number | null;
+  tree_oid?: string | null;
+  manifest_digest?: string | null;
+  manifest_count?: number | null;
+  legacy_window?: number | null;
 }
 
 export function payloadOfRow(row: ChainRow): CheckpointPayload {
-  return {
+  const base: CheckpointPayload = {
     workspaceId: row.workspace_id,
     agentRunId: row.agent_run_id,
     checkpointSeq: row.checkpoint_seq,
@@ -65,18 +124,27 @@ export function payloadOfRow(row: ChainRow): CheckpointPayload {
     worktreePath: row.worktree_path,
     commitOid: row.commit_oid,
   };
+  if ((row.payload_format ?? 1) !== DELTA_FORMAT) return base;
+  return { ...base, format: DELTA_FORMAT, treeOid: row.tree_oid ?? null, manifestDigest: row.manifest_digest ?? '', manifestCount: row.manifest_count ?? 0 };
 }
+
+const byPath = (a: FileTouched, b: FileTouched) => (a.path < b.path ? -1 : 1);
 
 export interface ChainVerdict {
   ok: boolean;
   /** Per row, in the order given: does its hash verify and link to the row before it? */
   verified: boolean[];
   problems: string[];
+  /**
+   * The manifest digest the latest row vouches for: stored in a format-3 row, computed from the
+   * rebuilt cumulative list of a format-1/2 row. Null without rows.
+   */
+  manifestDigest: string | null;
 }
 
 /**
  * Verifies rows of one run in seq order. `anchor` is the hash the first row must link to:
- * null for a chain that starts at seq 1, or the anchor kept by pruning.
+ * null for a chain that starts at seq 1, or the anchor kept by pruning (or a fork's source).
  */
 export function verifyChain(rows: ChainRow[], anchor: string | null = null): ChainVerdict {
   const verified: boolean[] = [];
@@ -84,11 +152,28 @@ export function verifyChain(rows: ChainRow[], anchor: string | null = null): Cha
   let expectedPrev = anchor;
   let expectedSeq = rows[0]?.checkpoint_seq ?? 1;
   if (anchor === null && rows.length && expectedSeq !== 1) problems.push(`chain starts at seq ${expectedSeq}, not 1, and has no anchor`);
+  // The fold that rebuilds format-1 payloads of migrated rows (and the legacy manifest).
+  let files = new Map<string, FileTouched>();
+  let window: unknown[] = [];
+  let legacyTail = false;
   for (const row of rows) {
-    const ok =
-      row.checkpoint_seq === expectedSeq &&
-      row.prev_hash === expectedPrev &&
-      checkpointHash(row.prev_hash, payloadOfRow(row)) === row.hash;
+    const format = row.payload_format ?? 1;
+    let payload: CheckpointPayload;
+    if (format === 1) {
+      files = new Map(row.files_touched.map((f) => [f.path, f]));
+      window = row.tool_history;
+      payload = payloadOfRow(row);
+    } else if (format === 2) {
+      for (const f of row.files_touched) files.set(f.path, f);
+      const n = row.legacy_window ?? 0;
+      window = n > 0 ? [...window, ...row.tool_history].slice(-n) : [];
+      payload = { ...payloadOfRow(row), toolHistory: window, filesTouched: [...files.values()].sort(byPath) };
+    } else {
+      for (const f of row.files_touched) files.set(f.path, f);
+      payload = payloadOfRow(row);
+    }
+    legacyTail = format !== DELTA_FORMAT;
+    const ok = row.checkpoint_seq === expectedSeq && row.prev_hash === expectedPrev && checkpointHash(row.prev_hash, payload) === row.hash;
     if (!ok) {
       if (row.checkpoint_seq !== expectedSeq) problems.push(`seq ${row.checkpoint_seq}: expected seq ${expectedSeq} (gap or duplicate)`);
       else if (row.prev_hash !== expectedPrev) problems.push(`seq ${row.checkpoint_seq}: prev_hash does not link to the row before`);
@@ -98,5 +183,11 @@ export function verifyChain(rows: ChainRow[], anchor: string | null = null): Cha
     expectedPrev = row.hash;
     expectedSeq = row.checkpoint_seq + 1;
   }
-  return { ok: problems.length === 0 && verified.every(Boolean), verified, problems };
+  const last = rows.at(-1);
+  const manifestDigest = !last
+    ? null
+    : legacyTail
+      ? ManifestDigest.of([...files.values()].map((f) => ({ path: f.path, sha256: f.deleted ? null : f.sha256 }))).hex()
+      : (last.manifest_digest ?? null);
+  return { ok: problems.length === 0 && verified.every(Boolean), verified, problems, manifestDigest };
 }

@@ -2,12 +2,12 @@
 // Read-only: integrity-check prints the findings, resume repairs what it can (resume.ts).
 import { existsSync } from 'node:fs';
 import path from 'node:path';
-import type { CheckpointRow } from '../../store/checkpoints.ts';
+import type { CheckpointRow, ManifestEntry } from '../../store/checkpoints.ts';
 import type { RunRow } from '../../store/runs.ts';
 import { resolveCommit, runGit } from '../git.ts';
 import { inspectWorktree, repoCommonDir, type WorktreeState } from '../worktrees.ts';
 import { describeFiles } from './content.ts';
-import { verifyChain } from './hash.ts';
+import { ManifestDigest, verifyChain, type ChainVerdict } from './hash.ts';
 import { notedCommits, readCheckpointNote } from './notes.ts';
 
 export type FindingKind =
@@ -23,7 +23,9 @@ export type FindingKind =
   | 'file_changed'
   | 'file_missing'
   | 'uncommitted_changes'
-  | 'stale_index_lock';
+  | 'stale_index_lock'
+  | 'manifest_mismatch'
+  | 'tree_mismatch';
 
 export interface Finding {
   kind: FindingKind;
@@ -40,24 +42,30 @@ export interface Inspection {
 }
 
 /** Findings resume cannot repair: the run is failed with the finding as its reason. */
-export const UNREPAIRABLE: ReadonlySet<FindingKind> = new Set(['hash_chain_broken', 'repo_missing', 'commit_unreachable']);
+export const UNREPAIRABLE: ReadonlySet<FindingKind> = new Set(['hash_chain_broken', 'repo_missing', 'commit_unreachable', 'manifest_mismatch', 'tree_mismatch']);
 
 export async function inspectRun(args: {
   run: Pick<RunRow, 'id' | 'status' | 'branch' | 'worktree_path' | 'base_oid' | 'job'>;
   chain: CheckpointRow[];
   anchor?: string | null;
+  /** The run's manifest (runManifest); without it, rebuilt by folding the chain's deltas. */
+  manifest?: ManifestEntry[];
   repoRoot: string;
   notesRef: string;
 }): Promise<Inspection> {
   const findings: Finding[] = [];
   const latest = args.chain.at(-1);
-  const chainFindings = (): Finding[] =>
-    verifyChain(args.chain, args.anchor ?? null).problems.map((problem) => ({ kind: 'hash_chain_broken', detail: problem }));
+  let verdict: ChainVerdict | undefined;
+  const chainFindings = (): Finding[] => {
+    verdict ??= verifyChain(args.chain, args.anchor ?? null);
+    return [...verdict.problems.map((problem): Finding => ({ kind: 'hash_chain_broken', detail: problem })), ...manifestFindings(args.chain, verdict, manifest)];
+  };
+  const manifest = args.manifest ?? foldManifest(args.chain);
 
   // Doc-writer runs have no worktree: files are checked in the repo root, hashes only.
   if (!args.run.worktree_path || !args.run.branch) {
     findings.push(...chainFindings());
-    if (latest) findings.push(...(await compareFiles(args.repoRoot, latest)));
+    if (latest) findings.push(...(await compareFiles(args.repoRoot, manifest)));
     return { targetOid: null, worktree: null, findings, notesToRewrite: [] };
   }
 
@@ -108,10 +116,14 @@ export async function inspectRun(args: {
   const reads = Promise.all([
     runGit(args.run.worktree_path, ['status', '--porcelain=v2', '--branch', '-z', '--untracked-files=all', '--no-renames'], { allowExitCodes: [128] }),
     compareNotes(args.run.worktree_path, args.notesRef, args.chain),
-    latest ? compareFiles(args.run.worktree_path, latest) : Promise.resolve([]),
+    latest ? compareFiles(args.run.worktree_path, manifest) : Promise.resolve([]),
+    latest?.tree_oid && targetOid ? runGit(args.run.worktree_path, ['rev-parse', '--verify', '--quiet', `${targetOid}^{tree}`], { allowExitCodes: [1, 128] }) : undefined,
   ]);
   findings.push(...chainFindings());
-  const [status, noteFindings, fileFindings] = await reads;
+  const [status, noteFindings, fileFindings, tree] = await reads;
+  if (tree?.exitCode === 0 && tree.stdout.trim() !== latest!.tree_oid) {
+    findings.push({ kind: 'tree_mismatch', detail: `commit ${targetOid} has tree ${tree.stdout.trim()}, checkpoint ${latest!.checkpoint_seq} recorded ${latest!.tree_oid}` });
+  }
   const entries = status.stdout.split('\0').filter(Boolean);
   const tip = entries.find((e) => e.startsWith('# branch.oid '))?.slice('# branch.oid '.length);
   if (targetOid && tip !== targetOid) {
@@ -143,15 +155,43 @@ async function compareNotes(cwd: string, notesRef: string, chain: CheckpointRow[
   return { findings, seqs: findings.some((f) => f.kind === 'note_mismatch') ? [...missing, latest.checkpoint_seq] : missing };
 }
 
-async function compareFiles(root: string, latest: CheckpointRow): Promise<Finding[]> {
-  const recorded = latest.files_touched;
+/**
+ * The manifest must be the one the latest row vouches for (its digest is in the hash chain): a
+ * manifest row edited, added or removed is caught here, before the files are compared with it.
+ */
+function manifestFindings(chain: CheckpointRow[], verdict: ChainVerdict, manifest: ManifestEntry[] | undefined): Finding[] {
+  const latest = chain.at(-1);
+  if (!latest || !verdict.manifestDigest || !manifest) return [];
+  const have = ManifestDigest.of(manifest);
+  if (have.hex() === verdict.manifestDigest) return [];
+  return [{ kind: 'manifest_mismatch', detail: `the run's manifest (${have.count} path(s)) does not match the digest of checkpoint ${latest.checkpoint_seq} (${verdict.manifestDigest.slice(0, 12)})` }];
+}
+
+/**
+ * Without checkpoint_manifest: every path the chain's rows name, with its latest sha256. Complete
+ * when the chain is (it starts at seq 1, or at a pre-008 row that holds the whole list); a pruned
+ * chain of delta rows gives undefined, and only the files the rows name are compared.
+ */
+export function foldManifest(chain: CheckpointRow[]): ManifestEntry[] | undefined {
+  const files = new Map<string, ManifestEntry>();
+  for (const row of chain) {
+    if ((row.payload_format ?? 1) === 1) files.clear();
+    for (const f of row.files_touched) files.set(f.path, { path: f.path, sha256: f.deleted ? null : f.sha256, seq: row.checkpoint_seq });
+  }
+  const first = chain[0];
+  const complete = !first || first.checkpoint_seq === 1 || (first.payload_format ?? 1) === 1;
+  return complete ? [...files.values()] : undefined;
+}
+
+async function compareFiles(root: string, manifest: ManifestEntry[] | undefined): Promise<Finding[]> {
+  const recorded = manifest ?? [];
   const actual = await describeFiles(root, recorded.map((f) => f.path));
   const findings: Finding[] = [];
   recorded.forEach((want, i) => {
     const have = actual[i]!;
-    if (want.deleted && have.deleted) return;
+    if (want.sha256 === null && have.deleted) return;
     if (have.deleted) findings.push({ kind: 'file_missing', detail: `${want.path} is gone (expected sha256 ${want.sha256?.slice(0, 12)})` });
-    else if (have.sha256 !== want.sha256) findings.push({ kind: 'file_changed', detail: `${want.path} has sha256 ${have.sha256?.slice(0, 12)}, checkpoint recorded ${want.deleted ? 'deleted' : want.sha256?.slice(0, 12)}` });
+    else if (have.sha256 !== want.sha256) findings.push({ kind: 'file_changed', detail: `${want.path} has sha256 ${have.sha256?.slice(0, 12)}, checkpoint recorded ${want.sha256 === null ? 'deleted' : want.sha256.slice(0, 12)}` });
   });
   return findings;
 }

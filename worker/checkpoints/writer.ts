@@ -1,22 +1,29 @@
 // Where a checkpoint is written. Order, and why:
 //  1. content: commit the touched paths on the run's branch (git objects; contents stay in git);
-//  2. truth: insert the worker_checkpoints row, fenced on lease_epoch, renewing the heartbeat
+//  2. truth: insert the worker_checkpoints row, fenced on lease_epoch, renewing the heartbeat,
+//     with this checkpoint's files upserted into the run's manifest in the same statement
 //     (the commit point: a crash before it resumes from the previous checkpoint);
 //  3. mirror: the git note on the commit, written in the background while the next round runs
-//     and awaited before the next checkpoint (a failure is logged and retried, never fatal).
+//     and awaited before the next checkpoint (a failure is logged and retried, never fatal);
+//     every few checkpoints the run's new objects are packed, also in the background.
+// A row holds only what changed since the checkpoint before (files, tool calls) plus a
+// fixed-size summary (tree oid, manifest digest), so a checkpoint costs the same at seq 2,000
+// as at seq 10.
 import type { Sql } from 'postgres';
-import { appendCheckpoint, checkpointAt, type CheckpointRow } from '../../store/checkpoints.ts';
+import { appendCheckpoint, checkpointAt, runManifest, type CheckpointRow, type ManifestEntry } from '../../store/checkpoints.ts';
 import { retryTransient } from '../../store/retry.ts';
 import { withWorkspace } from '../../store/workspace.ts';
-import { errorMessage } from '../errors.ts';
+import { errorMessage, LeaseLostError } from '../errors.ts';
 import { faultPoint } from '../faults.ts';
 import type { Lease } from '../lease.ts';
 import type { Logger } from '../log.ts';
 import { commitTouchedPaths, describeFiles } from './content.ts';
-import { checkpointHash, type CheckpointPayload, type FileTouched } from './hash.ts';
+import { checkpointHash, DELTA_FORMAT, ManifestDigest, type CheckpointPayload, type FileTouched } from './hash.ts';
 import { boundHistory, type ToolCallRecord } from './history.ts';
 import { writeCheckpointNotes, type NoteWrite } from './notes.ts';
+import { ObjectPacker } from './packing.ts';
 import { redactString } from './redact.ts';
+import type { TouchTracker } from './tracker.ts';
 
 /** Fail closed: a path the redactor cannot process is not stored. */
 function redactPath(p: string): string {
@@ -26,8 +33,6 @@ function redactPath(p: string): string {
     return '[path dropped: redaction failed]';
   }
 }
-import type { TouchTracker } from './tracker.ts';
-import { LeaseLostError } from '../errors.ts';
 
 export interface RunIdentity {
   workspaceId: string;
@@ -37,27 +42,49 @@ export interface RunIdentity {
   attempt: number;
 }
 
-/** Everything a run's next checkpoint builds on. Loaded from the latest row on resume. */
+/** Everything a run's next checkpoint builds on. Loaded from the latest rows on resume. */
 export interface CheckpointState {
   seq: number;
   prevHash: string | null;
   /** The last checkpoint's commit (or the branch's base before the first one). */
   headOid: string | null;
   step: number;
+  /** The bounded window the model sees (rebuilt from the last rows on resume). */
   history: ToolCallRecord[];
-  files: Map<string, FileTouched>;
+  /** path → sha256 (null: deleted) of every path the run touched; undefined until loaded. */
+  manifest?: Map<string, string | null>;
 }
 
 export function stateFromRow(row: CheckpointRow | undefined, baseOid: string | null): CheckpointState {
-  if (!row) return { seq: 0, prevHash: null, headOid: baseOid, step: 0, history: [], files: new Map() };
-  return {
-    seq: row.checkpoint_seq,
-    prevHash: row.hash,
-    headOid: row.commit_oid ?? baseOid,
-    step: row.step,
-    history: row.tool_history as ToolCallRecord[],
-    files: new Map(row.files_touched.map((f) => [f.path, f])),
-  };
+  if (!row) return { seq: 0, prevHash: null, headOid: baseOid, step: 0, history: [], manifest: new Map() };
+  // The manifest is loaded from checkpoint_manifest at the first write (one query).
+  return { seq: row.checkpoint_seq, prevHash: row.hash, headOid: row.commit_oid ?? baseOid, step: row.step, history: row.tool_history as ToolCallRecord[] };
+}
+
+/**
+ * The bounded history window as of the last row, from the rows' own tool calls: each row holds
+ * its rounds once (format 3 and migrated rows); a pre-008 row holds the whole window.
+ */
+export function historyWindow(chain: Pick<CheckpointRow, 'tool_history' | 'payload_format'>[], limit: number): ToolCallRecord[] {
+  const tail: ToolCallRecord[][] = [];
+  const rounds = new Set<number>();
+  for (let i = chain.length - 1; i >= 0; i--) {
+    const row = chain[i]!;
+    const entries = row.tool_history as ToolCallRecord[];
+    tail.unshift(entries);
+    if ((row.payload_format ?? 1) === 1) break; // a whole window: nothing before it is needed
+    for (const e of entries) rounds.add(e.round);
+    if (rounds.size > limit) break;
+  }
+  return boundHistory(tail.flat(), limit);
+}
+
+/** The state to continue from: the latest row, the window from the last rows, the manifest if loaded. */
+export function stateFromChain(chain: CheckpointRow[], baseOid: string | null, historyLimit: number, manifest?: ManifestEntry[]): CheckpointState {
+  const state = stateFromRow(chain.at(-1), baseOid);
+  if (chain.length) state.history = historyWindow(chain, historyLimit);
+  if (manifest) state.manifest = new Map(manifest.map((m) => [m.path, m.sha256]));
+  return state;
 }
 
 export interface WorkingTree {
@@ -70,6 +97,10 @@ export class CheckpointWriter {
   private pendingNotes: NoteWrite[] = [];
   /** The mirror runs behind the loop: a note is written while the model works on the next round. */
   private mirroring: Promise<void> = Promise.resolve();
+  private digest: ManifestDigest | undefined;
+  /** Rounds up to this step are in a row already: the next row holds the rounds after it. */
+  private checkpointedStep: number;
+  private readonly packer: ObjectPacker | undefined;
 
   constructor(
     private readonly deps: {
@@ -82,9 +113,25 @@ export class CheckpointWriter {
       historyLimit: number;
       leaseMs: number;
       log: Logger;
+      /** Pack the run's objects every this many checkpoints (0: never). */
+      packEvery?: number;
     },
     readonly state: CheckpointState,
-  ) {}
+  ) {
+    this.checkpointedStep = state.step;
+    const every = deps.packEvery ?? 16;
+    this.packer = deps.tree.git && every > 0 ? new ObjectPacker(deps.tree.root, deps.tree.git.branch, deps.notesRef, every, deps.log) : undefined;
+  }
+
+  private async manifest(): Promise<Map<string, string | null>> {
+    if (!this.state.manifest) {
+      const { run } = this.deps;
+      const rows = await withWorkspace(this.deps.sql, run.workspaceId, (tx) => runManifest(tx, run.agentRunId));
+      this.state.manifest = new Map(rows.map((m) => [m.path, m.sha256]));
+    }
+    this.digest ??= ManifestDigest.of([...this.state.manifest].map(([path, sha256]) => ({ path, sha256 })));
+    return this.state.manifest;
+  }
 
   /** Writes checkpoint seq+1 for the rounds done so far. Throws LeaseLostError when fenced off. */
   async write(): Promise<void> {
@@ -95,11 +142,12 @@ export class CheckpointWriter {
     await lease.assertHeld();
     const seq = this.state.seq + 1;
     const prevHash = this.state.prevHash;
+    const manifest = await this.manifest();
     const paths = await this.deps.tracker.drain();
 
-    let commitOid: string | null = null;
+    let commit: { commitOid: string; treeOid: string } | null = null;
     if (tree.git) {
-      commitOid = await commitTouchedPaths({
+      commit = await commitTouchedPaths({
         worktree: tree.root,
         branch: tree.git.branch,
         parentOid: this.state.headOid!,
@@ -108,24 +156,44 @@ export class CheckpointWriter {
       });
       faultPoint('after-content-commit');
     }
+    const commitOid = commit?.commitOid ?? null;
 
-    // History entries were redacted when recorded (history.ts); paths are redacted here, once each.
-    for (const f of await describeFiles(tree.root, paths)) this.state.files.set(f.path, { ...f, path: redactPath(f.path) });
-    const history = boundHistory(this.state.history, this.deps.historyLimit);
+    // This checkpoint's files: what differs from the manifest (paths redacted here, once each).
+    const digest = this.digest!.clone();
+    const changed: FileTouched[] = [];
+    for (const f of await describeFiles(tree.root, paths)) {
+      const p = redactPath(f.path);
+      const sha256 = f.deleted ? null : f.sha256;
+      const before = manifest.get(p);
+      if (before === sha256) continue;
+      if (before !== undefined) digest.remove(p, before);
+      digest.add(p, sha256);
+      changed.push(sha256 === null ? { path: p, sha256: null, deleted: true } : { path: p, sha256 });
+    }
+    changed.sort((a, b) => (a.path < b.path ? -1 : 1));
+    const ownCalls = this.state.history.filter((h) => h.round > this.checkpointedStep);
     const payload: CheckpointPayload = {
+      format: DELTA_FORMAT,
       workspaceId: run.workspaceId,
       agentRunId: run.agentRunId,
       checkpointSeq: seq,
       step: this.state.step,
-      toolHistory: history,
-      filesTouched: [...this.state.files.values()].sort((a, b) => (a.path < b.path ? -1 : 1)),
+      toolHistory: ownCalls,
+      filesTouched: changed,
       branch: tree.git?.branch ?? null,
       worktreePath: tree.git?.worktreePath ?? null,
       commitOid,
+      treeOid: commit?.treeOid ?? null,
+      manifestDigest: digest.hex(),
+      manifestCount: digest.count,
     };
     const hash = checkpointHash(prevHash, payload);
 
-    const row = { ...run, checkpointSeq: seq, step: payload.step, toolHistory: payload.toolHistory, filesTouched: payload.filesTouched, branch: payload.branch, worktreePath: payload.worktreePath, commitOid, prevHash, hash };
+    const row = {
+      ...run, checkpointSeq: seq, step: payload.step, toolHistory: ownCalls, filesTouched: changed, branch: payload.branch,
+      worktreePath: payload.worktreePath, commitOid, treeOid: payload.treeOid!, manifestDigest: payload.manifestDigest!,
+      manifestCount: digest.count, prevHash, hash,
+    };
     const inserted = await retryTransient(
       (attempt) =>
         withWorkspace(this.deps.sql, run.workspaceId, async (tx) => {
@@ -140,27 +208,36 @@ export class CheckpointWriter {
     );
     if (!inserted) throw new LeaseLostError(`run ${run.agentRunId}: fenced off at checkpoint ${seq} (lease epoch ${lease.epoch} is no longer current)`);
     lease.renewed();
+    for (const f of changed) manifest.set(f.path, f.sha256);
+    this.digest = digest;
+    this.checkpointedStep = payload.step;
+    const history = boundHistory(this.state.history, this.deps.historyLimit);
     Object.assign(this.state, { seq, prevHash: hash, headOid: commitOid ?? this.state.headOid, history });
     faultPoint('after-checkpoint-row');
-    log.info({ seq, step: payload.step, commitOid, files: paths.length }, 'checkpoint written');
+    log.info({ seq, step: payload.step, commitOid, files: changed.length }, 'checkpoint written');
 
     if (tree.git && commitOid) {
-      this.pendingNotes.push({
-        commitOid,
-        note: {
-          workspaceId: run.workspaceId,
-          agentRunId: run.agentRunId,
-          checkpointSeq: seq,
-          step: payload.step,
-          hash,
-          prevHash,
-          branch: tree.git.branch,
-          files: payload.filesTouched.map((f) => ({ path: f.path, sha256: f.sha256 })),
-        },
-      });
-      this.mirroring = this.mirroring.then(() => this.flushNotes()).catch((err) => {
-        this.deps.log.warn({ error: errorMessage(err) }, 'git note mirror stopped');
-      });
+      // The note: this checkpoint's files and the run's summary (tree, manifest digest).
+      const note = {
+        workspaceId: run.workspaceId,
+        agentRunId: run.agentRunId,
+        checkpointSeq: seq,
+        step: payload.step,
+        hash,
+        prevHash,
+        branch: tree.git.branch,
+        files: changed.map((f) => ({ path: f.path, sha256: f.sha256 })),
+        treeOid: payload.treeOid,
+        manifestDigest: payload.manifestDigest,
+        manifestCount: digest.count,
+      };
+      this.pendingNotes.push({ commitOid, note });
+      this.mirroring = this.mirroring
+        .then(() => this.flushNotes())
+        .then(() => this.packer?.afterCheckpoint())
+        .catch((err) => {
+          this.deps.log.warn({ error: errorMessage(err) }, 'git note mirror stopped');
+        });
     }
   }
 
@@ -168,6 +245,7 @@ export class CheckpointWriter {
   async settleNotes(): Promise<void> {
     await this.mirroring;
     if (this.pendingNotes.length) await this.flushNotes().catch(() => {});
+    await this.packer?.settle();
   }
 
   /** Mirrors pending notes; what fails stays pending for the next checkpoint (and resume repairs it). */
