@@ -12,6 +12,7 @@ import { ToolRefusedError } from '../errors.ts';
 import { faultPoint } from '../faults.ts';
 import { describeSandbox, sandboxedCommand, type CommandSandbox } from '../sandbox/index.ts';
 import { checkAllowed, splitCommand } from './command-line.ts';
+import { vetGitRevisions } from './git-revisions.ts';
 import type { ToolContext, ToolDefinition } from './context.ts';
 import { OutputTail } from './output-tail.ts';
 
