@@ -19,6 +19,8 @@ import { createScenario, type Scenario } from './support/scenario.ts';
 const KEY_VAR = 'ECHODO_E2E_API_KEY';
 const KEY = `sk-e2e-${randomBytes(16).toString('hex')}`;
 const NOTE = 'export const note = "written by the remote model";\n';
+// Nothing here is about stalls: a lease long enough for a loaded 2-core machine.
+const CALM_LEASE = { WORKER_LEASE_MS: '15000', WORKER_HEARTBEAT_MS: '500' };
 
 let s: Scenario;
 let server: ChatServer;
@@ -46,7 +48,7 @@ before(async () => {
              values (${tx.workspaceId}, 'code', true, ${['env', 'git status']}, null)`;
   });
   // The key is in the worker's environment only (never in this test process's).
-  worker = s.spawnWorker({ [KEY_VAR]: KEY, LOG_LEVEL: 'debug' });
+  worker = s.spawnWorker({ ...CALM_LEASE, [KEY_VAR]: KEY, LOG_LEVEL: 'debug' });
   ({ agentRunId } = await s.dispatch({ model: 'local' }));
   await waitFor(async () => {
     const row = await s.run(agentRunId);
@@ -127,7 +129,7 @@ test('no git note or commit holds the key', async () => {
 
 test('a worker without the key fails the run with a reason naming the variable, and sends nothing', async () => {
   const sent = server.requests.length;
-  const keyless = s.spawnWorker({ [KEY_VAR]: '' });
+  const keyless = s.spawnWorker({ ...CALM_LEASE, [KEY_VAR]: '' });
   try {
     const { agentRunId: id } = await s.dispatch({ model: 'local' });
     const run = await waitFor(async () => {
@@ -155,7 +157,7 @@ test("the repo's hooks do not run while the worker makes its worktree, so they c
 test('a row naming DATABASE_URL fails the run with a clear reason, and the listener gets nothing', { timeout: 40_000 }, async () => {
   const listener = await startChatServer([{ text: 'never served' }]);
   const password = decodeURIComponent(new URL(s.env.DATABASE_URL!).password);
-  const w = s.spawnWorker({ [KEY_VAR]: KEY });
+  const w = s.spawnWorker({ ...CALM_LEASE, [KEY_VAR]: KEY });
   try {
     await s.su`insert into model_providers (workspace_id, alias, provider, base_url, model, api_key_env_var)
                values (${s.workspaceId}, 'leaky', 'openai-compatible', ${listener.baseURL}, 'm', 'DATABASE_URL')`;

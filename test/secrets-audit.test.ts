@@ -123,6 +123,8 @@ test('no planted secret, nor a fragment of one, reaches a table, a note, a commi
     producer.disconnect();
   }
   worker = s.spawnWorker({
+    WORKER_LEASE_MS: '15000', // nothing here is about stalls: calm on a loaded machine
+    WORKER_HEARTBEAT_MS: '500',
     OPENAI_API_KEY: SECRETS.envApiKey!,
     DEPLOY_TOKEN: SECRETS.envToken!,
     LLM_AUTH_VALUE: SECRETS.otherWorkspaceKey!,

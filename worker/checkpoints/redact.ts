@@ -30,7 +30,8 @@ const KEY_SHAPES: [RegExp, string][] = [
   [/\bxox[a-z]-[A-Za-z0-9-]{10,}/g, '[redacted:slack-token]'],
   [/\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}/g, '[redacted:jwt]'],
   // An env dump or config line naming a secret-looking variable: FOO_TOKEN=value.
-  [/\b([A-Z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)[A-Z0-9_]*=)(?!\[redacted)[^\s"']{6,}/g, '$1[redacted]'],
+  // Bounded name parts: an unbounded `[A-Z0-9_]*` twice is quadratic on a long uppercase run.
+  [/\b([A-Z0-9_]{0,64}(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)[A-Z0-9_]{0,64}=)(?!\[redacted)[^\s"']{6,}/g, '$1[redacted]'],
 ];
 
 // NUL and lone surrogates (a high one not followed by a low one, or a low one not preceded by a high one).
