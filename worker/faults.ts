@@ -13,6 +13,9 @@ export type FaultPoint =
   | 'during-command'
   | 'during-model-call'
   | 'before-tool-call'
+  | 'after-worktree-admin' // `git worktree add --no-checkout` done (admin folder, .git file), not yet checked out
+  | 'after-worktree-checkout' // worktree checked out (index written), not yet recorded
+  | 'before-branch-recorded' // worktree ready, branch and path not yet recorded on the run in Postgres
   | 'after-cancel-request' // a cancel seen and the last round checkpointed, the run not yet marked cancelled
   | 'after-admission'; // dispatch/retry: the run recorded or re-dispatched in Postgres, the doorbell not yet rung
 

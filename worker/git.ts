@@ -1,6 +1,8 @@
-// A thin, fast git runner for the hot path (one spawn per call, stdin supported).
-// simple-git serves the friendlier worktree operations; this serves plumbing.
+// A thin, fast git runner: every git process the worker itself starts goes through runGit
+// (one spawn per call, stdin supported), with the repository's power to run programs taken away.
 import { spawn } from 'node:child_process';
+import { readFileSync, statSync } from 'node:fs';
+import path from 'node:path';
 
 export class GitError extends Error {
   constructor(
@@ -20,11 +22,150 @@ export const GIT_ENV: NodeJS.ProcessEnv = {
   LANG: 'C',
   GIT_TERMINAL_PROMPT: '0',
   GIT_CONFIG_NOSYSTEM: '1',
+  GIT_ATTR_NOSYSTEM: '1',
+  // Set and empty: git then ignores core.gitProxy from any config file (the variable wins).
+  GIT_PROXY_COMMAND: '',
+  GIT_PAGER: 'cat',
   GIT_AUTHOR_NAME: 'echodo-worker',
   GIT_AUTHOR_EMAIL: 'echodo-worker@localhost',
   GIT_COMMITTER_NAME: 'echodo-worker',
   GIT_COMMITTER_EMAIL: 'echodo-worker@localhost',
 };
+
+/**
+ * Repository-controlled configuration that would make git run a program, overridden with
+ * command-line scope for every git the worker starts (that scope wins over every config file).
+ * The repository is not trusted: its .git/config, .gitattributes and hooks come with it.
+ */
+export const SAFE_GIT_CONFIG: readonly string[] = [
+  'core.hooksPath=/dev/null', // no hook runs, reference-transaction (update-ref, fast-import) included
+  'core.fsmonitor=false', // no fsmonitor hook program
+  'core.sshCommand=ssh', // a remote's ssh is ssh, not a configured program
+  'core.pager=cat',
+  'core.editor=true',
+  'core.askPass=', // empty: no askpass program (and GIT_TERMINAL_PROMPT=0: no prompt)
+  'credential.helper=', // empty resets the helper list: no credential helper program
+  'diff.external=', // no external diff program; diffs are produced with SAFE_DIFF_ARGS
+  'protocol.ext.allow=never', // no ext:: transport (runs an arbitrary command)
+  // Only honoured from protected config (ours, the operator's); `env` makes the hook a no-op
+  // wrapper, so pack-objects runs as it would without one.
+  'uploadpack.packObjectsHook=env',
+];
+
+const SAFE_PAIRS: [string, string][] = SAFE_GIT_CONFIG.map((kv) => {
+  const at = kv.indexOf('=');
+  return [kv.slice(0, at), kv.slice(at + 1)];
+});
+
+/** Arguments for any diff the worker produces: no external diff, no textconv program. */
+export const SAFE_DIFF_ARGS: readonly string[] = ['--no-ext-diff', '--no-textconv'];
+
+// Drivers are named in .gitattributes (which the agent can write) and defined in config, so they
+// cannot be switched off wholesale: each driver the config defines is emptied by name (an empty
+// clean/smudge/process/textconv/command/driver runs nothing; `required` is lifted so an emptied
+// filter is not a failure). The names are read once per repository and read again when one of
+// the config files that defined them changes.
+const DRIVER_KEY = /^(filter|diff|merge)\.(.+)\.(clean|smudge|process|required|textconv|command|driver)$/i;
+
+interface DriverCache {
+  pairs: [string, string][];
+  /** Config files and their mtimes when the names were read (-1: absent). */
+  stamps: [string, number][];
+}
+
+const driverCache = new Map<string, DriverCache>();
+const DRIVER_CACHE_MAX = 512;
+
+function mtimeOf(file: string): number {
+  try {
+    return statSync(file).mtimeMs;
+  } catch {
+    return -1;
+  }
+}
+
+/** The repo's config file (common dir), found from cwd without spawning git; undefined outside a repo. */
+function repoConfigFile(cwd: string): string | undefined {
+  try {
+    const dotGit = path.join(cwd, '.git');
+    const st = statSync(dotGit, { throwIfNoEntry: false });
+    if (st?.isDirectory()) return path.join(dotGit, 'config');
+    if (st?.isFile()) {
+      const gitDir = path.resolve(cwd, readFileSync(dotGit, 'utf8').trim().replace(/^gitdir:\s*/, ''));
+      const common = path.resolve(gitDir, readFileSync(path.join(gitDir, 'commondir'), 'utf8').trim());
+      return path.join(common, 'config');
+    }
+    if (statSync(path.join(cwd, 'HEAD'), { throwIfNoEntry: false })?.isFile()) return path.join(cwd, 'config'); // a bare repo
+  } catch {
+    /* a half-made worktree: git itself will fail on it */
+  }
+  return undefined;
+}
+
+function globalConfigFiles(): string[] {
+  const home = process.env.HOME;
+  const xdg = process.env.XDG_CONFIG_HOME ?? (home ? path.join(home, '.config') : undefined);
+  return [home && path.join(home, '.gitconfig'), xdg && path.join(xdg, 'git', 'config')].filter((f): f is string => !!f);
+}
+
+function fresh(entry: DriverCache): boolean {
+  return entry.stamps.every(([file, mtime]) => mtimeOf(file) === mtime);
+}
+
+async function driverOverrides(cwd: string): Promise<[string, string][]> {
+  const cached = driverCache.get(cwd);
+  if (cached && fresh(cached)) return cached.pairs;
+  const candidates = [...globalConfigFiles(), repoConfigFile(cwd)].filter((f): f is string => !!f);
+  const before = candidates.map((f): [string, number] => [f, mtimeOf(f)]);
+  const listed = await spawnGit(cwd, ['config', '--list', '--show-origin', '--name-only', '-z'], undefined, configEnv([]));
+  const names = new Map<string, Set<string>>();
+  const stamps = new Map(before);
+  // -z output: "file:<origin>\0<key>\0" per entry.
+  const parts = listed.stdout.split('\0');
+  for (let i = 0; i + 1 < parts.length; i += 2) {
+    const origin = parts[i]!;
+    const key = parts[i + 1]!;
+    if (origin.startsWith('file:')) {
+      const file = path.resolve(cwd, origin.slice('file:'.length));
+      if (!stamps.has(file)) stamps.set(file, mtimeOf(file));
+    }
+    const m = DRIVER_KEY.exec(key);
+    if (!m) continue;
+    const section = m[1]!.toLowerCase();
+    if (!names.has(section)) names.set(section, new Set());
+    names.get(section)!.add(m[2]!);
+  }
+  const pairs: [string, string][] = [];
+  for (const name of names.get('filter') ?? []) {
+    pairs.push([`filter.${name}.clean`, ''], [`filter.${name}.smudge`, ''], [`filter.${name}.process`, ''], [`filter.${name}.required`, 'false']);
+  }
+  for (const name of names.get('diff') ?? []) pairs.push([`diff.${name}.textconv`, ''], [`diff.${name}.command`, '']);
+  for (const name of names.get('merge') ?? []) pairs.push([`merge.${name}.driver`, '']);
+  if (listed.exitCode === 0) {
+    if (driverCache.size >= DRIVER_CACHE_MAX) driverCache.delete(driverCache.keys().next().value!);
+    driverCache.set(cwd, { pairs, stamps: [...stamps] });
+  }
+  return pairs;
+}
+
+/**
+ * Command-line-scope config as environment (GIT_CONFIG_COUNT/KEY_n/VALUE_n: unlike `-c k=v`, a
+ * driver name holding "=" cannot slip through): SAFE_GIT_CONFIG plus the repo's drivers emptied.
+ */
+function configEnv(pairs: [string, string][]): Record<string, string> {
+  const all: [string, string][] = [...SAFE_PAIRS, ...pairs];
+  const env: Record<string, string> = { GIT_CONFIG_COUNT: String(all.length) };
+  all.forEach(([key, value], i) => {
+    env[`GIT_CONFIG_KEY_${i}`] = key;
+    env[`GIT_CONFIG_VALUE_${i}`] = value;
+  });
+  return env;
+}
+
+/** The environment every worker git gets in cwd (GIT_ENV plus the safe config); for other spawners of git. */
+export async function safeGitEnv(cwd: string): Promise<NodeJS.ProcessEnv> {
+  return { ...GIT_ENV, ...configEnv(await driverOverrides(cwd)) };
+}
 
 export interface GitResult {
   stdout: string;
@@ -32,13 +173,9 @@ export interface GitResult {
   exitCode: number;
 }
 
-export function runGit(
-  cwd: string,
-  args: string[],
-  options: { input?: string | Buffer; env?: NodeJS.ProcessEnv; allowExitCodes?: number[] } = {},
-): Promise<GitResult> {
+function spawnGit(cwd: string, argv: string[], input: string | Buffer | undefined, env: NodeJS.ProcessEnv): Promise<GitResult> {
   return new Promise((resolve, reject) => {
-    const child = spawn('git', args, { cwd, env: { ...GIT_ENV, ...options.env }, stdio: ['pipe', 'pipe', 'pipe'] });
+    const child = spawn('git', argv, { cwd, env: { ...GIT_ENV, ...env }, stdio: ['pipe', 'pipe', 'pipe'] });
     const out: Buffer[] = [];
     const err: Buffer[] = [];
     child.stdout.on('data', (d: Buffer) => out.push(d));
@@ -46,12 +183,21 @@ export function runGit(
     child.on('error', reject);
     child.stdin.on('error', () => {}); // git may exit before reading all input; its exit code tells
     child.on('close', (code) => {
-      const result = { stdout: Buffer.concat(out).toString('utf8'), stderr: Buffer.concat(err).toString('utf8'), exitCode: code ?? -1 };
-      if (code === 0 || options.allowExitCodes?.includes(code ?? -1)) resolve(result);
-      else reject(new GitError(args, code, result.stderr));
+      resolve({ stdout: Buffer.concat(out).toString('utf8'), stderr: Buffer.concat(err).toString('utf8'), exitCode: code ?? -1 });
     });
-    child.stdin.end(options.input ?? '');
+    child.stdin.end(input ?? '');
   });
+}
+
+export async function runGit(
+  cwd: string,
+  args: string[],
+  options: { input?: string | Buffer; env?: NodeJS.ProcessEnv; allowExitCodes?: number[] } = {},
+): Promise<GitResult> {
+  const env = { ...options.env, ...configEnv(await driverOverrides(cwd)) };
+  const result = await spawnGit(cwd, args, options.input, env);
+  if (result.exitCode === 0 || options.allowExitCodes?.includes(result.exitCode)) return result;
+  throw new GitError(args, result.exitCode, result.stderr);
 }
 
 export async function git(cwd: string, ...args: string[]): Promise<string> {

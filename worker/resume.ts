@@ -76,7 +76,12 @@ export async function verifyAndRepair(args: {
     log,
   });
   report.worktree = worktree;
-  if (worktree.created) report.repairs.push(`worktree re-added with git worktree add from ${repoPath} (no clone)`);
+  // Half-made admin folders (a worker killed inside `git worktree add`), the run's own included.
+  report.repairs.push(...worktree.repairs);
+  if (worktree.created) {
+    const at = target ? ` at checkpoint commit ${target.slice(0, 12)}` : '';
+    report.repairs.push(`worktree re-added with git worktree add from ${repoPath}${at} (no clone)`);
+  }
 
   if (kinds.has('stale_index_lock') && inspection.worktree?.gitDir) {
     // We hold the lease and the previous holder is fenced off: nobody else may be using this index.

@@ -230,6 +230,7 @@ async function prepareTree(deps: JobDeps, run: RunRow, harness: Harness, chain: 
       await scoped((tx) => appendEvent(tx, { convoyId: run.convoy_id, agentRunId: run.id, type: 'worktree_created', metadata: { branch: worktree.branch, attempt: run.attempt } }));
     }
   }
+  faultPoint('before-branch-recorded');
   const ok = await scoped((tx) => setRunWorkspace(tx, { agentRunId: run.id, leaseEpoch: run.lease_epoch, harnessAlias: harness.alias, branch: worktree.branch, worktreePath: worktree.path, baseOid: worktree.baseOid }));
   if (!ok) throw new LeaseLostError(`run ${run.id}: lease lost while preparing the worktree`);
   return { tree: { root: worktree.path, git: { branch: worktree.branch, worktreePath: worktree.path } }, baseOid: run.base_oid ?? worktree.baseOid };

@@ -1,11 +1,13 @@
 // Worktrees: one per code run, on branch echodo/<briefId>-<first 8 of agentRunId>, made with
 // `git worktree add` from the local repo (never a clone), reused when it is healthy.
 import { existsSync } from 'node:fs';
-import { readFile, realpath, rm, mkdir } from 'node:fs/promises';
+import { readFile, realpath, rm } from 'node:fs/promises';
 import path from 'node:path';
-import { simpleGit } from 'simple-git';
 import { EchodoError } from './errors.ts';
+import { faultPoint } from './faults.ts';
 import { resolveCommit, runGit } from './git.ts';
+import { withRepoLock } from './repo-lock.ts';
+import { adminFolderProblem, ensurePrivateDir, pointerOf, repairAdminFolders } from './worktree-repair.ts';
 import { branchName } from './job.ts';
 import type { Logger } from './log.ts';
 
@@ -20,6 +22,8 @@ export interface WorktreeState {
   branch?: string;
   /** The git dir of this worktree (.git/worktrees/<name>), where index.lock lives. */
   gitDir?: string;
+  /** Set when a killed `git worktree add` left it half made: what is missing. */
+  halfMade?: string;
 }
 
 export async function repoCommonDir(repoPath: string): Promise<string> {
@@ -35,16 +39,20 @@ export async function repoCommonDir(repoPath: string): Promise<string> {
 /** Reads a worktree's .git pointer files directly: no process spawned. */
 export async function inspectWorktree(worktreePath: string, commonDir: string): Promise<WorktreeState> {
   if (!existsSync(worktreePath)) return { exists: false, belongsToRepo: false };
-  try {
-    const pointer = (await readFile(path.join(worktreePath, '.git'), 'utf8')).trim();
-    const gitDir = path.resolve(worktreePath, pointer.replace(/^gitdir:\s*/, ''));
-    const common = await realpath(path.resolve(gitDir, (await readFile(path.join(gitDir, 'commondir'), 'utf8')).trim()));
-    const head = (await readFile(path.join(gitDir, 'HEAD'), 'utf8')).trim();
-    const branch = head.startsWith('ref: refs/heads/') ? head.slice('ref: refs/heads/'.length) : undefined;
-    return { exists: true, belongsToRepo: common === commonDir, branch, gitDir };
-  } catch {
-    return { exists: true, belongsToRepo: false };
-  }
+  const gitDir = await pointerOf(worktreePath);
+  if (!gitDir) return { exists: true, belongsToRepo: false, halfMade: 'the worktree folder has no .git file' };
+  // Its admin folder is in this repository's worktrees/: ours, whatever state it is in.
+  const adminParent = await realpath(path.dirname(gitDir)).catch(() => path.dirname(gitDir));
+  const ours = adminParent === path.join(commonDir, 'worktrees');
+  if (!existsSync(gitDir)) return { exists: true, belongsToRepo: ours, halfMade: `its .git file points at a missing admin folder ${gitDir}` };
+  const problem = await adminFolderProblem(gitDir, commonDir);
+  if (problem) return { exists: true, belongsToRepo: ours, gitDir, halfMade: `its admin folder ${gitDir}: ${problem}` };
+  const head = (await readFile(path.join(gitDir, 'HEAD'), 'utf8')).trim();
+  const branch = head.startsWith('ref: refs/heads/') ? head.slice('ref: refs/heads/'.length) : undefined;
+  // The index is written last, when the checkout is complete (creation below): without it the
+  // folder was never checked out.
+  if (!existsSync(path.join(gitDir, 'index'))) return { exists: true, belongsToRepo: true, branch, gitDir, halfMade: 'never checked out (no index)' };
+  return { exists: true, belongsToRepo: true, branch, gitDir };
 }
 
 /** base/<workspaceId>/<agentRunId>: run ids are unique per workspace only, so the workspace is in the path. */
@@ -57,6 +65,8 @@ export interface PreparedWorktree {
   branch: string;
   baseOid: string;
   created: boolean;
+  /** What creation had to clean up first (half-made admin folders, the run's own half-made worktree). */
+  repairs: string[];
 }
 
 /**
@@ -83,29 +93,51 @@ export async function prepareWorktree(args: {
   const baseOid = args.knownBaseOid ?? (await resolveCommit(args.repoPath, args.baseRef));
   if (!baseOid) throw new EchodoError('repo_invalid', `baseRef "${args.baseRef}" does not exist in ${args.repoPath}`);
 
-  const state = await inspectWorktree(wtPath, commonDir);
-  if (state.exists && state.belongsToRepo && state.branch === branch) return { path: wtPath, branch, baseOid, created: false };
-  if (state.exists) {
-    // Under our base and named by our run id, but not a usable worktree of this repo: remake it.
-    args.log.warn({ worktreePath: wtPath }, 'worktree folder is not a healthy worktree of the repo; recreating it');
-    await rm(wtPath, { recursive: true, force: true });
-  }
+  const healthy = (st: WorktreeState) => st.exists && st.belongsToRepo && !st.halfMade && st.branch === branch;
+  if (healthy(await inspectWorktree(wtPath, commonDir))) return { path: wtPath, branch, baseOid, created: false, repairs: [] };
 
-  await mkdir(path.dirname(wtPath), { recursive: true, mode: 0o700 });
-  // The repo's hooks must not run (a post-checkout hook would get the worker's environment and
-  // could write into the worktree), and git gets a minimal environment, not the worker's.
-  const repo = simpleGit({ baseDir: args.repoPath, config: ['core.hooksPath=/dev/null'], unsafe: { allowUnsafeHooksPath: true } })
-    .env({ PATH: process.env.PATH, HOME: process.env.HOME, LANG: 'C' });
-  await repo.raw(['worktree', 'prune']);
-  const branchTip = await resolveCommit(args.repoPath, `refs/heads/${branch}`);
-  if (branchTip) await repo.raw(['worktree', 'add', '--quiet', wtPath, branch]);
-  else await repo.raw(['worktree', 'add', '--quiet', '-b', branch, wtPath, baseOid]);
+  await ensurePrivateDir(args.worktreeBase, 'WORKER_WORKTREE_BASE');
+  await ensurePrivateDir(path.dirname(wtPath), 'the workspace worktree folder');
+  // One creator per repository at a time, across processes: the repair below must never take a
+  // folder another worker is making for half made. A dead or paused holder is taken over.
+  return withRepoLock(
+    path.join(commonDir, 'echodo-worktrees.lock'),
+    async () => {
+      const repairs = await repairAdminFolders({ commonDir, worktreeBase: args.worktreeBase, ownRunId: path.basename(wtPath), log: args.log });
+      const state = await inspectWorktree(wtPath, commonDir);
+      if (healthy(state)) return { path: wtPath, branch, baseOid, created: false, repairs };
+      if (state.exists) {
+        // Ours (the run's own path, and we hold its lease) but not usable: remade at its branch.
+        args.log.warn({ worktreePath: wtPath, problem: state.halfMade ?? 'not a worktree of the repo on its branch' }, 'recreating the run\'s worktree');
+        const admin = state.belongsToRepo ? (state.gitDir ?? (await pointerOf(wtPath))) : undefined;
+        if (admin) await rm(admin, { recursive: true, force: true });
+        await rm(wtPath, { recursive: true, force: true });
+        repairs.push(`removed the run's worktree ${wtPath}${state.halfMade ? ` (half made: ${state.halfMade})` : ''}${admin ? ` and its admin folder ${admin}` : ''}`);
+      }
+      await addWorktree({ repoPath: args.repoPath, wtPath, branch, baseOid, log: args.log });
+      worktreeMetrics.created += 1;
+      args.log.info({ worktreePath: wtPath, branch, worktreesCreated: worktreeMetrics.created, repairs }, 'worktree created');
+      return { path: wtPath, branch, baseOid, created: true, repairs };
+    },
+    { staleMs: 10_000, timeoutMs: 120_000, what: 'worktree creation' },
+  );
+}
+
+/**
+ * `git worktree add` in two steps, so that a kill can be told apart afterwards: the admin folder
+ * and the `.git` file (--no-checkout), then the checkout, which writes the index last. A worktree
+ * without an index is half made (inspectWorktree) and made again.
+ */
+async function addWorktree(args: { repoPath: string; wtPath: string; branch: string; baseOid: string; log: Logger }): Promise<void> {
+  const branchTip = await resolveCommit(args.repoPath, `refs/heads/${args.branch}`);
+  if (branchTip) await runGit(args.repoPath, ['worktree', 'add', '--quiet', '--no-checkout', args.wtPath, args.branch]);
+  else await runGit(args.repoPath, ['worktree', 'add', '--quiet', '--no-checkout', '-b', args.branch, args.wtPath, args.baseOid]);
+  faultPoint('after-worktree-admin');
+  await runGit(args.wtPath, ['read-tree', '--reset', '-u', 'HEAD']);
   // Faster `git status` (untracked cache) and index writes (split index) for the whole run:
   // every checkpoint and every verification pays them. Both are plain git features.
-  await runGit(wtPath, ['update-index', '--untracked-cache', '--split-index']).catch((err) =>
+  await runGit(args.wtPath, ['update-index', '--untracked-cache', '--split-index']).catch((err) =>
     args.log.warn({ error: (err as Error).message }, 'could not enable the untracked cache / split index; continuing without'),
   );
-  worktreeMetrics.created += 1;
-  args.log.info({ worktreePath: wtPath, branch, worktreesCreated: worktreeMetrics.created }, 'worktree created');
-  return { path: wtPath, branch, baseOid, created: true };
+  faultPoint('after-worktree-checkout');
 }

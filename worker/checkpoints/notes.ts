@@ -3,12 +3,11 @@
 // loses notes, so every write goes through one writer per repository: an in-process queue, a
 // cross-process lock file in the common git dir, and a compare-and-set ref update (fast-import
 // refuses a non-fast-forward update, so a writer that raced anyway retries instead of losing).
-import { open, readFile, stat, unlink } from 'node:fs/promises';
-import { randomUUID } from 'node:crypto';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { GitError, runGit } from '../git.ts';
 import { redactString } from './redact.ts';
+import { withRepoLock } from '../repo-lock.ts';
 
 export interface CheckpointNote {
   workspaceId: string;
@@ -22,9 +21,9 @@ export interface CheckpointNote {
 }
 
 const queues = new Map<string, Promise<unknown>>();
-// A note write holds the lock for milliseconds. A holder that keeps it longer is dead or paused
-// (SIGSTOP, a frozen VM): its lock is taken over, and the compare-and-set ref update keeps a
-// late writer from losing anyone's note.
+// A note write holds the lock for milliseconds, refreshing it as it works (repo-lock.ts). A holder
+// that is dead or paused (SIGSTOP, a frozen VM) for longer than this is taken over, and the
+// compare-and-set ref update keeps a late writer from losing anyone's note.
 const STALE_LOCK_MS = 2_000;
 
 // Per-process caches that save a git spawn per note: a worktree's common dir never changes,
@@ -39,42 +38,6 @@ export async function commonDirOf(cwd: string): Promise<string> {
     commonDirs.set(cwd, dir);
   }
   return dir;
-}
-
-function pidAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
-
-async function withFileLock<T>(lockPath: string, fn: () => Promise<T>, timeoutMs = 15_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  const mine = `${process.pid} ${randomUUID()}`;
-  for (;;) {
-    try {
-      const handle = await open(lockPath, 'wx');
-      await handle.writeFile(mine);
-      await handle.close();
-      break;
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-      const holder = Number((await readFile(lockPath, 'utf8').catch(() => '')).split(' ')[0]);
-      const age = Date.now() - ((await stat(lockPath).catch(() => undefined))?.mtimeMs ?? Date.now());
-      // A holder killed mid-write leaves its lock behind: take it over once it is provably stale.
-      if ((holder > 0 && !pidAlive(holder)) || age > STALE_LOCK_MS) await unlink(lockPath).catch(() => {});
-      else if (Date.now() > deadline) throw new Error(`timed out waiting for the notes lock ${lockPath} (held by pid ${holder})`);
-      else await sleep(2 + Math.random() * 8);
-    }
-  }
-  try {
-    return await fn();
-  } finally {
-    // Only our own lock: if ours was taken over as stale, the file is someone else's now.
-    if ((await readFile(lockPath, 'utf8').catch(() => '')) === mine) await unlink(lockPath).catch(() => {});
-  }
 }
 
 export interface NoteWrite {
@@ -113,7 +76,7 @@ export async function writeCheckpointNotes(cwd: string, notesRef: string, notes:
   const commonDir = await commonDirOf(cwd);
   const key = `${commonDir}\0${notesRef}`;
   const run = async () =>
-    withFileLock(path.join(commonDir, 'echodo-notes.lock'), async () => {
+    withRepoLock(path.join(commonDir, 'echodo-notes.lock'), async () => {
       for (let attempt = 1; ; attempt++) {
         try {
           return await writeNotesOnce(cwd, key, notesRef, notes, attempt === 1);
@@ -124,7 +87,7 @@ export async function writeCheckpointNotes(cwd: string, notesRef: string, notes:
           await sleep(attempt * 20 + Math.random() * 20);
         }
       }
-    });
+    }, { staleMs: STALE_LOCK_MS, what: 'notes' });
   const previous = queues.get(commonDir) ?? Promise.resolve();
   const mine = previous.then(run, run);
   queues.set(commonDir, mine.catch(() => {}));

@@ -15,6 +15,7 @@ export type FindingKind =
   | 'repo_missing'
   | 'worktree_missing'
   | 'worktree_foreign'
+  | 'worktree_half_made' // a killed `git worktree add` left its admin folder or checkout incomplete
   | 'wrong_branch'
   | 'branch_moved'
   | 'commit_unreachable'
@@ -84,6 +85,14 @@ export async function inspectRun(args: {
     const reachable = await runGit(repoPath, ['cat-file', '-e', `${targetOid}^{commit}`], { allowExitCodes: [1, 128] });
     if (reachable.exitCode !== 0) findings.push({ kind: 'commit_unreachable', detail: `checkpoint commit ${targetOid} is not in ${repoPath}` });
   };
+  if (wt.halfMade && (wt.belongsToRepo || !wt.gitDir)) {
+    // A worker killed inside `git worktree add`: resume makes it again at the checkpoint commit.
+    findings.push(...chainFindings(), { kind: 'worktree_half_made', detail: `${args.run.worktree_path}: ${wt.halfMade}` });
+    await checkReachable();
+    const notes = await compareNotes(repoPath, args.notesRef, args.chain);
+    findings.push(...notes.findings);
+    return { targetOid, worktree: wt, findings, notesToRewrite: notes.seqs };
+  }
   if (!wt.exists || !wt.belongsToRepo) {
     findings.push(...chainFindings());
     await checkReachable();

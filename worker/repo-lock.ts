@@ -1,0 +1,83 @@
+// A cross-process lock per repository: a lock file in the repo's common git dir, created with
+// O_EXCL. Its holder refreshes the file's mtime while it works, so a holder that is dead (its pid
+// is gone) or paused (SIGSTOP, a frozen VM: the mtime stops moving) cannot keep it forever: a
+// waiter takes it over. Used by the notes writer and by worktree creation and repair.
+import { randomUUID } from 'node:crypto';
+import { open, readFile, stat, unlink, utimes } from 'node:fs/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { EchodoError } from './errors.ts';
+
+export interface RepoLockOptions {
+  /** A lock whose mtime is older than this is taken over (its holder refreshes it at a quarter of it). */
+  staleMs?: number;
+  /** How long to wait for the lock before giving up with a clear error. */
+  timeoutMs?: number;
+  /** What the lock protects, for the timeout message. */
+  what?: string;
+}
+
+export function pidAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+async function lockStamp(lockPath: string): Promise<{ content: string; mtimeMs: number } | undefined> {
+  const [content, st] = await Promise.all([readFile(lockPath, 'utf8').catch(() => undefined), stat(lockPath).catch(() => undefined)]);
+  return content === undefined || !st ? undefined : { content, mtimeMs: st.mtimeMs };
+}
+
+/** Is the lock's holder provably gone: its pid is dead, or it stopped refreshing the file. */
+function isStale(stamp: { content: string; mtimeMs: number }, staleMs: number): boolean {
+  const holder = Number(stamp.content.split(' ')[0]);
+  return (holder > 0 && !pidAlive(holder)) || Date.now() - stamp.mtimeMs > staleMs;
+}
+
+async function acquire(lockPath: string, mine: string, staleMs: number, timeoutMs: number, what: string): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    try {
+      const handle = await open(lockPath, 'wx');
+      await handle.writeFile(mine);
+      await handle.close();
+      return;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    }
+    const seen = await lockStamp(lockPath);
+    if (seen && isStale(seen, staleMs)) {
+      // Look again right before removing it, so a lock that a faster waiter just re-created is
+      // not the one we take away (the window left is a few microseconds).
+      const now = await lockStamp(lockPath);
+      if (now && now.content === seen.content && isStale(now, staleMs)) await unlink(lockPath).catch(() => {});
+      continue;
+    }
+    if (Date.now() > deadline) {
+      throw new EchodoError('transient', `timed out after ${timeoutMs} ms waiting for the ${what} lock ${lockPath} (held by pid ${seen?.content.split(' ')[0] ?? '?'})`);
+    }
+    await sleep(2 + Math.random() * 8);
+  }
+}
+
+/** Runs fn holding the lock file at lockPath; released (only if still ours) when fn settles. */
+export async function withRepoLock<T>(lockPath: string, fn: () => Promise<T>, options: RepoLockOptions = {}): Promise<T> {
+  const staleMs = options.staleMs ?? 2_000;
+  const mine = `${process.pid} ${randomUUID()}`;
+  await acquire(lockPath, mine, staleMs, options.timeoutMs ?? 15_000, options.what ?? 'repository');
+  // The refresh says "alive and working" to waiters; a paused process stops refreshing.
+  const refresh = setInterval(() => {
+    const t = new Date();
+    void utimes(lockPath, t, t).catch(() => {});
+  }, Math.max(50, Math.floor(staleMs / 4)));
+  refresh.unref();
+  try {
+    return await fn();
+  } finally {
+    clearInterval(refresh);
+    // Only our own lock: if ours was taken over as stale, the file is someone else's now.
+    if ((await readFile(lockPath, 'utf8').catch(() => '')) === mine) await unlink(lockPath).catch(() => {});
+  }
+}
