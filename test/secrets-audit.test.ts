@@ -26,6 +26,10 @@ import { startChatServer, type ChatServer } from './support/chat-server.ts';
 import { git } from './support/git.ts';
 import { startRedis, type RedisServer } from './support/redis.ts';
 import { createScenario, type Scenario } from './support/scenario.ts';
+import { recordToolCall } from '../worker/checkpoints/history.ts';
+import { redactString, redactValue, registerUrlCredentials, storableText } from '../worker/checkpoints/redact.ts';
+import { createLogger } from '../worker/log.ts';
+import { deadLetterReason, deadLetterText } from '../worker/queue/postgres.ts';
 
 const rand = (n: number) => randomBytes(n).toString('hex').slice(0, n);
 const TAIL_CHARS = 400; // worker/checkpoints/history.ts
@@ -201,4 +205,48 @@ test('no planted secret, nor a fragment of one, reaches a table, a note, a commi
     const leaks = places.filter(([, text]) => needles.some((n) => text.includes(n))).map(([where]) => where);
     assert.deepEqual([...new Set(leaks)], [], `secret ${name} (or a ${FRAGMENT}-char fragment of it) leaked into: ${[...new Set(leaks)].join(', ')}`);
   }
+});
+
+// The same promises at unit level, fast: each path's cut comes after redaction.
+test('a key straddling the tool-history tail cut is redacted whole, not stored minus its head', () => {
+  const key = `sk-unit${rand(40)}`;
+  const output = `${'x'.repeat(1000)}\n${key}${'y'.repeat(TAIL_CHARS - 20)}`; // the cut lands 20 chars before the key's end
+  const record = recordToolCall({ round: 1, tool: 'run_command', input: { command: 'git diff' }, output: { exitCode: 0, stdout: output, stderr: '' } });
+  const tail = (record.result as { tail: string }).tail;
+  assert.ok(tail.length <= TAIL_CHARS, 'still a tail');
+  assert.ok(!tail.includes(key.slice(-20)), `no fragment of the key: ${tail.slice(0, 60)}`);
+  assert.ok(tail.startsWith('sk]') || tail.includes('[redacted'), `the tail starts inside the marker, not the key: ${tail.slice(0, 60)}`);
+});
+
+test('a dead letter is redacted before it is capped, and its reason too', () => {
+  const key = `sk-dead${rand(40)}`;
+  const raw = `${'z'.repeat(64 * 1024 - 21)} ${key} ${'z'.repeat(100)}`; // the key straddles the 64 Ki cap
+  const stored = deadLetterText(raw);
+  assert.ok(!stored.includes(key.slice(0, 16)), 'no head of the key at the cap');
+  assert.ok(stored.length <= 64 * 1024 + 100, `capped (${stored.length})`);
+  const huge = `${key} ${'q'.repeat(10 * 1024 * 1024)}`;
+  const t0 = performance.now();
+  assert.ok(!deadLetterText(huge).includes(key.slice(4, 20)), 'a 10 MB message: redacted');
+  assert.ok(performance.now() - t0 < 2000, 'a 10 MB message costs little (only a window is redacted)');
+  assert.match(deadLetterReason(`invalid job: unknown field(s): ${key}`), /unknown field\(s\): \[redacted:sk\]/);
+});
+
+test('the failure reason and event metadata are redacted at the store boundary, whoever calls', () => {
+  assert.equal(storableText(`401: Incorrect API key provided: Bearer live-${rand(20)}`), '401: Incorrect API key provided: Bearer [redacted:bearer]');
+  assert.equal(storableText('Authorization: Basic dXNlcjpwYXNzd29yZA=='), 'Authorization: [redacted:authorization]');
+  assert.equal(storableText('postgres://app:s3cret-pw@db:5432/x'), 'postgres://app:[redacted:password]@db:5432/x');
+  const metadata = redactValue({ reason: `key ${SECRETS.briefAws}`, nested: { list: [`xoxb-${rand(20)}`] } });
+  assert.deepEqual(metadata, { reason: 'key [redacted:aws-key]', nested: { list: ['[redacted:slack-token]'] } });
+});
+
+test('registered URL credentials keep the user; a log line is redacted in its message, fields and bindings', () => {
+  const password = `pw${rand(20)}`;
+  registerUrlCredentials({ DATABASE_URL: `postgres://svc:${encodeURIComponent(password)}@127.0.0.1/db` });
+  assert.equal(redactString(`connect failed for svc with ${password}`), 'connect failed for svc with [redacted:DATABASE_URL password]');
+  const lines: string[] = [];
+  const log = createLogger({ level: 'info', destination: { write: (l: string) => { lines.push(l); return true; } } as never }).child({ bound: password });
+  log.info({ deep: { a: { b: { c: { d: { e: { f: { g: password } } } } } } } }, `message ${password}`);
+  assert.equal(lines.length, 1);
+  assert.ok(!lines[0]!.includes(password), lines[0]);
+  assert.match(lines[0]!, /message \[redacted:DATABASE_URL password\]/);
 });
