@@ -6,6 +6,7 @@ import { createQueue } from '../worker/queue/index.ts';
 import { WorkerDaemon } from '../worker/daemon.ts';
 import { errorMessage } from '../worker/errors.ts';
 import { guardDaemon } from '../worker/process-guards.ts';
+import { redactString } from '../worker/checkpoints/redact.ts';
 import { registerConfigSecrets, registerStartupSecrets } from '../worker/secrets.ts';
 import { describeSandbox, sandboxFor, sandboxOptionsFromConfig } from '../worker/sandbox/index.ts';
 
@@ -40,6 +41,6 @@ try {
   process.exit(code);
 } catch (err) {
   log.fatal({ error: errorMessage(err) }, 'worker could not start');
-  process.stderr.write(`echodo-worker: ${errorMessage(err)}\n`);
+  process.stderr.write(`echodo-worker: ${redactString(errorMessage(err))}\n`);
   process.exit(1);
 }
