@@ -126,6 +126,7 @@ test('revision anchors: ranges split, suffixes cut, reflog and :/ refused', asyn
   assert.deepEqual(revisionAnchors('src/x.ts'), ['src/x.ts']);
   assert.ok(!Array.isArray(revisionAnchors('@{-1}')), '@{-1} refused');
   assert.ok(!Array.isArray(revisionAnchors(':/secret')), ':/ refused');
+  assert.ok(!Array.isArray(revisionAnchors('HEAD..:/secret')), ':/ as one side of a range refused');
   // Vetting without a base still allows HEAD's history and refuses the rest.
   await vetGitRevisions({ root: wt, baseOid: null }, ['HEAD~1', 'main']);
   await assert.rejects(vetGitRevisions({ root: wt, baseOid: null }, ['echodo/brief-1-aaaaaaaa']), ToolRefusedError);

@@ -29,7 +29,8 @@ export interface RevisionScope {
 /** The revision names an operand refers to, or null when it uses a form that is refused outright. */
 export function revisionAnchors(operand: string): string[] | { refused: string } {
   if (operand.includes('@{')) return { refused: 'reflog forms (@{…}) are not allowed' };
-  if (operand.startsWith(':/')) return { refused: 'the :/text commit search is not allowed' };
+  // `:/text` searches every ref's history, also as one side of a range (`HEAD..:/text`).
+  if (operand.includes(':/')) return { refused: 'the :/text commit search is not allowed' };
   const sides = operand.includes('...') ? operand.split('...') : operand.split('..');
   const anchors: string[] = [];
   for (let side of sides) {
