@@ -15,7 +15,9 @@
 // Commands are plain `git`, so this holds with or without the run_command sandbox.
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { Redis } from 'ioredis';
 import { createWorkspace } from '../store/runs.ts';
@@ -30,6 +32,7 @@ import { recordToolCall } from '../worker/checkpoints/history.ts';
 import { redactString, redactValue, registerUrlCredentials, storableText } from '../worker/checkpoints/redact.ts';
 import { createLogger } from '../worker/log.ts';
 import { deadLetterReason, deadLetterText } from '../worker/queue/postgres.ts';
+import { registerConfigSecrets } from '../worker/secrets.ts';
 
 const rand = (n: number) => randomBytes(n).toString('hex').slice(0, n);
 const TAIL_CHARS = 400; // worker/checkpoints/history.ts
@@ -249,4 +252,14 @@ test('registered URL credentials keep the user; a log line is redacted in its me
   assert.equal(lines.length, 1);
   assert.ok(!lines[0]!.includes(password), lines[0]);
   assert.match(lines[0]!, /message \[redacted:DATABASE_URL password\]/);
+});
+
+test('without DATABASE_URL, the embedded superuser password in ECHODO_HOME is registered too', async () => {
+  const home = await mkdtemp(path.join(os.tmpdir(), 'echodo-secrets-home-'));
+  const password = `emb${rand(24)}`;
+  await mkdir(path.join(home, 'pg'), { recursive: true });
+  await writeFile(path.join(home, 'pg', 'password'), `${password}\n`);
+  registerConfigSecrets({ ECHODO_HOME: home, WORKER_PROVIDER_KEY_VARS: '*_API_KEY' } as never, {});
+  assert.equal(redactString(`server.json: postgres://postgres:${password}@127.0.0.1:5432/x`), 'server.json: postgres://postgres:[redacted:embedded superuser password]@127.0.0.1:5432/x');
+  await rm(home, { recursive: true, force: true });
 });

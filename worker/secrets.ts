@@ -7,14 +7,17 @@
 //    name lacks KEY/TOKEN/SECRET/PASSWORD is known before any run of its workspace executes here;
 //  - every variable whose name looks secret or matches WORKER_PROVIDER_KEY_VARS.
 // Fail closed: if the names cannot be read, start-up fails (the caller exits with the reason).
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
 import type { Database } from '../store/connection.ts';
 import { allApiKeyEnvVars } from '../store/workspace-config.ts';
-import { registerSecretsFromEnv, registerUrlCredentials, registeredSecretCount } from './checkpoints/redact.ts';
+import { registerSecret, registerSecretsFromEnv, registerUrlCredentials, registeredSecretCount } from './checkpoints/redact.ts';
 import type { Config } from './config.ts';
 import { EchodoError } from './errors.ts';
 import { parseKeyVarGlobs } from './models/key-vars.ts';
 
-type SecretConfig = Pick<Config, 'DATABASE_URL' | 'DATABASE_APP_URL' | 'REDIS_URL' | 'WORKER_CHECKPOINT_REMOTE' | 'WORKER_PROVIDER_KEY_VARS'>;
+type SecretConfig = Pick<Config, 'DATABASE_URL' | 'DATABASE_APP_URL' | 'REDIS_URL' | 'WORKER_CHECKPOINT_REMOTE' | 'WORKER_PROVIDER_KEY_VARS'> &
+  Partial<Pick<Config, 'ECHODO_HOME'>>;
 
 /** Registers what needs no database: the configured URLs' credentials and the environment's secret-looking variables. */
 export function registerConfigSecrets(config: SecretConfig, env: NodeJS.ProcessEnv = process.env): void {
@@ -25,6 +28,21 @@ export function registerConfigSecrets(config: SecretConfig, env: NodeJS.ProcessE
     WORKER_CHECKPOINT_REMOTE: config.WORKER_CHECKPOINT_REMOTE,
   });
   registerSecretsFromEnv(env, [], parseKeyVarGlobs(config.WORKER_PROVIDER_KEY_VARS));
+  // The embedded server's superuser password (store/embedded.ts keeps it in <home>/pg/password):
+  // this process never sees that URL once the app login is derived, but a command could print it.
+  if (!config.DATABASE_URL && config.ECHODO_HOME) {
+    const password = readIfPresent(path.join(config.ECHODO_HOME, 'pg', 'password'));
+    registerSecret(password, 'embedded superuser password');
+    if (password) registerSecret(encodeURIComponent(password), 'embedded superuser password');
+  }
+}
+
+function readIfPresent(file: string): string | undefined {
+  try {
+    return readFileSync(file, 'utf8').trim() || undefined;
+  } catch {
+    return undefined; // not created yet: openDatabase creates it, and registerStartupSecrets reads it again
+  }
 }
 
 /** Everything of registerConfigSecrets, plus the URLs `db` connects with and every workspace's key variables. */
