@@ -1,8 +1,13 @@
-// npm run mission-control                                   → the panel on 127.0.0.1:$MISSION_CONTROL_PORT
-// npm run mission-control -- token create --workspace W     → a workspace token, printed once
-// npm run mission-control -- token create --admin           → an admin (fleet) token, printed once
-import { openDatabase } from '../store/connection.ts';
-import { createAdminToken, createWorkspaceToken } from '../store/tokens.ts';
+// npm run mission-control                                    → the panel on 127.0.0.1:$MISSION_CONTROL_PORT
+// npm run mission-control -- token create --workspace W [--read-only] [--expires 30d]
+//                                                             → a workspace token, printed once
+// npm run mission-control -- token create --admin [--expires 30d] → an admin (fleet) token, printed once
+// npm run mission-control -- token list [--workspace W] [--json]  → id, workspace, kind, created, last used, expiry
+// npm run mission-control -- token revoke ID                  → revoked at once (exit 2: no such id)
+import { openDatabase, type Database } from '../store/connection.ts';
+import {
+  createAdminTokenWithId, createWorkspaceTokenWithId, listTokens, parseDuration, revokeToken, type TokenInfo,
+} from '../store/tokens.ts';
 import { loadConfigOrExit } from '../worker/config.ts';
 import { EchodoError, errorMessage } from '../worker/errors.ts';
 import { registerConfigSecrets, registerStartupSecrets } from '../worker/secrets.ts';
@@ -11,16 +16,115 @@ import { createMissionControl } from './mission-control/server.ts';
 
 exitOnStartupError('mission-control');
 
-const USAGE = 'npm run mission-control [-- token create (--workspace W | --admin)]';
+const USAGE = [
+  'npm run mission-control',
+  '       npm run mission-control -- token create (--workspace W [--read-only] | --admin) [--expires 30d]',
+  '       npm run mission-control -- token list [--workspace W] [--json]',
+  '       npm run mission-control -- token revoke ID',
+].join('\n');
 
-type Command = { kind: 'serve' } | { kind: 'token'; workspace?: string; admin: boolean };
+type Command =
+  | { kind: 'serve' }
+  | { kind: 'create'; workspace?: string; admin: boolean; readOnly: boolean; expiresAt?: Date }
+  | { kind: 'list'; workspace?: string; json: boolean }
+  | { kind: 'revoke'; id: string };
 
 function parseCommand(): Command {
-  const { values, positionals } = parseCli({ workspace: { type: 'string' }, admin: { type: 'boolean' } }, USAGE);
-  if (positionals.length === 0 && !values.workspace && !values.admin) return { kind: 'serve' };
-  if (positionals.join(' ') !== 'token create') usageError(USAGE, `unknown command: ${process.argv.slice(2).join(' ')}`);
-  if (Boolean(values.workspace) === Boolean(values.admin)) usageError(USAGE, 'token create needs exactly one of --workspace W or --admin');
-  return { kind: 'token', workspace: values.workspace, admin: values.admin ?? false };
+  const { values, positionals } = parseCli(
+    {
+      workspace: { type: 'string' },
+      admin: { type: 'boolean' },
+      'read-only': { type: 'boolean' },
+      expires: { type: 'string' },
+      json: { type: 'boolean' },
+    },
+    USAGE,
+  );
+  const [noun, verb, ...rest] = positionals;
+  if (!noun && Object.values(values).every((v) => v === undefined)) return { kind: 'serve' };
+  if (noun !== 'token' || !verb) usageError(USAGE, `unknown command: ${process.argv.slice(2).join(' ')}`);
+  const only = (allowed: string[]) => {
+    const extra = Object.keys(values).filter((k) => values[k as keyof typeof values] !== undefined && !allowed.includes(k));
+    if (extra.length) usageError(USAGE, `token ${verb} does not take ${extra.map((k) => `--${k}`).join(', ')}`);
+  };
+  switch (verb) {
+    case 'create': {
+      only(['workspace', 'admin', 'read-only', 'expires']);
+      if (rest.length) usageError(USAGE, `unexpected argument: ${rest.join(' ')}`);
+      if (Boolean(values.workspace) === Boolean(values.admin)) usageError(USAGE, 'token create needs exactly one of --workspace W or --admin');
+      if (values.admin && values['read-only']) usageError(USAGE, '--read-only is for workspace tokens; an admin token only reads the fleet');
+      let expiresAt: Date | undefined;
+      if (values.expires !== undefined) {
+        const ms = parseDuration(values.expires);
+        if (!ms) usageError(USAGE, `--expires: "${values.expires}" is not a duration like 30d, 12h, 90m or 2w`);
+        expiresAt = new Date(Date.now() + ms);
+      }
+      return { kind: 'create', workspace: values.workspace, admin: values.admin ?? false, readOnly: values['read-only'] ?? false, expiresAt };
+    }
+    case 'list':
+      only(['workspace', 'json']);
+      if (rest.length) usageError(USAGE, `unexpected argument: ${rest.join(' ')}`);
+      return { kind: 'list', workspace: values.workspace, json: values.json ?? false };
+    case 'revoke':
+      only([]);
+      if (rest.length !== 1) usageError(USAGE, 'token revoke needs exactly one token id (see token list)');
+      return { kind: 'revoke', id: rest[0]! };
+    default:
+      usageError(USAGE, `unknown command: token ${verb}`);
+  }
+}
+
+function tokenTable(tokens: TokenInfo[]): string {
+  const when = (d: Date | null) => (d ? d.toISOString().replace(/\.\d{3}Z$/, 'Z') : '-');
+  const rows = tokens.map((t) => [
+    t.id,
+    t.workspaceId || '(fleet)',
+    t.kind,
+    when(t.createdAt),
+    when(t.lastUsedAt),
+    when(t.expiresAt),
+    t.revokedAt ? `revoked ${when(t.revokedAt)}` : t.expiresAt && t.expiresAt <= new Date() ? 'expired' : 'active',
+  ]);
+  const header = ['id', 'workspace', 'kind', 'created', 'last used', 'expires', 'status'];
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
+  return [header, ...rows].map((r) => r.map((cell, i) => cell.padEnd(widths[i]!)).join('  ').trimEnd()).join('\n') + '\n';
+}
+
+async function runTokenCommand(db: Database, command: Exclude<Command, { kind: 'serve' }>): Promise<number> {
+  switch (command.kind) {
+    case 'create': {
+      try {
+        const created = command.admin
+          ? await createAdminTokenWithId(db.admin, { expiresAt: command.expiresAt })
+          : await createWorkspaceTokenWithId(db.app, command.workspace!, { readOnly: command.readOnly, expiresAt: command.expiresAt });
+        process.stdout.write(`${created.token}\n`);
+        const what = command.admin ? 'admin token' : `${command.readOnly ? 'read-only' : 'read-write'} token for workspace ${command.workspace}`;
+        const until = command.expiresAt ? `, expires ${command.expiresAt.toISOString()}` : '';
+        process.stderr.write(`${what} (id ${created.id}${until}): shown once, stored only as its sha256\n`);
+        return 0;
+      } catch (err) {
+        if (err instanceof EchodoError && err.code === 'workspace_not_found') {
+          process.stderr.write(`${err.message}\n`);
+          return 2;
+        }
+        throw err;
+      }
+    }
+    case 'list': {
+      const tokens = await listTokens(db.admin, command.workspace);
+      process.stdout.write(command.json ? `${JSON.stringify(tokens)}\n` : tokenTable(tokens));
+      return 0;
+    }
+    case 'revoke': {
+      const outcome = await revokeToken(db.admin, command.id);
+      if (outcome === 'unknown') {
+        process.stderr.write(`no token with id ${JSON.stringify(command.id)} (see: npm run mission-control -- token list)\n`);
+        return 2;
+      }
+      process.stdout.write(`token ${command.id} ${outcome}\n`);
+      return 0;
+    }
+  }
 }
 
 async function main(): Promise<void> {
@@ -31,16 +135,9 @@ async function main(): Promise<void> {
   // Operator actions write events and reasons; the panel logs: both go through the redactor.
   await registerStartupSecrets(config, db);
 
-  if (command.kind === 'token') {
+  if (command.kind !== 'serve') {
     try {
-      const token = command.admin ? await createAdminToken(db.admin) : await createWorkspaceToken(db.app, command.workspace!);
-      process.stdout.write(`${token}\n`);
-      process.stderr.write(`${command.admin ? 'admin token' : `token for workspace ${command.workspace}`}: shown once, stored only as its sha256\n`);
-    } catch (err) {
-      if (err instanceof EchodoError && err.code === 'workspace_not_found') {
-        process.stderr.write(`${err.message}\n`);
-        process.exitCode = 2;
-      } else throw err;
+      process.exitCode = await runTokenCommand(db, command);
     } finally {
       await db.close();
     }

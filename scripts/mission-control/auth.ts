@@ -1,12 +1,18 @@
 // Who is asking: a bearer token (the API) or the sign-in cookie (the pages, and the pages'
 // own fetches and EventSource). Unknown or missing → 401 (pages: to /login). A token of the
-// wrong kind → 403 (pages: an admin goes to /fleet).
+// wrong kind → 403 (pages: an admin goes to /fleet). A read-only token → 403 on every write
+// (any method but GET/HEAD), whatever the route: the check lives here, in the one middleware
+// every authenticated route goes through.
 import type { Context, MiddlewareHandler } from 'hono';
 import { deleteCookie, getCookie, setCookie } from 'hono/cookie';
 import type { Sql } from 'postgres';
 import { lookupToken, type Principal } from '../../store/tokens.ts';
+import { sendPage } from './layout.ts';
+import { messageContent } from './pages-admin.ts';
 
 export const TOKEN_COOKIE = 'emc_token';
+/** A sign-in lasts at most this long (less when the token expires sooner). */
+export const SESSION_MAX_AGE_S = 12 * 60 * 60;
 
 export type McEnv = { Variables: { principal: Principal; nonce: string } };
 export type McContext = Context<McEnv>;
@@ -18,13 +24,43 @@ export function presentedToken(c: Context): string | undefined {
   return getCookie(c, TOKEN_COOKIE);
 }
 
-export function setSessionCookie(c: Context, token: string): void {
+/** Served over https: directly, or behind a proxy that says so (we listen on loopback only, so a proxy is the only client that can). */
+export function isHttps(c: Context): boolean {
+  const forwarded = c.req.header('x-forwarded-proto')?.split(',')[0]?.trim().toLowerCase();
+  return forwarded === 'https' || new URL(c.req.url).protocol === 'https:';
+}
+
+export function setSessionCookie(c: Context, token: string, expiresAt?: Date | null): void {
   // HttpOnly: page scripts never see it. SameSite=Strict: no cross-site request carries it.
-  setCookie(c, TOKEN_COOKIE, token, { httpOnly: true, sameSite: 'Strict', path: '/' });
+  // Secure over https; Max-Age so a sign-in ends, never after the token itself.
+  const untilExpiry = expiresAt ? Math.floor((expiresAt.getTime() - Date.now()) / 1000) : Infinity;
+  const maxAge = Math.max(1, Math.min(SESSION_MAX_AGE_S, untilExpiry));
+  setCookie(c, TOKEN_COOKIE, token, { httpOnly: true, sameSite: 'Strict', path: '/', maxAge, secure: isHttps(c) });
 }
 
 export function clearSessionCookie(c: Context): void {
   deleteCookie(c, TOKEN_COOKIE, { path: '/' });
+}
+
+/** The shape of every id a job may carry (worker/job.ts): anything else cannot exist. */
+const ID = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$/;
+const ID_PARAMS: Record<string, string> = { convoyId: 'convoy', agentRunId: 'run' };
+
+/**
+ * A malformed id in the path (NUL, a lone surrogate, a slash, 10 kB) is not found, like any id
+ * that does not exist, and never reaches the database. Checked after the token, so a request
+ * without one is still 401.
+ */
+function malformedIdResponse(c: McContext, surface: AuthRule['surface']): Response | Promise<Response> | undefined {
+  for (const [name, value] of Object.entries(c.req.param() as Record<string, string>)) {
+    const what = ID_PARAMS[name];
+    if (!what || ID.test(value)) continue;
+    const message = `${what} not found`;
+    return surface === 'api'
+      ? c.json({ error: 'not_found', message }, 404)
+      : sendPage(c, { title: 'Not found', content: messageContent('Not found', message) }, 404);
+  }
+  return undefined;
 }
 
 export interface AuthRule {
@@ -55,7 +91,12 @@ export function requirePrincipal(admin: Sql, rule: AuthRule): MiddlewareHandler<
           : 'an admin token reads the fleet only; workspace data needs a workspace token';
       return c.json({ error: 'forbidden', message }, 403);
     }
+    if (principal.readOnly && c.req.method !== 'GET' && c.req.method !== 'HEAD') {
+      return c.json({ error: 'forbidden', message: 'this token is read-only' }, 403);
+    }
     c.set('principal', principal);
+    const malformed = malformedIdResponse(c, rule.surface);
+    if (malformed) return malformed;
     await next();
   };
 }

@@ -17,7 +17,7 @@ export function mountAdminRoutes(app: Hono<McEnv>, db: Database, hub: ChangeHub)
     const token = typeof form.token === 'string' ? form.token.trim() : '';
     const principal = await lookupToken(db.admin, token);
     if (!principal) return sendPage(c, { title: 'Sign in', content: loginContent('That token is not valid.') }, 401);
-    setSessionCookie(c, token);
+    setSessionCookie(c, token, principal.expiresAt);
     return c.redirect(principal.kind === 'admin' ? '/fleet' : '/', 303);
   });
 

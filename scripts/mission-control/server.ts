@@ -6,6 +6,7 @@ import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { serve } from '@hono/node-server';
 import { Hono } from 'hono';
+import { bodyLimit } from 'hono/body-limit';
 import type { Database } from '../../store/connection.ts';
 import type { Config } from '../../worker/config.ts';
 import type { JobQueue } from '../../worker/queue/types.ts';
@@ -15,8 +16,12 @@ import { sendPage } from './layout.ts';
 import { messageContent } from './pages-admin.ts';
 import { mountActionRoutes } from './routes-actions.ts';
 import { mountAdminRoutes } from './routes-admin.ts';
+import { mountSettingsRoutes } from './routes-settings.ts';
 import { mountWorkspaceRoutes } from './routes-workspace.ts';
 import { ChangeHub } from './sse-hub.ts';
+
+/** Every request body (sign-in form, action JSON) is small: more is refused before it is read. */
+export const MAX_BODY_BYTES = 64 * 1024;
 
 export interface MissionControlOptions {
   db: Database;
@@ -60,10 +65,24 @@ export function createMissionControl({ db, config, logger, queue }: MissionContr
     c.header('X-Frame-Options', 'DENY');
   });
 
+  // Content-Length over the limit is refused at once; a chunked body is counted as it streams.
+  // The connection is closed rather than drained, so a 150 MB upload is not read to its end.
+  app.use(
+    '*',
+    bodyLimit({
+      maxSize: MAX_BODY_BYTES,
+      onError: (c) => {
+        c.header('Connection', 'close');
+        return c.json({ error: 'payload_too_large', message: `request bodies are limited to ${MAX_BODY_BYTES} bytes` }, 413);
+      },
+    }),
+  );
+
   app.get('/favicon.ico', (c) => c.body(null, 204));
   mountAdminRoutes(app, db, hub);
   mountWorkspaceRoutes(app, db, hub);
   const actions = mountActionRoutes(app, { db, config: config.WORKER_REPO_ROOT ? (config as Config) : undefined, queue, log });
+  mountSettingsRoutes(app, { db, config });
 
   const wantsJson = (path: string) => path.startsWith('/api/');
   app.notFound((c) =>
