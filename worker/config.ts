@@ -4,6 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
+import { redactString } from './checkpoints/redact.ts';
 
 export const PROJECT_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -75,7 +76,7 @@ export function parseConfig(env: NodeJS.ProcessEnv = process.env): Config {
   }
   const result = schema.safeParse(raw);
   if (!result.success) {
-    throw new ConfigError(result.error.issues.map((i) => `${String(i.path[0])}: ${i.message} (got ${JSON.stringify(raw[String(i.path[0])])})`));
+    throw new ConfigError(result.error.issues.map((i) => `${String(i.path[0])}: ${i.message} (got ${redactString(JSON.stringify(raw[String(i.path[0])]))})`)); // a bad URL may hold a password
   }
   const config = result.data;
   if (config.WORKER_HEARTBEAT_MS >= config.WORKER_LEASE_MS) {
