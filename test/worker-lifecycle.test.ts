@@ -27,17 +27,23 @@ const STEPS: TranscriptStep[] = [
 const ROUNDS = STEPS.length - 1;
 
 /** Whether process `pid` has a child process called `name` (read from /proc: no tools needed). */
+/** A process named `name` below `pid` (commands run inside bwrap, a few levels down). */
 async function hasChildNamed(pid: number, name: string): Promise<boolean> {
+  const procs: { pid: number; ppid: number; comm: string }[] = [];
   for (const entry of await readdir('/proc')) {
     if (!/^\d+$/.test(entry)) continue;
     const stat = await readFile(`/proc/${entry}/stat`, 'utf8').catch(() => '');
     // pid (comm) state ppid ...: comm may hold spaces, so split after its closing parenthesis.
     const close = stat.lastIndexOf(')');
     if (close < 0) continue;
-    const ppid = Number(stat.slice(close + 2).split(' ')[1]);
-    if (ppid === pid && stat.slice(stat.indexOf('(') + 1, close) === name) return true;
+    procs.push({ pid: Number(entry), ppid: Number(stat.slice(close + 2).split(' ')[1]), comm: stat.slice(stat.indexOf('(') + 1, close) });
   }
-  return false;
+  const below = new Set([pid]);
+  for (let grew = true; grew; ) {
+    grew = false;
+    for (const p of procs) if (below.has(p.ppid) && !below.has(p.pid)) (below.add(p.pid), (grew = true));
+  }
+  return procs.some((p) => p.pid !== pid && below.has(p.pid) && p.comm === name);
 }
 
 const roundsDone = (w: Child, agentRunId: string) => w.lines.filter((l) => l.includes('"tool round done"') && l.includes(agentRunId)).length;
