@@ -1,7 +1,9 @@
 // npm test [-- --load] [files…]
-// Starts what the suite needs (one embedded PostgreSQL with a migrated template database,
-// one redis-server when installed), runs node's test runner on test/**/*.test.ts (or the
-// files given), stops everything it started, and exits with the runner's code.
+// A preflight first (scripts/test-preflight.ts): redis-server, Chromium and bwrap must be there,
+// installed with apt-get where it may (root, Debian-like), else it stops naming what is missing.
+// Then it starts what the suite needs (one embedded PostgreSQL with a migrated template database,
+// one redis-server), runs node's test runner on test/**/*.test.ts (or the files given), stops
+// everything it started, and exits with the runner's code. No test is skipped for a missing service.
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { mkdir, mkdtemp, rm } from 'node:fs/promises';
@@ -11,10 +13,10 @@ import { PROJECT_ROOT } from '../worker/config.ts';
 import { errorMessage } from '../worker/errors.ts';
 import { ensureEmbeddedPostgres, stopEmbeddedPostgres } from '../store/embedded.ts';
 import { cleanUpWhenGone, ensureTemplate, withDatabase } from '../test/support/db.ts';
-import { findRedisServer, freePort, pings } from '../test/support/redis.ts';
+import { freePort, pings } from '../test/support/redis.ts';
+import { ensureTestPrerequisites, PreflightError } from './test-preflight.ts';
 
 const say = (line: string) => process.stderr.write(`test: ${line}\n`);
-const isCI = process.env.CI === 'true' || process.env.CI === '1';
 
 function findTestFiles(dir: string): string[] {
   const found: string[] = [];
@@ -90,11 +92,16 @@ async function main(argv: string[]): Promise<number> {
     });
   }
 
-  const redisBin = findRedisServer();
-  if (!redisBin && isCI) {
-    say('CI=true but redis-server is not installed: the Redis tests must run in CI (apt-get install redis-server)');
+  // Before anything is started: every service the suite uses is there, or nothing runs.
+  let programs: Record<string, string>;
+  try {
+    programs = ensureTestPrerequisites({ say });
+  } catch (err) {
+    if (!(err instanceof PreflightError)) throw err;
+    say(err.message);
     return 1;
   }
+  const redisBin = programs['redis-server']!;
 
   try {
     started.home = await mkdtemp(path.join(os.tmpdir(), 'echodo-test-run-'));
@@ -118,15 +125,12 @@ async function main(argv: string[]): Promise<number> {
     if (load) env.ECHODO_LOAD_FULL = '1';
     await mkdir(env.ECHODO_TEST_OUTPUT!, { recursive: true });
 
-    if (redisBin) {
-      const redis = await startRedisDaemon(redisBin, started.home);
-      started.redisPidFile = redis.pidFile;
-      env.ECHODO_TEST_REDIS_URL = redis.url;
-      env.ECHODO_TEST_REDIS_BIN = redisBin;
-      say(`Redis on ${redis.url}`);
-    } else {
-      say('redis-server is not on PATH: Redis tests will be skipped (apt-get install redis-server to run them)');
-    }
+    env.ECHODO_CHROMIUM = programs.chromium;
+    const redis = await startRedisDaemon(redisBin, started.home);
+    started.redisPidFile = redis.pidFile;
+    env.ECHODO_TEST_REDIS_URL = redis.url;
+    env.ECHODO_TEST_REDIS_BIN = redisBin;
+    say(`Redis on ${redis.url}`);
 
     const args = ['--import', 'tsx', '--test', '--test-concurrency=2', ...(load ? [] : ['--test-timeout=600000']), ...files];
     runner = spawn(process.execPath, args, { cwd: PROJECT_ROOT, env, stdio: 'inherit' });

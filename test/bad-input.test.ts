@@ -19,7 +19,7 @@ import { checkRunIntegrity } from '../worker/integrity.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { waitFor, type Child } from './support/child.ts';
 import { git } from './support/git.ts';
-import { redisSkipReason, startRedis, type RedisServer } from './support/redis.ts';
+import { startRedis, type RedisServer } from './support/redis.ts';
 import { createScenario, sampleSteps, type Scenario, type TranscriptStep } from './support/scenario.ts';
 import { deadLetterText } from '../worker/queue/postgres.ts';
 
@@ -63,7 +63,7 @@ function fill(value: unknown, placeholders: Record<string, string>): unknown {
   return value;
 }
 
-describe('bad input: jobs, runs and tool calls', { skip: redisSkipReason }, () => {
+describe('bad input: jobs, runs and tool calls', () => {
   let redis: RedisServer | null = null;
   let s: Scenario;
   let client: Redis;

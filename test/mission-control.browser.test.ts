@@ -109,7 +109,8 @@ before(async () => {
   token = await createWorkspaceToken(t.db.app, WS);
   server = await createMissionControl({ db: t.db, config: { ...t.config, LOG_LEVEL: 'silent' } }).start(0);
   browser = await chromium.launch({
-    executablePath: '/usr/bin/chromium',
+    // Found by npm test's preflight (no skip: a missing Chromium stops the suite before it starts).
+    executablePath: process.env.ECHODO_CHROMIUM ?? '/usr/bin/chromium',
     args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run', '--disable-quic'],
   });
 });

@@ -26,7 +26,7 @@ import type { JobQueue } from '../worker/queue/types.ts';
 import { spawnNode, waitFor, type Child } from './support/child.ts';
 import { cleanUpWhenGone, superuserSql } from './support/db.ts';
 import { git, makeRepo } from './support/git.ts';
-import { freePort, redisSkipReason, startRedis, type RedisServer } from './support/redis.ts';
+import { freePort, startRedis, type RedisServer } from './support/redis.ts';
 import { createScenario, sampleSteps, type Scenario, type TranscriptStep } from './support/scenario.ts';
 
 const ROUNDS = 20;
@@ -217,7 +217,7 @@ describe('Postgres outages', () => {
 
 // --------------------------------------------------------------------------------- Redis
 
-describe('Redis restarted', { skip: redisSkipReason }, () => {
+describe('Redis restarted', () => {
   let redis: RedisServer | null = null;
   let s: Scenario;
   let client: Redis;

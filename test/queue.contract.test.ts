@@ -14,7 +14,7 @@ import { claimRun, createWorkspace, getRun, recordRun } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import type { Sql } from 'postgres';
 import { createTestDatabase, superuserSql, type TestDatabase } from './support/db.ts';
-import { redisSkipReason, startRedis, type RedisServer } from './support/redis.ts';
+import { startRedis, type RedisServer } from './support/redis.ts';
 import { spawnNode, waitFor } from './support/child.ts';
 
 // Short on purpose: a dead worker's liveness key (3 × heartbeat) and an unclaimed Postgres
@@ -120,9 +120,7 @@ const runOf = (h: Harness, job: Pick<Job, 'workspaceId' | 'agentRunId'>) =>
 const redisServer = await startRedis();
 
 for (const backend of ['postgres', 'redis'] as const) {
-  const skip = backend === 'redis' && !redisServer ? redisSkipReason || 'redis-server unavailable' : false;
-
-  describe(`job queue contract (${backend})`, { skip }, () => {
+  describe(`job queue contract (${backend})`, () => {
     let inspect: Redis | undefined;
     const open: JobQueue[] = [];
     const databases: TestDatabase[] = [];

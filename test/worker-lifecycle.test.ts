@@ -10,7 +10,7 @@ import { after, before, describe, test } from 'node:test';
 import { withWorkspace } from '../store/workspace.ts';
 import { spawnNode, waitFor, type Child } from './support/child.ts';
 import { git } from './support/git.ts';
-import { redisSkipReason, startRedis, type RedisServer } from './support/redis.ts';
+import { startRedis, type RedisServer } from './support/redis.ts';
 import { createScenario, type Scenario, type TranscriptStep } from './support/scenario.ts';
 
 const file = (name: string) => `export const ${name} = '${name}';\n`;
@@ -82,7 +82,7 @@ describe('start-up', () => {
   });
 });
 
-for (const backend of ['postgres', 'redis'] as const) describe(`runs on the ${backend} queue`, { skip: backend === 'redis' ? redisSkipReason : false }, () => {
+for (const backend of ['postgres', 'redis'] as const) describe(`runs on the ${backend} queue`, () => {
   let redis: RedisServer | null = null;
   let s: Scenario;
   const workers: Child[] = [];

@@ -11,7 +11,7 @@ import { Redis } from 'ioredis';
 import { branchName } from '../worker/job.ts';
 import { waitFor, type Child } from './support/child.ts';
 import { git } from './support/git.ts';
-import { redisSkipReason, startRedis, type RedisServer } from './support/redis.ts';
+import { startRedis, type RedisServer } from './support/redis.ts';
 import { createScenario, type Scenario, type TranscriptStep } from './support/scenario.ts';
 
 const GREET = 'export function greet(name: string) {\n  return `hello ${name}`;\n}\n';
@@ -51,7 +51,7 @@ async function gitDirsWithObjects(dir: string): Promise<string[]> {
 }
 
 for (const backend of ['postgres', 'redis'] as const) {
-  describe(`worker end to end on the ${backend} queue`, { skip: backend === 'redis' ? redisSkipReason : false }, () => {
+  describe(`worker end to end on the ${backend} queue`, () => {
     let redis: RedisServer | null = null;
     let s: Scenario;
     let worker: Child;

@@ -1,4 +1,6 @@
-// A real redis-server per test that needs one (its own, so a test may restart it).
+// A real redis-server per test that needs one (its own, so a test may restart it). There is no
+// skip: without redis-server a Redis test fails, naming the program and how to install it
+// (npm test's preflight installs it or stops first).
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
 import net from 'node:net';
@@ -21,18 +23,9 @@ export function findRedisServer(): string | null {
   return found.status === 0 && found.stdout.trim() ? found.stdout.trim() : null;
 }
 
-const isCI = () => process.env.CI === 'true' || process.env.CI === '1';
-
-/** For `test(name, { skip: redisSkipReason }, …)`: a reason when no redis-server can run here, else false. */
-export const redisSkipReason: string | false =
-  findRedisServer() || isCI() ? false : 'redis-server is not installed (apt-get install redis-server); Redis tests skipped';
-
-export async function startRedis(): Promise<RedisServer | null> {
+export async function startRedis(): Promise<RedisServer> {
   const bin = findRedisServer();
-  if (!bin) {
-    if (isCI()) throw new Error('CI=true but redis-server is not installed: the Redis tests must run in CI');
-    return null;
-  }
+  if (!bin) throw new Error('redis-server is not installed: the Redis tests need it (apt-get install -y redis-server)');
   const dir = await mkdtemp(path.join(os.tmpdir(), 'echodo-redis-'));
   const port = await freePort();
   let child: ChildProcess | null = null;
