@@ -24,7 +24,8 @@ let repo: string;
 let r: DrivenRun;
 const rowBytes = new Map<number, number>();
 
-before(async () => {
+// ~20 s on an idle 2-core machine; the timeout leaves room for a loaded one.
+before({ timeout: 900_000 }, async () => {
   t = await createTestDatabase();
   await withWorkspace(t.db.app, 'acme', (tx) => createWorkspace(tx));
   const files: Record<string, string> = { 'README.md': '# long run\n' };

@@ -1,15 +1,61 @@
-// Step 1 of a checkpoint: commit the worktree's changes on the run's branch. Only the touched
-// paths are staged (git update-index), the tree is written from the index (whose cache-tree
-// makes unchanged subtrees free), and the branch moves by compare-and-set. No scan of the tree.
+// Step 1 of a checkpoint: commit the worktree's changes on the run's branch, in a pack.
+// The touched paths' contents go through one `git fast-import` (blobs, trees and the commit in
+// one pack, kept by a .keep file until the branch ref points at the commit: a concurrent
+// `git gc --prune=now` or `git repack -ad` can never see them unreferenced, and nothing is
+// written loose). fast-import refuses to move the branch unless its tip is the parent (a
+// compare-and-set). Then the worktree's index is brought to the same state: update-index of
+// the same paths finds every blob already packed, and write-tree (whose cache-tree makes
+// unchanged subtrees free) must give the commit's tree: if it does not (a clean filter or
+// end-of-line conversion changed what git stores), the commit is redone from the index.
 import { createHash, randomBytes } from 'node:crypto';
 import { createReadStream, existsSync } from 'node:fs';
-import { lstat, mkdir, readFile, rename, writeFile } from 'node:fs/promises';
+import { lstat, mkdir, readFile, readlink, rename, unlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { deflateSync } from 'node:zlib';
-import { runGit } from '../git.ts';
+import { GitError, runGit, type GitResult } from '../git.ts';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { commonDirOf } from './notes.ts';
 import type { FileTouched } from './hash.ts';
 import { redactString } from './redact.ts';
+
+const IDENT = 'echodo-worker <echodo-worker@localhost>';
+
+/** A path as fast-import reads it: C-style quoted when it could be misread. */
+function fiPath(p: string): string {
+  return /^"|[\n\\"]/.test(p) ? JSON.stringify(p) : p;
+}
+
+/** The fast-import stream of one checkpoint commit: changed files inline, deletions, then `ls` of the root. */
+async function checkpointStream(worktree: string, branch: string, parentOid: string, paths: string[], message: string): Promise<Buffer> {
+  const parts: Buffer[] = [];
+  const text = (t: string) => parts.push(Buffer.from(t));
+  const msg = Buffer.from(`${message}\n`);
+  text(`commit refs/heads/${branch}\nmark :1\ncommitter ${IDENT} ${Math.floor(Date.now() / 1000)} +0000\ndata ${msg.length}\n`);
+  parts.push(msg);
+  text(`from ${parentOid}\n`);
+  const files = await Promise.all(
+    paths.map(async (rel) => {
+      const abs = path.join(worktree, rel);
+      const st = await lstat(abs).catch(() => undefined);
+      if (!st) return { rel, mode: 'D' };
+      if (st.isSymbolicLink()) return { rel, mode: '120000', data: Buffer.from(await readlink(abs)) };
+      if (st.isFile()) return { rel, mode: st.mode & 0o111 ? '100755' : '100644', data: await readFile(abs) };
+      return { rel, mode: 'skip' }; // a directory: its files are reported one by one
+    }),
+  );
+  for (const f of files) {
+    if (f.mode === 'skip') continue;
+    if (f.mode === 'D') {
+      text(`D ${fiPath(f.rel)}\n`);
+      continue;
+    }
+    text(`M ${f.mode} inline ${fiPath(f.rel)}\ndata ${f.data!.length}\n`);
+    parts.push(f.data!);
+    text('\n');
+  }
+  text('ls ""\n\n');
+  return Buffer.concat(parts);
+}
 
 export async function commitTouchedPaths(args: {
   worktree: string;
@@ -18,30 +64,43 @@ export async function commitTouchedPaths(args: {
   paths: string[];
   message: string;
 }): Promise<{ commitOid: string; treeOid: string }> {
+  const commonDir = await commonDirOf(args.worktree);
+  const message = redactString(args.message); // a commit message is persisted: the one redactor
+  const marks = path.join(commonDir, `echodo-marks-${process.pid}-${randomBytes(4).toString('hex')}`);
+  let commitOid: string;
+  let treeOid: string;
+  try {
+    const stream = await checkpointStream(args.worktree, args.branch, args.parentOid, args.paths, message);
+    let out: GitResult;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        // unpackLimit=1: even a one-object import stays a (kept) pack, never loose objects.
+        out = await runGit(args.worktree, ['-c', 'fastimport.unpackLimit=1', 'fast-import', '--quiet', `--export-marks=${marks}`], { input: stream });
+        break;
+      } catch (err) {
+        // `git gc --prune=now` deletes every tmp_pack_* file it finds, a pack being written
+        // included: fast-import then fails before it moves any ref, and is simply run again.
+        if (!(err instanceof GitError) || attempt >= 5) throw err;
+        await sleep(attempt * 10);
+      }
+    }
+    commitOid = (await readFile(marks, 'utf8')).split('\n')[0]!.split(' ')[1]!;
+    treeOid = out.stdout.split('\n').find((l) => l.startsWith('040000 tree '))!.slice('040000 tree '.length, '040000 tree '.length + 40);
+  } finally {
+    await unlink(marks).catch(() => {});
+  }
   if (args.paths.length) {
     await runGit(args.worktree, ['update-index', '--add', '--remove', '-z', '--stdin'], { input: args.paths.join('\0') });
   }
-  const tree = (await runGit(args.worktree, ['write-tree'])).stdout.trim();
-  const objectsDir = path.join(await commonDirOf(args.worktree), 'objects');
-  const message = redactString(args.message); // a commit message is persisted: the one redactor
-  // The staged blobs and the tree are referenced by the worktree's index (git gc keeps them);
-  // the commit object is referenced by nothing until the branch moves, so a `git gc --prune=now`
-  // running at that instant may delete it: update-ref then refuses the missing object, and the
-  // commit is written again.
-  for (let attempt = 1; ; attempt++) {
-    const commit =
-      tree.length === 40 && args.parentOid.length === 40
-        ? await writeCommitObject(objectsDir, tree, args.parentOid, message)
-        : (await runGit(args.worktree, ['commit-tree', tree, '-p', args.parentOid, '-m', message])).stdout.trim();
-    try {
-      // Compare-and-set: fails if anything else moved the branch since our last checkpoint.
-      await runGit(args.worktree, ['update-ref', `refs/heads/${args.branch}`, commit, args.parentOid]);
-      return { commitOid: commit, treeOid: tree };
-    } catch (err) {
-      const present = await runGit(args.worktree, ['cat-file', '-e', `${commit}^{commit}`], { allowExitCodes: [1, 128] });
-      if (present.exitCode === 0 || attempt >= 3) throw err;
-    }
-  }
+  const indexTree = (await runGit(args.worktree, ['write-tree'])).stdout.trim();
+  if (indexTree === treeOid) return { commitOid, treeOid };
+  // git stores something other than the bytes on disk here (filters, eol): the index is right.
+  const redone =
+    indexTree.length === 40 && args.parentOid.length === 40
+      ? await writeCommitObject(path.join(commonDir, 'objects'), indexTree, args.parentOid, message)
+      : (await runGit(args.worktree, ['commit-tree', indexTree, '-p', args.parentOid, '-m', message])).stdout.trim();
+  await runGit(args.worktree, ['update-ref', `refs/heads/${args.branch}`, redone, commitOid]);
+  return { commitOid: redone, treeOid: indexTree };
 }
 
 /**

@@ -66,7 +66,7 @@ function fastImportScript(notesRef: string, notes: NoteWrite[], hasParent: boole
 async function writeNotesOnce(cwd: string, key: string, notesRef: string, notes: NoteWrite[], trustCache: boolean): Promise<void> {
   let hasParent = trustCache && knownRefs.has(key);
   if (!hasParent) hasParent = (await runGit(cwd, ['rev-parse', '--verify', '--quiet', notesRef], { allowExitCodes: [1] })).exitCode === 0;
-  await runGit(cwd, ['fast-import', '--quiet'], { input: fastImportScript(notesRef, notes, hasParent) });
+  await runGit(cwd, ['-c', 'fastimport.unpackLimit=1', 'fast-import', '--quiet'], { input: fastImportScript(notesRef, notes, hasParent) });
   knownRefs.add(key);
 }
 

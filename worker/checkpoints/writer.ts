@@ -120,7 +120,7 @@ export class CheckpointWriter {
   ) {
     this.checkpointedStep = state.step;
     const every = deps.packEvery ?? 16;
-    this.packer = deps.tree.git && every > 0 ? new ObjectPacker(deps.tree.root, deps.tree.git.branch, deps.notesRef, every, deps.log) : undefined;
+    this.packer = deps.tree.git && every > 0 ? new ObjectPacker(deps.tree.root, every, deps.log) : undefined;
   }
 
   private async manifest(): Promise<Map<string, string | null>> {
