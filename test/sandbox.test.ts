@@ -3,9 +3,11 @@
 // writable), a repository script sees no git dir and cannot repoint the .git file, files it writes
 // belong to the worker outside, and an unusable sandbox refuses run_command with its reason.
 import assert from 'node:assert/strict';
-import { mkdtemp, readFile, realpath, rm, stat, writeFile } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
+import { mkdir, mkdtemp, readFile, realpath, rm, rmdir, stat, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { after, before, describe, test } from 'node:test';
 import { ToolRefusedError } from '../worker/errors.ts';
 import { bwrapArgs } from '../worker/sandbox/bwrap.ts';
@@ -13,6 +15,7 @@ import { gitLayout } from '../worker/sandbox/git-dirs.ts';
 import { describeSandbox, probeSandbox, type CommandSandbox } from '../worker/sandbox/index.ts';
 import type { ToolContext } from '../worker/tools/context.ts';
 import { runCommand } from '../worker/tools/run-command.ts';
+import { spawnNode, waitFor } from './support/child.ts';
 import { git, makeRepo } from './support/git.ts';
 
 let repo: string;
@@ -135,6 +138,52 @@ describe('repository scripts in the sandbox', () => {
     assert.match(result.stdout, /^0$/m);
     assert.doesNotMatch(result.stdout, /wrote/);
     await assert.rejects(stat(path.join(repo, '.git', 'x')));
+  });
+});
+
+describe('nothing outlives the worker', () => {
+  test('a worker killed mid-command takes the whole sandbox with it (setsid daemon included)', async () => {
+    await writeFile(
+      path.join(worktree, 'probe.sh'),
+      "setsid sh -c 'sleep 3; echo late > late-after-kill.txt' >/dev/null 2>&1 &\necho > started.txt\nsleep 30\n",
+    );
+    const script = path.join(scratch[1]!, 'run.mts');
+    await writeFile(
+      script,
+      `import { runCommand } from ${JSON.stringify(pathToFileURL(path.resolve('worker/tools/run-command.ts')).href)};\n` +
+        `import { probeSandbox } from ${JSON.stringify(pathToFileURL(path.resolve('worker/sandbox/index.ts')).href)};\n` +
+        `const sandbox = await probeSandbox({ mode: 'bwrap' });\n` +
+        `const ctx = { root: process.argv[2], writePrefixes: null, allowedCommands: ['npm test'], commandTimeoutMs: 60000, sandbox, beforeTouch: async () => {}, onTouched() {} };\n` +
+        `await runCommand(ctx, { command: 'npm test' });\n`,
+    );
+    const child = spawnNode(script, [worktree]);
+    await waitFor(() => existsSync(path.join(worktree, 'started.txt')), { timeoutMs: 30_000, what: 'the script to start' });
+    child.kill('SIGKILL');
+    await child.exited;
+    await new Promise((r) => setTimeout(r, 3500));
+    assert.equal(existsSync(path.join(worktree, 'late-after-kill.txt')), false, 'the daemon died with the worker');
+  });
+
+  test('cgroups left by a killed worker are removed at the next probe', async () => {
+    if (sandbox.mode !== 'bwrap' || !sandbox.usable || sandbox.limiter.kind === 'none') {
+      assert.match(describeSandbox(sandbox), /process count not limited/, 'without a cgroup the note says so');
+      return;
+    }
+    let dead = 4_000_000;
+    while (existsSync(`/proc/${dead}`)) dead--;
+    const parent = sandbox.limiter.kind === 'cgroup2' ? '/sys/fs/cgroup/echodo-sandbox' : '/sys/fs/cgroup/pids/echodo-sandbox';
+    const stale = path.join(parent, `cmd-${dead}-1`);
+    const mine = path.join(parent, `cmd-${process.pid}-999999`);
+    await mkdir(stale);
+    await mkdir(mine);
+    try {
+      await probeSandbox({ mode: 'bwrap' });
+      assert.equal(existsSync(stale), false, 'the dead worker\'s cgroup is gone');
+      assert.equal(existsSync(mine), true, 'a live worker\'s cgroup is left alone');
+    } finally {
+      await rmdir(mine).catch(() => {});
+      await rmdir(stale).catch(() => {});
+    }
   });
 });
 
