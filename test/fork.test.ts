@@ -34,13 +34,13 @@ let forkModel: string;
 let source: string;
 
 before(async () => {
-  s = await createScenario({ steps: sampleSteps(10, 8) });
+  s = await createScenario({ steps: sampleSteps(10, 8), env: { WORKER_LEASE_MS: '8000', WORKER_HEARTBEAT_MS: '400' } });
   const file = path.join(path.dirname(s.transcriptPath), 'fork.json');
   await writeFile(file, JSON.stringify({ steps: FORK_STEPS }));
   forkModel = `replay:${file}`;
   worker = s.spawnWorker();
   source = (await s.dispatch()).agentRunId;
-  await s.waitForStatus(source, 'completed', 60_000).catch((err: Error) => {
+  await s.waitForStatus(source, 'completed', 120_000).catch((err: Error) => {
     throw new Error(`${err.message}\n${worker.output()}`);
   });
 });
@@ -66,7 +66,7 @@ test('a fork at checkpoint 3 starts from its tree, plays round 4 of its own tran
   const { code, out, err } = await fork(['--run', source, '--at', '3', '--model', forkModel]);
   assert.equal(code, 0, err);
   assert.deepEqual(Object.keys(out!).sort(), ['agentRunId', 'branch', 'jobId']);
-  const run = await s.waitForStatus(out!.agentRunId, 'completed', 60_000).catch((e: Error) => {
+  const run = await s.waitForStatus(out!.agentRunId, 'completed', 120_000).catch((e: Error) => {
     throw new Error(`${e.message}\n${worker.output()}`);
   });
   assert.equal(run.branch, out!.branch, 'the branch printed is the fork\'s branch');
@@ -120,18 +120,18 @@ test('bad arguments, another workspace\'s run and a missing checkpoint: exit 2, 
 test('rewind: a fork with --cancel-source of a running run; the source stops at its next boundary, the fork goes on', async () => {
   const slow = path.join(path.dirname(s.transcriptPath), 'slow.json');
   // Three quick rounds, then a minute of "thinking": the cancel lands while the source runs.
-  await writeFile(slow, JSON.stringify({ steps: [write('a.txt', 'a\n'), write('b.txt', 'b\n'), write('c.txt', 'c\n'), write('d.txt', 'd\n', 60_000), { text: 'x' }] }));
+  await writeFile(slow, JSON.stringify({ steps: [write('a.txt', 'a\n'), write('b.txt', 'b\n'), write('c.txt', 'c\n'), write('d.txt', 'd\n', 120_000), { text: 'x' }] }));
   const { agentRunId: running } = await s.dispatch({ model: `replay:${slow}` });
-  await waitFor(async () => (await s.checkpoints(running)).length >= 3, { timeoutMs: 60_000, what: 'three checkpoints' });
+  await waitFor(async () => (await s.checkpoints(running)).length >= 3, { timeoutMs: 120_000, what: 'three checkpoints' });
   const second = s.spawnWorker(); // the fork needs a worker while the first is busy
   try {
     const { code, out, err } = await fork(['--run', running, '--at', '2', '--model', forkModel, '--cancel-source']);
     assert.equal(code, 0, err);
-    const src = await s.waitForStatus(running, 'cancelled', 60_000);
+    const src = await s.waitForStatus(running, 'cancelled', 120_000);
     const cps = await s.checkpoints(running);
     assert.equal(cps.length, 3, 'the source keeps its last checkpoint, and does nothing after it');
     assert.equal(await git(s.repo, 'rev-parse', `refs/heads/${src.branch}`), cps[2]!.commit_oid, 'its branch is at its last checkpoint');
-    const fk = await s.waitForStatus(out!.agentRunId, 'completed', 60_000);
+    const fk = await s.waitForStatus(out!.agentRunId, 'completed', 120_000);
     assert.equal(fk.forked_from_seq, 2);
     const [first] = await s.checkpoints(out!.agentRunId);
     assert.equal(first!.step, 3, 'the fork plays the round after the source\'s step 2');

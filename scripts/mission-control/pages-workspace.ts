@@ -8,8 +8,9 @@ import { checkpointActions, runActions, type ActionView } from './pages-actions.
 const enc = encodeURIComponent;
 
 export function convoyListContent(convoys: ConvoySummary[]): SafeHtml {
-  if (!convoys.length) return html`<h1>Convoys</h1><div class="empty">No convoys in this workspace yet.</div>`;
-  return html`<h1>Convoys</h1>
+  const settings = html`<p class="muted"><a href="/settings" data-testid="settings-link">Settings</a>: models, harnesses, routes</p>`;
+  if (!convoys.length) return html`<h1>Convoys</h1>${settings}<div class="empty">No convoys in this workspace yet.</div>`;
+  return html`<h1>Convoys</h1>${settings}
 <table data-testid="convoy-list">
 <thead><tr><th>Convoy</th><th>Checkpoints</th><th>Last checkpoint</th><th>Queued</th><th>Running</th><th>Completed</th><th>Failed</th></tr></thead>
 <tbody>${convoys.map(

@@ -70,7 +70,7 @@ function sameText(a: string, b: string): boolean {
  * write must come from our own origin (Origin, else Sec-Fetch-Site) and carry the CSRF token
  * (X-CSRF-Token header, or the form's _csrf field).
  */
-function mayWrite(surface: 'api' | 'html'): MiddlewareHandler<McEnv> {
+export function mayWrite(surface: 'api' | 'html'): MiddlewareHandler<McEnv> {
   return async (c, next) => {
     const deny = (message: string) => c.json({ error: 'forbidden', message }, 403);
     if (isReadOnly(c.get('principal'))) return deny('this token is read-only: it cannot fork, retry or cancel');
