@@ -1,6 +1,8 @@
 // npm run db -- up | url | migrate | down | status
 // Manages the embedded PostgreSQL under ECHODO_HOME; with DATABASE_URL set, nothing is started
-// and up/url/migrate work against that database instead.
+// and up/url/migrate work against that database instead. `url` is the superuser's (for psql);
+// the processes themselves log in as the app role (docs/security.md, "The database role").
+// With DATABASE_APP_URL alone there is no superuser: `url` prints it, and up/migrate refuse.
 import { loadConfigOrExit, maskedConfig } from '../worker/config.ts';
 import { errorMessage } from '../worker/errors.ts';
 import { connect, resolveDatabaseUrl } from '../store/connection.ts';
@@ -33,8 +35,17 @@ async function main(args: string[]): Promise<number> {
   }
   const config = loadConfigOrExit();
   const external = Boolean(config.DATABASE_URL);
+  const appOnly = Boolean(config.DATABASE_APP_URL) && !external;
+  if (appOnly && (command === 'up' || command === 'migrate')) {
+    process.stderr.write('db: only DATABASE_APP_URL is set, and that login cannot migrate: set DATABASE_URL to a superuser URL\n');
+    return 2;
+  }
   switch (command) {
     case 'url':
+      if (appOnly) {
+        process.stdout.write(`${config.DATABASE_APP_URL}\n`);
+        return 0;
+      }
       process.stdout.write(`${await resolveDatabaseUrl(config)}\n`);
       return 0;
     case 'up': {

@@ -186,6 +186,10 @@ test('DATABASE_APP_URL alone cannot migrate: an older schema is refused with wha
       openDatabase({ DATABASE_APP_URL: appUrl, ECHODO_HOME: path.join(await freshDir(), 'home') }),
       /schema is at migration version 6, this code needs \d+; only DATABASE_APP_URL is set.*npm run db -- migrate/,
     );
+    // And `npm run db -- migrate` refuses rather than migrate some other (embedded) database.
+    const dbMigrate = spawnNode('scripts/db.ts', ['migrate'], { env: { DATABASE_URL: undefined, DATABASE_APP_URL: appUrl, ECHODO_HOME: path.join(await freshDir(), 'home') } });
+    assert.equal((await dbMigrate.exited).code, 2, dbMigrate.output());
+    assert.match(dbMigrate.output(), /only DATABASE_APP_URL is set, and that login cannot migrate/);
   } finally {
     await partial.end({ timeout: 1 });
     await su.unsafe(`drop database if exists "${name}" with (force)`);
