@@ -10,6 +10,7 @@ import { createFloorWorktree, ensureFloorTable, measureCheckpointCost, profileGi
 import { openBenchEnv } from '../bench/env.ts';
 import { createRunFixture } from '../bench/fixture.ts';
 import { measureIntegrity, profileIntegrity } from '../bench/integrity.ts';
+import { measureLongRun, type LongRunResult } from '../bench/long-run.ts';
 import { machineInfo, versions } from '../bench/machine.ts';
 import { measureMissionControl } from '../bench/mission-control.ts';
 import { measurePeers } from '../bench/peers.ts';
@@ -22,7 +23,7 @@ import { PROJECT_ROOT } from '../worker/config.ts';
 import { runGit } from '../worker/git.ts';
 
 const GIT_PARTS = ['updateIndex', 'writeTree', 'commitTree', 'updateRef', 'noteCommonDir', 'noteRefLookup'] as const;
-const BENCHES = ['checkpoint', 'integrity', 'resume', 'peers', 'throughput', 'mission-control'] as const;
+const BENCHES = ['checkpoint', 'integrity', 'resume', 'peers', 'throughput', 'mission-control', 'long-run'] as const;
 type BenchName = (typeof BENCHES)[number];
 
 const args = process.argv.slice(2);
@@ -42,8 +43,8 @@ const only = new Set<BenchName>(onlyArg ? (onlyArg.slice('--only='.length).split
 for (const name of only) if (!BENCHES.includes(name)) throw new Error(`unknown benchmark "${name}"; choose from ${BENCHES.join(', ')}`);
 
 const plan = quick
-  ? { sizes: [1_000, 10_000], touches: [1, 10], samples: 5, mcRows: [10_000, 100_000], workers: [1, 2], rounds: 10, runsPerWorker: 1 }
-  : { sizes: [1_000, 10_000, 50_000], touches: [1, 10, 100], samples: 30, mcRows: [10_000, 100_000, 1_000_000], workers: [1, 2, 4], rounds: 50, runsPerWorker: 2 };
+  ? { sizes: [1_000, 10_000], touches: [1, 10], samples: 5, mcRows: [10_000, 100_000], workers: [1, 2], rounds: 10, runsPerWorker: 1, longRun: { files: 1_000, checkpoints: 200, changed: 10 } }
+  : { sizes: [1_000, 10_000, 50_000], touches: [1, 10, 100], samples: 30, mcRows: [10_000, 100_000, 1_000_000], workers: [1, 2, 4], rounds: 50, runsPerWorker: 2, longRun: { files: 10_000, checkpoints: 2_000, changed: 10 } };
 
 const log = (line: string) => process.stdout.write(`${line}\n`);
 /** Between phases: flush Postgres' and the kernel's dirty pages so one phase's writeback is not charged to the next. */
@@ -204,6 +205,16 @@ try {
   }
 
   await settle();
+  let longRun: LongRunResult | undefined;
+  if (only.has('long-run')) {
+    const { files, checkpoints, changed } = plan.longRun;
+    const repo = await freshRepo(files, 'long-run');
+    longRun = await measureLongRun(env, repo, { files, checkpoints, changed, at: [1, 100, 1_000, 2_000].filter((n) => n <= checkpoints).concat(checkpoints < 2_000 ? [checkpoints] : []) }, log);
+    const at = Object.entries(longRun.timeAt).map(([seq, t]) => `seq ${seq} ${t.median.toFixed(1)} ms`).join(', ');
+    log(`long run ${checkpoints} checkpoints / ${files} files / ${changed} changed: ${at}; Postgres ${longRun.postgresBytesPerCheckpoint} B/checkpoint, git ${longRun.gitBytesPerCheckpoint} B/checkpoint, ${longRun.looseObjectsAtEnd} loose objects, ${longRun.packsAtEnd} packs (${since()})`);
+  }
+
+  await settle();
   const missionControl: MissionControlFigure[] = [];
   if (only.has('mission-control')) {
     const levels = await measureMissionControl(env, plan.mcRows, plan.samples, payload!, s, log);
@@ -228,6 +239,7 @@ try {
     missionControl,
     missionControlRatio: mcRatio,
     throughput,
+    ...(longRun ? { longRun } : {}),
   };
   results = { ...partial, targets: evaluateTargets(partial) };
   const out = quick ? path.join(BENCH_TMP, 'results.quick.json') : path.join(PROJECT_ROOT, 'bench', 'results.json');
