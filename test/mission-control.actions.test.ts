@@ -2,7 +2,9 @@
 // cancel, retry and fork from the API; the checkpoint diff; the same 401/404 rules as reads;
 // cookie-authenticated writes need the page's CSRF token and the same origin.
 import assert from 'node:assert/strict';
-import { writeFile } from 'node:fs/promises';
+import { mkdir, writeFile } from 'node:fs/promises';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { createMissionControl, type RunningMissionControl } from '../scripts/mission-control/server.ts';
@@ -10,6 +12,8 @@ import { csrfTokenFor } from '../scripts/mission-control/routes-actions.ts';
 import { createWorkspace } from '../store/runs.ts';
 import { createWorkspaceToken } from '../store/tokens.ts';
 import { withWorkspace } from '../store/workspace.ts';
+import { PROJECT_ROOT } from '../worker/config.ts';
+import { chromium } from 'playwright-core';
 import { waitFor, type Child } from './support/child.ts';
 import { createScenario, type Scenario, type TranscriptStep } from './support/scenario.ts';
 
@@ -22,7 +26,7 @@ const BIG = `${'a line of a big generated file, repeated to go over the diff cap
 const STEPS: TranscriptStep[] = [
   write('src/greet.ts', 'export const greet = (n: string) => `hello ${n}`;\n'),
   { toolCalls: [{ toolName: 'write_file', input: { path: 'src/greet.ts', content: 'export const greet = (n: string) => `hi ${n}`;\n' } }, { toolName: 'write_file', input: { path: 'notes/secret.txt', content: 'token sk-live-0123456789abcdef0123456789\n' } }], delayMs: 10 },
-  write('big.txt', BIG, 60_000),
+  write('big.txt', BIG, 120_000),
   { text: 'Done.' },
 ];
 
@@ -31,11 +35,12 @@ let worker: Child;
 let server: RunningMissionControl;
 let token: string;
 let otherToken: string;
+let readOnlyToken: string;
 let quickModel: string;
 let bigModel: string;
 
 before(async () => {
-  s = await createScenario({ steps: STEPS });
+  s = await createScenario({ steps: STEPS, env: { WORKER_LEASE_MS: '8000', WORKER_HEARTBEAT_MS: '400' } });
   const dir = path.dirname(s.transcriptPath);
   await writeFile(path.join(dir, 'quick.json'), JSON.stringify({ steps: [write('q.txt', 'q\n'), { text: 'ok' }] }));
   await writeFile(path.join(dir, 'big.json'), JSON.stringify({ steps: [write('big.txt', BIG, 0), { text: 'ok' }] }));
@@ -44,6 +49,7 @@ before(async () => {
   await withWorkspace(s.t.db.app, 'other', (tx) => createWorkspace(tx));
   token = await createWorkspaceToken(s.t.db.app, s.workspaceId);
   otherToken = await createWorkspaceToken(s.t.db.app, 'other');
+  readOnlyToken = await createWorkspaceToken(s.t.db.app, s.workspaceId, { readOnly: true });
   server = await createMissionControl({ db: s.t.db, config: { ...s.config, LOG_LEVEL: 'silent' }, queue: s.queue }).start(0);
   worker = s.spawnWorker();
 });
@@ -58,7 +64,7 @@ const post = (p: string, body: unknown, headers: Record<string, string> = { auth
 const getJson = (p: string, t = token) => fetch(server.url + p, { headers: { authorization: `Bearer ${t}` } });
 
 async function checkpointsOf(id: string, n: number) {
-  await waitFor(async () => (await s.checkpoints(id)).length >= n, { timeoutMs: 60_000, what: `${n} checkpoints of ${id}` }).catch((e: Error) => {
+  await waitFor(async () => (await s.checkpoints(id)).length >= n, { timeoutMs: 120_000, what: `${n} checkpoints of ${id}` }).catch((e: Error) => {
     throw new Error(`${e.message}\n${worker.output()}`);
   });
 }
@@ -76,7 +82,7 @@ test('cancel from the API: 401 without a token, 404 for another workspace as for
   assert.equal(res.status, 200);
   const body = await res.json();
   assert.equal(body.immediate, false);
-  const run = await s.waitForStatus(agentRunId, 'cancelled', 30_000);
+  const run = await s.waitForStatus(agentRunId, 'cancelled', 120_000);
   assert.match(run.cancel_requested_by, /^api:/, 'who asked: the API token');
   assert.equal((await s.checkpoints(agentRunId)).length, 2);
   assert.equal((await post(`/api/runs/${agentRunId}/retry`, {})).status, 409, 'a cancelled run is not retried');
@@ -84,7 +90,7 @@ test('cancel from the API: 401 without a token, 404 for another workspace as for
 
 test('the diff of a checkpoint: files with +/- counts, the diff text, the round\'s tool calls (redacted); big diffs truncated', async () => {
   const { agentRunId } = await s.dispatch({ model: quickModel });
-  await s.waitForStatus(agentRunId, 'completed', 60_000);
+  await s.waitForStatus(agentRunId, 'completed', 120_000);
   const source = (await s.dispatch()).agentRunId;
   await checkpointsOf(source, 2);
   const res = await getJson(`/api/runs/${source}/checkpoints/2/diff`);
@@ -103,7 +109,7 @@ test('the diff of a checkpoint: files with +/- counts, the diff text, the round\
   await post(`/api/runs/${source}/cancel`, {});
 
   const big = (await s.dispatch({ model: bigModel })).agentRunId;
-  await s.waitForStatus(big, 'completed', 60_000);
+  await s.waitForStatus(big, 'completed', 120_000);
   const cut = await (await getJson(`/api/runs/${big}/checkpoints/1/diff`)).json();
   assert.equal(cut.truncated, true, 'a diff over the cap is marked truncated');
   const file = cut.files.find((f: any) => f.path === 'big.txt');
@@ -113,7 +119,7 @@ test('the diff of a checkpoint: files with +/- counts, the diff text, the round\
 
 test('fork and retry from the API, each continued by a real worker', async () => {
   const { agentRunId: source } = await s.dispatch({ model: quickModel });
-  await s.waitForStatus(source, 'completed', 60_000);
+  await s.waitForStatus(source, 'completed', 120_000);
   for (const bad of [{}, { at: 0 }, { at: '1; drop' }, { at: 1, extra: true }, { at: 1, brief: 7 }]) {
     assert.equal((await post(`/api/runs/${source}/fork`, bad)).status, 400, JSON.stringify(bad));
   }
@@ -122,25 +128,25 @@ test('fork and retry from the API, each continued by a real worker', async () =>
   assert.equal(res.status, 200);
   const fork = await res.json();
   assert.match(fork.branch, /^echodo\//);
-  const forked = await s.waitForStatus(fork.agentRunId, 'completed', 60_000);
+  const forked = await s.waitForStatus(fork.agentRunId, 'completed', 120_000);
   assert.equal(forked.forked_from_run, source);
   assert.equal(forked.job.brief, 'Again, differently.');
 
   // Retry: a run whose worker died and that the stall detector gave up on.
   const { agentRunId: failing } = await s.dispatch({ model: quickModel });
-  await s.waitForStatus(failing, 'completed', 60_000);
+  await s.waitForStatus(failing, 'completed', 120_000);
   await s.su`update agent_runs set status = 'failed', failure_reason = 'test: worker lost' where id = ${failing}`;
   const retried = await post(`/api/runs/${failing}/retry`, {});
   assert.equal(retried.status, 200);
   assert.equal((await retried.json()).outcome, 'redispatched');
-  const again = await s.waitForStatus(failing, 'completed', 60_000);
+  const again = await s.waitForStatus(failing, 'completed', 120_000);
   assert.equal(again.attempt, 2);
   assert.equal((await post(`/api/runs/${failing}/retry`, {})).status, 409, 'a completed run is refused');
 });
 
 test('cookie-authenticated writes need the CSRF token and the same origin', async () => {
   const { agentRunId } = await s.dispatch({ model: quickModel });
-  await s.waitForStatus(agentRunId, 'completed', 60_000);
+  await s.waitForStatus(agentRunId, 'completed', 120_000);
   const cookie = { cookie: `emc_token=${token}` };
   const origin = { origin: server.url };
   const csrf = csrfTokenFor(token);
@@ -163,4 +169,75 @@ test('cookie-authenticated writes need the CSRF token and the same origin', asyn
   const page = await (await fetch(`${server.url}/runs/${agentRunId}`, { headers: cookie })).text();
   assert.ok(page.includes(`value="${csrf}"`), 'the run page carries the CSRF token in its forms');
   assert.ok(page.includes('data-testid="fork-1"'), 'and offers "Fork from here"');
+});
+
+test('in Chromium: sign in, open a run, open the diff of checkpoint 2, fork from it and watch the fork progress live; a cross-site form POST is refused', async () => {
+  const output = path.resolve(PROJECT_ROOT, process.env.ECHODO_TEST_OUTPUT ?? 'test-output', 'mission-control');
+  await mkdir(output, { recursive: true });
+  const dir = path.dirname(s.transcriptPath);
+  await writeFile(path.join(dir, 'three.json'), JSON.stringify({ steps: [write('src/a.ts', 'export const a = 1;\n'), write('src/b.ts', 'export const b = 2;\n'), write('src/c.ts', 'export const c = 3;\n'), { text: 'ok' }] }));
+  // The fork's model: rounds 3 to 6 (it starts after the source's step 2), slow enough to watch.
+  const slow = [1, 2].map((i) => write(`never-${i}.txt`, 'x\n')).concat([3, 4, 5, 6].map((i) => write(`src/fork-${i}.ts`, `export const f = ${i};\n`, 700)));
+  await writeFile(path.join(dir, 'fork-slow.json'), JSON.stringify({ steps: [...slow, { text: 'ok' }] }));
+  const { agentRunId: source } = await s.dispatch({ model: `replay:${path.join(dir, 'three.json')}` });
+  await s.waitForStatus(source, 'completed', 120_000);
+  // The fork keeps the source's model unless told: point the source's job at the slow one.
+  await s.su`update agent_runs set job = jsonb_set(job, '{model}', to_jsonb(${`replay:${path.join(dir, 'fork-slow.json')}`}::text)) where id = ${source}`;
+
+  const evil: Server = createServer((req, res) => {
+    res.setHeader('content-type', 'text/html');
+    res.end(`<form id="f" method="post" action="${server.url}/runs/${source}/actions/fork"><input name="at" value="1"><input name="_csrf" value="guess"></form><script>document.getElementById('f').submit()</script>`);
+  });
+  await new Promise<void>((resolve) => evil.listen(0, '127.0.0.1', resolve));
+  const browser = await chromium.launch({ executablePath: '/usr/bin/chromium', args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-sync'] });
+  try {
+    const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+    await page.goto(`${server.url}/login`);
+    await page.fill('#token', token);
+    await Promise.all([page.waitForURL(`${server.url}/`), page.click('button[type=submit]')]);
+    await page.goto(`${server.url}/runs/${source}`);
+    await page.click('[data-testid="diff-2"]');
+    await page.waitForSelector('[data-testid="diff-files"]');
+    assert.match(await page.locator('[data-testid="diff-files"]').innerText(), /src\/b\.ts[\s\S]*\+1/);
+    assert.match(await page.locator('[data-testid="tool-calls"]').innerText(), /write_file/);
+    await page.screenshot({ path: path.join(output, 'diff.png'), fullPage: true });
+    await page.goBack();
+
+    const runsBefore = (await s.su`select count(*)::int as n from agent_runs where forked_from_run = ${source}`)[0]!.n;
+    await Promise.all([page.waitForURL((u) => u.pathname.startsWith('/runs/') && !u.pathname.includes(source)), page.click('[data-testid="fork-2"]')]);
+    const forkId = decodeURIComponent(new URL(page.url()).pathname.split('/')[2]!);
+    assert.equal((await s.run(forkId)).forked_from_run, source, 'the page of the new run');
+    await page.waitForSelector('[data-testid="live-status"][data-state="live"]');
+    // No reload from here on: the count rises and the status turns completed as the worker goes.
+    await page.waitForFunction(() => Number(document.querySelector('[data-testid="run-checkpoint-count"]')?.textContent) >= 1, null, { timeout: 120_000 });
+    const seen = Number(await page.locator('[data-testid="run-checkpoint-count"]').innerText());
+    await page.waitForFunction(() => document.querySelector('[data-field="status"]')?.textContent === 'completed', null, { timeout: 120_000 });
+    assert.ok(Number(await page.locator('[data-testid="run-checkpoint-count"]').innerText()) >= Math.max(seen, 4), 'progressed live to 4 checkpoints');
+    await page.screenshot({ path: path.join(output, 'fork.png'), fullPage: true });
+
+    // A page of another origin posts a form at the panel with the signed-in cookie: refused.
+    const evilUrl = `http://127.0.0.1:${(evil.address() as AddressInfo).port}/`;
+    const answer = page.waitForResponse((r) => r.url().includes('/actions/fork'));
+    await page.goto(evilUrl);
+    assert.equal((await answer).status(), 403);
+    const runsAfter = (await s.su`select count(*)::int as n from agent_runs where forked_from_run = ${source}`)[0]!.n;
+    assert.equal(runsAfter, runsBefore + 1, 'only the panel\'s own fork made a run');
+
+    // A read-only token reads the same run and sees no action buttons; the API answers 403.
+    const reader = await browser.newPage();
+    await reader.goto(`${server.url}/login`);
+    await reader.fill('#token', readOnlyToken);
+    await Promise.all([reader.waitForURL(`${server.url}/`), reader.click('button[type=submit]')]);
+    await reader.goto(`${server.url}/runs/${source}`);
+    await reader.waitForSelector('[data-testid="diff-2"]');
+    assert.equal(await reader.locator('form.action').count(), 0, 'no forms for a read-only token');
+    for (const action of ['fork', 'retry', 'cancel']) {
+      const res = await post(`/api/runs/${source}/${action}`, { at: 1 }, { authorization: `Bearer ${readOnlyToken}` });
+      assert.equal(res.status, 403, `${action} with a read-only token`);
+    }
+    assert.equal((await getJson(`/api/runs/${source}/checkpoints/2/diff`, readOnlyToken)).status, 200, 'it still reads');
+  } finally {
+    await browser.close();
+    evil.close();
+  }
 });

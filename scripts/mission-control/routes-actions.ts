@@ -48,15 +48,12 @@ export function pageCsrfToken(c: McContext): string | undefined {
 
 /** A read-only token reads everything its workspace token could, and writes nothing. */
 export function isReadOnly(principal: Principal): boolean {
-  const p = principal as Principal & { readOnly?: boolean; access?: string };
-  return p.readOnly === true || p.access === 'read' || p.access === 'read-only';
+  return principal.readOnly === true;
 }
 
 /** Who asked, for run_cancelled and run_forked: the token's id when the principal carries one. */
 function actorOf(c: McContext, surface: 'api' | 'panel'): string {
-  const p = c.get('principal') as Principal & { tokenId?: string | number; id?: string | number };
-  const id = p.tokenId ?? p.id;
-  return id === undefined ? `${surface}:workspace-token` : `${surface}:${id}`;
+  return `${surface}:${c.get('principal').tokenId}`;
 }
 
 function sameText(a: string, b: string): boolean {
