@@ -36,7 +36,7 @@ const FAST: TranscriptStep[] = [READ, write('src/a.ts', 'export const a = 1;\n')
 // The model "thinks" a while before round 2: time to SIGTERM the worker or to re-dispatch a live run.
 const SLOW: TranscriptStep[] = [READ, { ...write('src/a.ts', 'export const a = 1;\n'), delayMs: 4000 }, write('src/b.ts', 'export const b = 2;\n'), { text: 'Done.' }];
 // Long enough to still be running when a dispatch process has started on a loaded machine.
-const LIVE: TranscriptStep[] = [READ, { ...write('src/a.ts', 'export const a = 1;\n'), delayMs: 12_000 }, { text: 'Done.' }];
+const LIVE: TranscriptStep[] = [READ, { ...write('src/a.ts', 'export const a = 1;\n'), delayMs: 15_000 }, { text: 'Done.' }];
 
 export function redispatchMatrix(entry: Entry): void {
   describe(`re-dispatch through ${entry === 'cli' ? 'the dispatch CLI' : entry === 'redis' ? 'a raw Redis RPUSH' : 'the Postgres queue'}`, () => {
@@ -140,7 +140,7 @@ export function redispatchMatrix(entry: Entry): void {
       await redis?.stop();
     });
 
-    test('set-up: a run killed mid-brief, a run failed by ENOSPC, a run released by SIGTERM', { timeout: 120_000 }, async () => {
+    test('set-up: a run killed mid-brief, a run failed by ENOSPC, a run released by SIGTERM', { timeout: 240_000 }, async () => {
       const doomed = spawn('doomed', { ECHODO_FAULT: 'after-note@2' });
       await dispatchNew('expired', fast);
       assert.equal((await doomed.exited).signal, 'SIGKILL', `killed after checkpoint 2:\n${doomed.output()}`);
@@ -174,7 +174,7 @@ export function redispatchMatrix(entry: Entry): void {
       }, { timeoutMs: 20_000, what: 'the killed run lease to expire' });
     });
 
-    test('running with an expired lease, failed, released → re-dispatched: attempt + 1, a run_redispatched event (requested)', { timeout: 60_000 }, async () => {
+    test('running with an expired lease, failed, released → re-dispatched: attempt + 1, a run_redispatched event (requested)', { timeout: 180_000 }, async () => {
       for (const name of ['expired', 'failed', 'released']) {
         const before = await runRow(runs[name]!.agentRunId);
         const answer = await redispatch(jobOf(name));
@@ -192,7 +192,7 @@ export function redispatchMatrix(entry: Entry): void {
       }
     });
 
-    test('queued → served once; a mismatch is refused naming the field; cancelled is refused; another workspace\'s id is unknown', { timeout: 60_000 }, async () => {
+    test('queued → served once; a mismatch is refused naming the field; cancelled is refused; another workspace\'s id is unknown', { timeout: 180_000 }, async () => {
       await dispatchNew('queued', fast);
       const served = await redispatch(jobOf('queued'));
       if (served.kind !== 'pushed') {
@@ -228,12 +228,12 @@ export function redispatchMatrix(entry: Entry): void {
       }
     });
 
-    test('all served once: each resumed from its last checkpoint in its own verified worktree, never re-cloned', { timeout: 120_000 }, async () => {
+    test('all served once: each resumed from its last checkpoint in its own verified worktree, never re-cloned', { timeout: 300_000 }, async () => {
       spawn('w1');
       spawn('w2');
       for (const name of ['expired', 'failed', 'released', 'queued']) {
         const r = runs[name]!;
-        const run = await waitForStatus(r.agentRunId, 'completed', 90_000).catch((err: Error) => {
+        const run = await waitForStatus(r.agentRunId, 'completed', 180_000).catch((err: Error) => {
           throw new Error(`${name}: ${err.message}\n${output()}`);
         });
         const seqs = (await checkpoints(r.agentRunId)).map((c) => c.checkpoint_seq);
@@ -276,7 +276,7 @@ export function redispatchMatrix(entry: Entry): void {
       }
     });
 
-    test('running with a live lease → refused as a duplicate; completed → refused', { timeout: 90_000 }, async () => {
+    test('running with a live lease → refused as a duplicate; completed → refused', { timeout: 240_000 }, async () => {
       await dispatchNew('live', live);
       await waitFor(async () => (await checkpoints(runs.live!.agentRunId)).length >= 1, { timeoutMs: 60_000, what: 'the live run under way' });
       const before = await runRow(runs.live!.agentRunId);
