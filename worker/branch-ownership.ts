@@ -76,9 +76,12 @@ export async function vetBaseRef(args: {
   ownBranchesAmong: OwnBranchesAmong;
 }): Promise<string> {
   const { repoPath, baseRef } = args;
+  if (baseRef.startsWith('-')) throw refused(baseRef, 'it starts with "-"');
   const oid = await resolveCommit(repoPath, baseRef);
   if (!oid) throw new EchodoError('repo_invalid', `baseRef "${baseRef}" does not exist in ${repoPath}`);
-  const named = await runGit(repoPath, ['rev-parse', '--symbolic-full-name', '--end-of-options', baseRef], { allowExitCodes: [1, 128] });
+  // No --end-of-options here: git 2.39 echoes it with --symbolic-full-name. baseRef cannot start
+  // with '-' (the job schema refuses it), and resolveCommit above already used it safely.
+  const named = await runGit(repoPath, ['rev-parse', '--symbolic-full-name', baseRef], { allowExitCodes: [1, 128] });
   const fullName = named.exitCode === 0 ? named.stdout.trim().split('\n')[0] ?? '' : '';
   const echodo = echodoBranchOf(fullName);
   if (echodo !== undefined) {
