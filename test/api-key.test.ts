@@ -53,7 +53,7 @@ before(async () => {
   await waitFor(async () => {
     const row = await s.run(agentRunId);
     return row.status === 'completed' || row.status === 'failed';
-  }, { timeoutMs: 40_000, what: 'the run to finish' }).catch((err) => {
+  }, { timeoutMs: 120_000, what: 'the run to finish' }).catch((err) => {
     throw new Error(`${(err as Error).message}\n${worker.output()}`);
   });
   await worker.stop('SIGTERM', 5000);
@@ -135,7 +135,7 @@ test('a worker without the key fails the run with a reason naming the variable, 
     const run = await waitFor(async () => {
       const row = await s.run(id);
       return row.status === 'completed' || row.status === 'failed' ? row : undefined;
-    }, { timeoutMs: 30_000, what: 'the keyless run to finish' });
+    }, { timeoutMs: 60_000, what: 'the keyless run to finish' });
     assert.equal(run.status, 'failed');
     assert.match(run.failure_reason, new RegExp(`${KEY_VAR} is not set`));
     assert.equal(server.requests.length, sent, 'no request went out without the key');
@@ -154,7 +154,7 @@ test("the repo's hooks do not run while the worker makes its worktree, so they c
 // Reproduction 7: a model_providers row naming DATABASE_URL, with base_url pointing at a
 // listener, delivered the database URL as a bearer token. Such a row is refused when written
 // (store, CLI) and, if one exists anyway (written before the rule, or by hand), when it is used.
-test('a row naming DATABASE_URL fails the run with a clear reason, and the listener gets nothing', { timeout: 40_000 }, async () => {
+test('a row naming DATABASE_URL fails the run with a clear reason, and the listener gets nothing', { timeout: 90_000 }, async () => {
   const listener = await startChatServer([{ text: 'never served' }]);
   const password = decodeURIComponent(new URL(s.env.DATABASE_URL!).password);
   const w = s.spawnWorker({ ...CALM_LEASE, [KEY_VAR]: KEY });
@@ -165,7 +165,7 @@ test('a row naming DATABASE_URL fails the run with a clear reason, and the liste
     const run = await waitFor(async () => {
       const row = await s.run(id);
       return row.status === 'completed' || row.status === 'failed' ? row : undefined;
-    }, { timeoutMs: 30_000, what: 'the run naming DATABASE_URL to finish' });
+    }, { timeoutMs: 60_000, what: 'the run naming DATABASE_URL to finish' });
     assert.equal(run.status, 'failed');
     assert.match(run.failure_reason, /api_key_env_var "DATABASE_URL" is refused: .*WORKER_PROVIDER_KEY_VARS \(\*_API_KEY\)/, run.failure_reason);
     assert.equal(run.worktree_path, null, 'refused before any worktree was made');

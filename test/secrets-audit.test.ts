@@ -117,7 +117,7 @@ after(async () => {
   await redis?.stop();
 });
 
-test('no planted secret, nor a fragment of one, reaches a table, a note, a commit, a dead letter or a log line', { timeout: 90_000 }, async () => {
+test('no planted secret, nor a fragment of one, reaches a table, a note, a commit, a dead letter or a log line', { timeout: 240_000 }, async () => {
   const commandRun = await s.dispatch({ brief: `Rotate the keys. Old AWS key ${SECRETS.briefAws}, slack ${SECRETS.briefSlack}.` });
   const failingRun = await s.dispatch({ model: 'hosted', brief: 'Call the hosted model.' });
   const job = { convoyId: 'c', briefId: 'b', roleId: 'coder', baseRef: 'main', model: `replay:${s.transcriptPath}` };
@@ -138,12 +138,12 @@ test('no planted secret, nor a fragment of one, reaches a table, a note, a commi
     AUDIT_API_KEY: SECRETS.providerKey!,
     LOG_LEVEL: 'debug',
   });
-  const done = await s.waitForStatus(commandRun.agentRunId, 'completed', 45_000);
-  const failed = await s.waitForStatus(failingRun.agentRunId, 'failed', 30_000);
+  const done = await s.waitForStatus(commandRun.agentRunId, 'completed', 150_000);
+  const failed = await s.waitForStatus(failingRun.agentRunId, 'failed', 60_000);
   const deadLetters = await waitFor(async () => {
     const rows = await s.su<{ reason: string; raw: string }[]>`select reason, raw from dead_letters order by id`;
     return rows.length >= 2 ? rows : undefined;
-  }, { timeoutMs: 20_000, what: 'two dead letters' });
+  }, { timeoutMs: 60_000, what: 'two dead letters' });
   await worker.stop('SIGTERM');
 
   // --- The audit proves something only if each secret really passed through.
