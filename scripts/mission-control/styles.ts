@@ -70,4 +70,16 @@ details ul { margin:6px 0 0; padding-left:18px; }
 .login input { width:100%; padding:9px 10px; border:1px solid #cfd4dc; border-radius:8px; font:inherit; margin:8px 0 14px; }
 .login button { background:var(--accent); color:#fff; border:none; border-radius:8px; padding:9px 16px; font:inherit; font-weight:600; cursor:pointer; }
 .error { color:var(--bad); background:var(--bad-bg); padding:8px 10px; border-radius:8px; margin-bottom:12px; }
+/* operator actions (pages-actions.ts, pages-settings.ts) */
+form.action { display:inline; margin:0 4px 0 0; }
+form.action button, .actions button { font:inherit; font-size:12px; padding:2px 10px; border:1px solid #cfd4dc; border-radius:6px; background:#fff; cursor:pointer; }
+.cp-actions { display:inline-flex; gap:8px; align-items:baseline; }
+.actions { margin-top:8px; }
+.status-cancelled { background:#eef0f3; color:#475467; }
+pre.diff, pre.args { background:#fff; border:1px solid var(--line); border-radius:8px; padding:8px 10px; overflow:auto; font-size:12px; line-height:1.4; }
+pre.diff .add { color:var(--ok); background:var(--ok-bg); } pre.diff .del { color:var(--bad); background:var(--bad-bg); }
+pre.diff .hunk, pre.diff .meta { color:var(--muted); }
+.plus { color:var(--ok); font-weight:600; } .minus { color:var(--bad); font-weight:600; }
+ul.diff-files, ul.calls { list-style:none; padding:0; }
+.notice.ok { color:var(--ok); background:var(--ok-bg); padding:8px 10px; border-radius:8px; margin-bottom:12px; }
 `;
