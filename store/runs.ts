@@ -31,6 +31,8 @@ export interface RunRow {
   failure_reason: string | null;
   created_at: Date;
   finished_at: Date | null;
+  /** The host (WORKER_HOST_ID) that recorded worktree_path (migration 012); null before it. */
+  host_id?: string | null;
   /** Operator actions (migration 009): a cancel asked for, and where a fork started. */
   cancel_requested_at?: Date | null;
   cancel_requested_by?: string | null;
@@ -114,11 +116,13 @@ export async function holdsLease(tx: WorkspaceTx, args: { agentRunId: string; le
 
 export async function setRunWorkspace(
   tx: WorkspaceTx,
-  args: { agentRunId: string; leaseEpoch: number; harnessAlias: string; branch: string | null; worktreePath: string | null; baseOid: string | null },
+  args: { agentRunId: string; leaseEpoch: number; harnessAlias: string; branch: string | null; worktreePath: string | null; baseOid: string | null; hostId?: string | null },
 ): Promise<boolean> {
+  // The host goes with the path (migration 012): a worktree path means something only on its host.
   const rows = await tx`
     update agent_runs set harness_alias = ${args.harnessAlias}, branch = ${args.branch},
-           worktree_path = ${args.worktreePath}, base_oid = coalesce(base_oid, ${args.baseOid})
+           worktree_path = ${args.worktreePath}, base_oid = coalesce(base_oid, ${args.baseOid}),
+           host_id = ${args.hostId ?? null}
      where id = ${args.agentRunId} and lease_epoch = ${args.leaseEpoch} and status = 'running'
     returning 1`;
   return rows.length > 0;

@@ -197,7 +197,7 @@ async function prepareTree(deps: JobDeps, run: RunRow, harness: Harness, chain: 
       const report = await verifyAndRepair({ run, chain, anchor: anchor ?? null, manifest, repoRoot: root, worktreeBase: config.WORKER_WORKTREE_BASE, notesRef: config.WORKER_NOTES_REF, log });
       await recordResume(deps, run, report.fromSeq, report.findings.map((f) => f.detail), []);
     }
-    await scoped((tx) => setRunWorkspace(tx, { agentRunId: run.id, leaseEpoch: run.lease_epoch, harnessAlias: harness.alias, branch: null, worktreePath: null, baseOid: null }));
+    await scoped((tx) => setRunWorkspace(tx, { agentRunId: run.id, leaseEpoch: run.lease_epoch, harnessAlias: harness.alias, branch: null, worktreePath: null, baseOid: null, hostId: config.WORKER_HOST_ID }));
     return { tree: { root, git: null }, baseOid: null };
   }
 
@@ -231,7 +231,7 @@ async function prepareTree(deps: JobDeps, run: RunRow, harness: Harness, chain: 
     }
   }
   faultPoint('before-branch-recorded');
-  const ok = await scoped((tx) => setRunWorkspace(tx, { agentRunId: run.id, leaseEpoch: run.lease_epoch, harnessAlias: harness.alias, branch: worktree.branch, worktreePath: worktree.path, baseOid: worktree.baseOid }));
+  const ok = await scoped((tx) => setRunWorkspace(tx, { agentRunId: run.id, leaseEpoch: run.lease_epoch, harnessAlias: harness.alias, branch: worktree.branch, worktreePath: worktree.path, baseOid: worktree.baseOid, hostId: config.WORKER_HOST_ID }));
   if (!ok) throw new LeaseLostError(`run ${run.id}: lease lost while preparing the worktree`);
   return { tree: { root: worktree.path, git: { branch: worktree.branch, worktreePath: worktree.path } }, baseOid: run.base_oid ?? worktree.baseOid };
 }
