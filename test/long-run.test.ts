@@ -17,7 +17,8 @@ import { createTestDatabase, superuserSql, type TestDatabase } from './support/d
 import { git, makeRepo } from './support/git.ts';
 import { looseObjects, silentLog, startDrivenRun, treeManifest, type DrivenRun } from './support/checkpoint-run.ts';
 
-const CHECKPOINTS = 500;
+// 500 as issue 14 asks; LONG_RUN_CHECKPOINTS (at least 60) shortens it for a quick local look.
+const CHECKPOINTS = Math.max(60, Number(process.env.LONG_RUN_CHECKPOINTS ?? 500));
 const PACK_EVERY = 16;
 let t: TestDatabase;
 let repo: string;
@@ -25,7 +26,7 @@ let r: DrivenRun;
 const rowBytes = new Map<number, number>();
 
 // ~20 s on an idle 2-core machine; the timeout leaves room for a loaded one.
-before({ timeout: 900_000 }, async () => {
+before(async () => {
   t = await createTestDatabase();
   await withWorkspace(t.db.app, 'acme', (tx) => createWorkspace(tx));
   const files: Record<string, string> = { 'README.md': '# long run\n' };
@@ -48,7 +49,7 @@ before({ timeout: 900_000 }, async () => {
   }
   await r.writer.settleNotes();
   console.log(`${CHECKPOINTS} checkpoints in ${Math.round(performance.now() - started)} ms`);
-});
+}, { timeout: 900_000 });
 after(async () => {
   await t?.drop();
 });
@@ -66,8 +67,8 @@ test('every row holds its own 3 files and tool calls: the row at 500 is within 1
     assert.ok(rows.every((row) => row.files === 3), 'every row names exactly the 3 files it changed');
     assert.ok(rows.every((row) => row.calls === 3), 'every row holds its own round\'s 3 tool calls, once');
     const at60 = rowBytes.get(60)!;
-    const at500 = rowBytes.get(500)!;
-    assert.ok(at500 <= 1.5 * at60, `row 500 is ${at500} bytes, row 60 ${at60}: within 1.5x`);
+    const at500 = rowBytes.get(CHECKPOINTS)!;
+    assert.ok(at500 <= 1.5 * at60, `row ${CHECKPOINTS} is ${at500} bytes, row 60 ${at60}: within 1.5x`);
     const [{ manifest }] = await su<{ manifest: number }[]>`select count(*)::int as manifest from checkpoint_manifest where agent_run_id = ${r.run.id}`;
     assert.equal(manifest, 40 + 1 + 1 + (CHECKPOINTS - 2), 'the manifest has one row per path the run touched');
   } finally {
@@ -78,7 +79,7 @@ test('every row holds its own 3 files and tool calls: the row at 500 is within 1
 test('the manifest from the rows equals the branch tip tree for every touched path; notes and packs are in place', async () => {
   const manifest = await withWorkspace(t.db.app, 'acme', (tx) => runManifest(tx, r.run.id));
   const tree = await treeManifest(repo, `refs/heads/${r.branch}`);
-  assert.equal(manifest.length, 540);
+  assert.equal(manifest.length, 40 + 1 + 1 + (CHECKPOINTS - 2));
   for (const m of manifest) {
     if (m.sha256 === null) assert.equal(tree.has(m.path), false, `${m.path} was deleted by the run and is not in the tree`);
     else assert.equal(tree.get(m.path), m.sha256, `${m.path}: the manifest's sha256 is the tree's content`);
@@ -105,7 +106,7 @@ test('integrity-check is intact and lists the whole manifest; resume at 500 veri
   const report = await checkRunIntegrity(t.db, t.config, 'acme', r.run.id);
   assert.ok(report, 'the run is found');
   assert.deepEqual(report.findings, [], 'intact');
-  assert.equal(report.manifest.length, 540, 'integrity-check reports the whole manifest');
+  assert.equal(report.manifest.length, 40 + 1 + 1 + (CHECKPOINTS - 2), 'integrity-check reports the whole manifest');
 
   // A file written at checkpoint 3 and never again: only the manifest still names it.
   await appendFile(path.join(r.worktree, 'src/only-at-3.ts'), '// tampered\n');
