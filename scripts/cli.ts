@@ -1,5 +1,6 @@
 // Shared bits of the command-line entry points.
 import { parseArgs, type ParseArgsConfig } from 'node:util';
+import { redactString } from '../worker/checkpoints/redact.ts';
 
 export function usageError(usage: string, problem?: string): never {
   if (problem) process.stderr.write(`${problem}\n`);
@@ -21,7 +22,7 @@ export function parseCli<T extends NonNullable<ParseArgsConfig['options']>>(opti
  */
 export function exitOnStartupError(name: string): void {
   const fail = (err: unknown) => {
-    process.stderr.write(`${name}: ${err instanceof Error ? err.message : String(err)}\n`);
+    process.stderr.write(`${name}: ${redactString(err instanceof Error ? err.message : String(err))}\n`); // a log line too
     process.exit(1);
   };
   process.on('uncaughtException', fail);
