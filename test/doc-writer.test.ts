@@ -79,17 +79,19 @@ describe('doc-writer harness', () => {
     // The refusals: outside the writable folders, and a tool this harness does not have.
     const rows = await s.checkpoints(agentRunId);
     assert.deepEqual(rows.map((r) => r.checkpoint_seq), [1, 2, 3]);
-    const history = rows.at(-1)!.tool_history as { round: number; tool: string; ok: boolean; error?: string }[];
+    const history = rows.flatMap((r) => r.tool_history) as { round: number; tool: string; ok: boolean; error?: string }[];
     assert.deepEqual(history.map((h) => [h.round, h.tool, h.ok]), [[1, 'write_file', true], [2, 'write_file', false], [3, 'run_command', false]]);
     assert.match(history[1]!.error!, /src\/x\.ts.*outside the writable folders \(docs\/, plans\/\)/);
     assert.match(history[2]!.error!, /run_command/);
     assert.match(history[2]!.error!, /no such tool|not available|unavailable/i);
 
     // Hashes only: no commit, files as {path, sha256}, never the content.
-    for (const row of rows) {
-      assert.equal(row.commit_oid, null, `checkpoint ${row.checkpoint_seq} has no commit`);
-      assert.deepEqual(row.files_touched.map((f: { path: string; sha256: string }) => [f.path, f.sha256]), [['docs/x.md', sha256(DOC)]]);
-    }
+    // Each row names the files it changed: round 1 wrote docs/x.md; rounds 2 and 3 were refused.
+    for (const row of rows) assert.equal(row.commit_oid, null, `checkpoint ${row.checkpoint_seq} has no commit`);
+    assert.deepEqual(
+      rows.map((row) => row.files_touched.map((f: { path: string; sha256: string }) => [f.path, f.sha256])),
+      [[['docs/x.md', sha256(DOC)]], [], []],
+    );
     const dumped = await s.su`select row_to_json(c)::text as j from worker_checkpoints c where agent_run_id = ${agentRunId}`;
     for (const { j } of dumped) assert.ok(!j.includes('doc-writer-e2e-marker'), 'no file content in a checkpoint row');
     assert.equal(await git(s.repo, 'notes', `--ref=${s.config.WORKER_NOTES_REF}`, 'list'), '', 'no git notes without commits');

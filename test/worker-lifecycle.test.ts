@@ -126,7 +126,7 @@ for (const backend of ['postgres', 'redis'] as const) describe(`runs on the ${ba
     const atStop = await s.checkpoints(agentRunId);
     // Every 2nd round: seq 1 after round 2; round 3 (finished after SIGTERM) got seq 2 on the stop.
     assert.deepEqual(atStop.map((r) => [r.checkpoint_seq, r.step]), [[1, 2], [2, 3]]);
-    const inFlight = (atStop.at(-1)!.tool_history as { round: number; tool: string; ok: boolean; result?: { exitCode: number | null } }[]).find((h) => h.round === 3);
+    const inFlight = (atStop.flatMap((r) => r.tool_history) as { round: number; tool: string; ok: boolean; result?: { exitCode: number | null } }[]).find((h) => h.round === 3);
     assert.equal(inFlight?.tool, 'run_command');
     assert.equal(inFlight?.ok, true);
     assert.equal(inFlight?.result?.exitCode, 0, 'the command ran to its end, not killed');
