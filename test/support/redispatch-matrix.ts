@@ -140,20 +140,20 @@ export function redispatchMatrix(entry: Entry): void {
       await redis?.stop();
     });
 
-    test('set-up: a run killed mid-brief, a run failed by ENOSPC, a run released by SIGTERM', { timeout: 240_000 }, async () => {
+    test('set-up: a run killed mid-brief, a run failed by ENOSPC, a run released by SIGTERM', { timeout: 420_000 }, async () => {
       const doomed = spawn('doomed', { ECHODO_FAULT: 'after-note@2' });
       await dispatchNew('expired', fast);
       assert.equal((await doomed.exited).signal, 'SIGKILL', `killed after checkpoint 2:\n${doomed.output()}`);
 
       const diskFull = spawn('disk-full', { ECHODO_FAULT_ERRNO: 'write-file:ENOSPC' });
       await dispatchNew('failed', fast);
-      const failed = await waitForStatus(runs.failed!.agentRunId, 'failed', 60_000);
+      const failed = await waitForStatus(runs.failed!.agentRunId, 'failed', 150_000);
       assert.match(failed.failure_reason, /ENOSPC/);
       assert.equal((await diskFull.stop('SIGTERM')).code, 0);
 
       const releasing = spawn('releasing');
       await dispatchNew('released', slow);
-      await waitFor(async () => (await checkpoints(runs.released!.agentRunId)).length >= 1, { timeoutMs: 60_000, what: 'checkpoint 1 of the slow run' });
+      await waitFor(async () => (await checkpoints(runs.released!.agentRunId)).length >= 1, { timeoutMs: 150_000, what: 'checkpoint 1 of the slow run' });
       assert.equal((await releasing.stop('SIGTERM')).code, 0, releasing.output());
       const released = await runRow(runs.released!.agentRunId);
       assert.equal(released.status, 'queued', 'released to the queue');
@@ -278,7 +278,7 @@ export function redispatchMatrix(entry: Entry): void {
 
     test('running with a live lease → refused as a duplicate; completed → refused', { timeout: 240_000 }, async () => {
       await dispatchNew('live', live);
-      await waitFor(async () => (await checkpoints(runs.live!.agentRunId)).length >= 1, { timeoutMs: 60_000, what: 'the live run under way' });
+      await waitFor(async () => (await checkpoints(runs.live!.agentRunId)).length >= 1, { timeoutMs: 150_000, what: 'the live run under way' });
       const before = await runRow(runs.live!.agentRunId);
       assert.equal(before.status, 'running');
       const answer = await redispatch(jobOf('live'));
@@ -289,7 +289,7 @@ export function redispatchMatrix(entry: Entry): void {
         assert.equal(answer.kind, 'refused');
         assert.match(answer.kind === 'refused' ? answer.message : '', /live lease.*duplicate delivery refused/);
       }
-      const done = await waitForStatus(runs.live!.agentRunId, 'completed', 60_000);
+      const done = await waitForStatus(runs.live!.agentRunId, 'completed', 150_000);
       assert.equal(done.attempt, 1, 'no second attempt');
       assert.equal(done.lease_epoch, before.lease_epoch, 'no second claim');
       assert.equal(done.worker_id, before.worker_id, 'no second worker');
