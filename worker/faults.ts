@@ -8,6 +8,8 @@ export type FaultPoint =
   | 'after-claim'
   | 'after-content-commit' // checkpoint commit written, row not yet inserted
   | 'after-checkpoint-row' // row inserted, note not yet written
+  | 'before-push' // checkpoint commit written, not yet pushed to WORKER_CHECKPOINT_REMOTE
+  | 'after-push' // commit (and notes so far) on the remote, row not yet inserted
   | 'after-note'
   | 'mid-write-file' // temp file written, not yet renamed into place
   | 'during-command'

@@ -33,6 +33,8 @@ import { claimBranch, ownBranchesAmong } from '../store/branches.ts';
 import { anchorOf } from '../store/retention.ts';
 import { finishCancelledRun } from './cancel.ts';
 import { forkStartState } from './fork.ts';
+import { CheckpointRemoteError, RemotePusher, runNotesRef } from './checkpoints/remote.ts';
+import { mirrorNotesLocally, prepareRemoteResume } from './remote-resume.ts';
 
 export type JobResult = 'completed' | 'failed' | 'released' | 'skipped' | 'dead_lettered' | 'lease_lost';
 
@@ -72,10 +74,10 @@ export async function processDelivery(deps: JobDeps, delivery: Delivery): Promis
       runLog.warn({ error: errorMessage(err) }, 'lease lost: this worker stops touching the run');
       return 'lease_lost';
     }
-    if (isTransientDbError(err)) {
+    if (isTransientDbError(err) || err instanceof CheckpointRemoteError) {
       // The database went away for longer than the retries: not the run's fault. Hand the run
       // back if we can; else the lease expires and the stall detector re-dispatches it.
-      runLog.warn({ error: errorMessage(err) }, 'database unavailable; releasing the run');
+      runLog.warn({ error: errorMessage(err) }, err instanceof CheckpointRemoteError ? 'checkpoint remote unavailable; releasing the run at its last checkpoint' : 'database unavailable; releasing the run');
       const released = await scoped((tx) => requeueRun(tx, { agentRunId: run.id, leaseEpoch: run.lease_epoch, nextAttempt: false })).catch(() => undefined);
       if (released) await deps.queue.enqueue(released.job).catch(() => {});
       return 'released';
@@ -125,8 +127,13 @@ async function executeRun(deps: JobDeps, run: RunRow, lease: Lease): Promise<Job
   tracker.start();
   try {
     log.info({ harness: harness.alias, model: description, step: state.step, seq: state.seq, root: tree.root }, resuming ? 'run resumed' : 'run started');
+    // Many hosts: every checkpoint commit on WORKER_CHECKPOINT_REMOTE before its row (worker/checkpoints/remote.ts).
+    const remoteNotesRef = runNotesRef(run.workspace_id, run.id);
+    const remote = config.WORKER_CHECKPOINT_REMOTE && tree.git
+      ? { notesRef: remoteNotesRef, pusher: new RemotePusher({ cwd: tree.root, remote: config.WORKER_CHECKPOINT_REMOTE, branch: tree.git.branch, notesRef: remoteNotesRef, assertHeld: () => lease.assertHeld(), log }) }
+      : undefined;
     const writer = new CheckpointWriter(
-      { sql: db.app, run: { workspaceId: run.workspace_id, agentRunId: run.id, convoyId: run.convoy_id, briefId: run.brief_id, attempt: run.attempt }, lease, tree, tracker, notesRef: config.WORKER_NOTES_REF, historyLimit: config.WORKER_CHECKPOINT_HISTORY_LIMIT, leaseMs: config.WORKER_LEASE_MS, log },
+      { sql: db.app, run: { workspaceId: run.workspace_id, agentRunId: run.id, convoyId: run.convoy_id, briefId: run.brief_id, attempt: run.attempt }, lease, tree, tracker, notesRef: config.WORKER_NOTES_REF, historyLimit: config.WORKER_CHECKPOINT_HISTORY_LIMIT, leaseMs: config.WORKER_LEASE_MS, log, remote },
       state,
     );
     const outcome = await runSession({
@@ -208,10 +215,13 @@ async function prepareTree(deps: JobDeps, run: RunRow, harness: Harness, chain: 
   const claim: ClaimBranch = (branch, mayCreate) => scoped((tx) => claimBranch(tx, { repoDir, branch, agentRunId: run.id, mayCreate }));
   if (run.branch) await assertOwnBranch(run.branch, claim);
   if (resuming && run.worktree_path) {
-    const report = await verifyAndRepair({ run, chain, anchor: anchor ?? null, manifest, repoRoot: config.WORKER_REPO_ROOT, worktreeBase: config.WORKER_WORKTREE_BASE, notesRef: config.WORKER_NOTES_REF, log });
+    // With a checkpoint remote: fetched from it when the run was last on another host (remote-resume.ts).
+    const fromRemote = config.WORKER_CHECKPOINT_REMOTE ? await prepareRemoteResume({ config, run, chain, repoPath, log }) : undefined;
+    const report = await verifyAndRepair({ run: fromRemote?.run ?? run, chain, anchor: anchor ?? null, manifest, repoRoot: config.WORKER_REPO_ROOT, worktreeBase: config.WORKER_WORKTREE_BASE, notesRef: fromRemote?.notesRef ?? config.WORKER_NOTES_REF, log });
     worktree = report.worktree!;
+    if (fromRemote) await mirrorNotesLocally(worktree.path, config.WORKER_NOTES_REF, chain, log);
     log.info({ fromSeq: report.fromSeq, findings: report.findings, repairs: report.repairs }, 'worktree verified against Postgres and the git notes');
-    await recordResume(deps, run, report.fromSeq, report.findings.map((f) => `${f.kind}: ${f.detail}`), report.repairs);
+    await recordResume(deps, run, report.fromSeq, report.findings.map((f) => `${f.kind}: ${f.detail}`), report.repairs, fromRemote?.fetched);
   } else {
     const knownBaseOid = run.base_oid ?? (await vetBaseRef({ repoPath, baseRef: job.baseRef, ownBranchesAmong: (names) => scoped((tx) => ownBranchesAmong(tx, repoDir, names)) }));
     const branch = run.branch ?? (await chooseBranch({ repoPath, workspaceId: run.workspace_id, briefId: run.brief_id, agentRunId: run.id, claim }));
@@ -236,9 +246,9 @@ async function prepareTree(deps: JobDeps, run: RunRow, harness: Harness, chain: 
   return { tree: { root: worktree.path, git: { branch: worktree.branch, worktreePath: worktree.path } }, baseOid: run.base_oid ?? worktree.baseOid };
 }
 
-async function recordResume(deps: JobDeps, run: RunRow, fromSeq: number, findings: string[], repairs: string[]): Promise<void> {
+async function recordResume(deps: JobDeps, run: RunRow, fromSeq: number, findings: string[], repairs: string[], fetched?: Record<string, unknown>): Promise<void> {
   await withWorkspace(deps.db.app, run.workspace_id, (tx) =>
-    appendEvent(tx, { convoyId: run.convoy_id, agentRunId: run.id, type: 'run_resumed', metadata: { fromSeq, attempt: run.attempt, findings, repairs, recloned: false } }),
+    appendEvent(tx, { convoyId: run.convoy_id, agentRunId: run.id, type: 'run_resumed', metadata: { fromSeq, attempt: run.attempt, findings, repairs, recloned: false, ...fetched } }),
   );
 }
 

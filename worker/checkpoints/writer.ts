@@ -22,6 +22,7 @@ import { checkpointHash, DELTA_FORMAT, ManifestDigest, type CheckpointPayload, t
 import { boundHistory, type ToolCallRecord } from './history.ts';
 import { writeCheckpointNotes, type NoteWrite } from './notes.ts';
 import { ObjectPacker } from './packing.ts';
+import type { RemotePusher } from './remote.ts';
 import { redactString } from './redact.ts';
 import type { TouchTracker } from './tracker.ts';
 
@@ -115,6 +116,11 @@ export class CheckpointWriter {
       log: Logger;
       /** Pack the run's objects every this many checkpoints (0: never). */
       packEvery?: number;
+      /**
+       * WORKER_CHECKPOINT_REMOTE set (code harness): the commit is pushed before the row counts,
+       * and notes also go to the run's own notes ref (pushed with the next commit, and at the end).
+       */
+      remote?: { pusher: RemotePusher; notesRef: string };
     },
     readonly state: CheckpointState,
   ) {
@@ -157,6 +163,13 @@ export class CheckpointWriter {
       faultPoint('after-content-commit');
     }
     const commitOid = commit?.commitOid ?? null;
+    // Pipelined with building the row below; the row is written only once the push is acknowledged.
+    let pushed: Promise<void> | undefined;
+    if (this.deps.remote && commitOid) {
+      faultPoint('before-push');
+      pushed = this.deps.remote.pusher.pushCheckpoint(commitOid);
+      pushed.catch(() => {}); // awaited below; no unhandled rejection while the row is built
+    }
 
     // This checkpoint's files: what differs from the manifest (paths redacted here, once each).
     const digest = this.digest!.clone();
@@ -194,6 +207,10 @@ export class CheckpointWriter {
       worktreePath: payload.worktreePath, commitOid, treeOid: payload.treeOid!, manifestDigest: payload.manifestDigest!,
       manifestCount: digest.count, prevHash, hash,
     };
+    if (pushed) {
+      await pushed;
+      faultPoint('after-push');
+    }
     const inserted = await retryTransient(
       (attempt) =>
         withWorkspace(this.deps.sql, run.workspaceId, async (tx) => {
@@ -246,6 +263,8 @@ export class CheckpointWriter {
     await this.mirroring;
     if (this.pendingNotes.length) await this.flushNotes().catch(() => {});
     await this.packer?.settle();
+    // The latest note follows its commit to the remote (a failure stops the run like a failed push).
+    await this.deps.remote?.pusher.pushNotes();
   }
 
   /** Mirrors pending notes; what fails stays pending for the next checkpoint (and resume repairs it). */
@@ -256,6 +275,11 @@ export class CheckpointWriter {
     try {
       this.deps.lease.assertFresh();
       await writeCheckpointNotes(this.deps.tree.root, this.deps.notesRef, batch);
+      if (this.deps.remote) {
+        // The run's own notes ref: what the remote receives (one ref per run never conflicts across hosts).
+        await writeCheckpointNotes(this.deps.tree.root, this.deps.remote.notesRef, batch);
+        this.deps.remote.pusher.notesWritten();
+      }
       faultPoint('after-note');
     } catch (err) {
       // Kept for the next checkpoint; resume rewrites whatever is still missing from Postgres.

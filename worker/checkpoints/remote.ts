@@ -1,0 +1,165 @@
+// The checkpoint remote (WORKER_CHECKPOINT_REMOTE, docs/checkpoints.md "Many hosts"): every
+// checkpoint commit is pushed before its row is written, so every row's commit_oid is on the
+// remote, and a worker on another host resumes by fetching (never cloning). One `git push` per
+// checkpoint carries the branch and the run's notes ref (one connection, a thin pack).
+import { readdir, stat } from 'node:fs/promises';
+import path from 'node:path';
+import { EchodoError } from '../errors.ts';
+import { GitError, runGit } from '../git.ts';
+import type { Logger } from '../log.ts';
+import { repoCommonDir } from '../worktrees.ts';
+import { redactString } from './redact.ts';
+
+/** The remote could not take (or give) a checkpoint: the run stops at its last checkpoint and is released. */
+export class CheckpointRemoteError extends EchodoError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('transient', redactString(message), options);
+    this.name = 'CheckpointRemoteError';
+  }
+}
+
+/**
+ * The run's own notes ref, locally and on the remote. One ref per run: only the run's lease holder
+ * ever writes it, so hosts never race on a notes ref and a push is always a fast-forward.
+ */
+export function runNotesRef(workspaceId: string, agentRunId: string): string {
+  return `refs/notes/echodo-runs/${workspaceId}/${agentRunId}`;
+}
+
+/** One line of `git push --porcelain`: `<flag>\t<from>:<to>\t<summary>`. */
+interface PushedRef {
+  flag: string;
+  to: string;
+  summary: string;
+}
+
+function parsePorcelain(stdout: string): PushedRef[] {
+  return stdout
+    .split('\n')
+    .filter((l) => /^[ +\-*=!]\t/.test(l))
+    .map((l) => {
+      const [flag, spec, summary] = l.split('\t');
+      return { flag: flag!, to: spec!.slice(spec!.lastIndexOf(':') + 1), summary: summary ?? '' };
+    });
+}
+
+export async function push(cwd: string, remote: string, refspecs: string[]): Promise<PushedRef[]> {
+  const r = await runGit(cwd, ['push', '--porcelain', '--no-verify', remote, ...refspecs], { allowExitCodes: [1, 128] }).catch((err: unknown) => {
+    throw new CheckpointRemoteError(`git push to the checkpoint remote failed: ${(err as Error).message}`, { cause: err });
+  });
+  const refs = parsePorcelain(r.stdout);
+  if (r.exitCode !== 0 && refs.length === 0) {
+    // No per-ref verdict: the remote was not reached (down, refused, unknown).
+    throw new CheckpointRemoteError(`git push to the checkpoint remote failed (exit ${r.exitCode}): ${r.stderr.trim().slice(0, 400)}`);
+  }
+  return refs;
+}
+
+/**
+ * Pushes one run's checkpoints. The branch goes as a fast-forward; a rejection means the remote
+ * holds a commit no row points at (a worker killed after its push, before its row) or a fenced
+ * worker's: with the lease confirmed in Postgres, the branch is then forced to our commit.
+ */
+export class RemotePusher {
+  private notesRefExists: boolean | undefined;
+
+  constructor(
+    private readonly deps: {
+      cwd: string;
+      remote: string;
+      branch: string;
+      notesRef: string;
+      /** The fencing check (Lease.assertHeld): only the lease holder may force the branch. */
+      assertHeld: () => Promise<void>;
+      log: Logger;
+    },
+  ) {}
+
+  /** The local run notes ref now exists (a note was written to it). */
+  notesWritten(): void {
+    this.notesRefExists = true;
+  }
+
+  private async notesRefspec(): Promise<string[]> {
+    const ref = this.deps.notesRef;
+    if (this.notesRefExists === undefined) {
+      this.notesRefExists = (await runGit(this.deps.cwd, ['rev-parse', '--verify', '--quiet', ref], { allowExitCodes: [1] })).exitCode === 0;
+    }
+    return this.notesRefExists ? [`${ref}:${ref}`] : [];
+  }
+
+  /** The checkpoint commit (and the run's notes so far) on the remote; throws CheckpointRemoteError. */
+  async pushCheckpoint(commitOid: string): Promise<void> {
+    const branchRef = `refs/heads/${this.deps.branch}`;
+    const notes = await this.notesRefspec();
+    let refs = await push(this.deps.cwd, this.deps.remote, [`${commitOid}:${branchRef}`, ...notes]);
+    let branch = refs.find((r) => r.to === branchRef);
+    if (branch?.flag === '!') {
+      await this.deps.assertHeld();
+      this.deps.log.warn({ branch: this.deps.branch, summary: branch.summary }, 'remote branch is past the last checkpoint (a killed or fenced push); forcing it to the checkpoint');
+      refs = await push(this.deps.cwd, this.deps.remote, [`+${commitOid}:${branchRef}`]);
+      branch = refs.find((r) => r.to === branchRef);
+    }
+    if (!branch || branch.flag === '!') {
+      throw new CheckpointRemoteError(`the checkpoint remote refused ${branchRef} at ${commitOid}: ${branch?.summary ?? 'no answer for the branch'}`);
+    }
+    this.warnNotes(refs);
+  }
+
+  /** The run's notes ref alone (at completion or release: the latest note follows its commit). */
+  async pushNotes(): Promise<void> {
+    const notes = await this.notesRefspec();
+    if (!notes.length) return;
+    this.warnNotes(await push(this.deps.cwd, this.deps.remote, notes));
+  }
+
+  private warnNotes(refs: PushedRef[]): void {
+    const notes = refs.find((r) => r.to === this.deps.notesRef);
+    if (notes?.flag === '!') {
+      // The mirror never blocks the run; the next resume on any host rewrites missing notes from Postgres.
+      this.deps.log.warn({ notesRef: this.deps.notesRef, summary: notes.summary }, 'the checkpoint remote refused the run\'s notes ref');
+    }
+  }
+}
+
+/** Bytes in a repository's object store (loose + packs; `git count-objects -v` reports KiB). */
+export async function objectStoreBytes(cwd: string): Promise<number> {
+  const out = (await runGit(cwd, ['count-objects', '-v'])).stdout;
+  const kib = (key: string) => Number(new RegExp(`^${key}: (\\d+)`, 'm').exec(out)?.[1] ?? 0);
+  return (kib('size') + kib('size-pack')) * 1024;
+}
+
+/** The repository's pack files and their sizes. */
+async function packs(commonDir: string): Promise<Map<string, number>> {
+  const dir = path.join(commonDir, 'objects', 'pack');
+  const names = (await readdir(dir).catch(() => [] as string[])).filter((n) => n.endsWith('.pack'));
+  const sizes = await Promise.all(names.map((n) => stat(path.join(dir, n)).then((st) => st.size, () => 0)));
+  return new Map(names.map((n, i) => [n, sizes[i]!]));
+}
+
+/**
+ * Fetches a run's branch and notes ref from the remote into the local repository: only the
+ * objects it lacks (no clone). The notes ref is a pattern so that a run whose first note never
+ * reached the remote fetches nothing for it instead of failing. `--update-head-ok`: a worktree of
+ * this repository may have the branch checked out from an earlier attempt on this host; resume
+ * resets it to the checkpoint.
+ */
+export async function fetchRun(args: { repoPath: string; remote: string; branch: string; notesRef: string }): Promise<{ fetchedBytes: number }> {
+  // What was fetched is measured exactly: the received pack is kept as it came (unpackLimit=1,
+  // like every checkpoint object here: packed, never loose), and its size is the bytes fetched.
+  const commonDir = await repoCommonDir(args.repoPath);
+  const before = await packs(commonDir);
+  const branchRef = `refs/heads/${args.branch}`;
+  try {
+    await runGit(args.repoPath, [
+      '-c', 'fetch.unpackLimit=1', 'fetch', '--quiet', '--no-tags', '--no-write-fetch-head', '--update-head-ok', args.remote,
+      `+${branchRef}:${branchRef}`, `+${args.notesRef}*:${args.notesRef}*`,
+    ]);
+  } catch (err) {
+    const detail = err instanceof GitError ? err.stderr.trim().slice(0, 400) : (err as Error).message;
+    throw new CheckpointRemoteError(`could not fetch ${branchRef} from the checkpoint remote: ${detail}`, { cause: err });
+  }
+  let fetchedBytes = 0;
+  for (const [name, size] of await packs(commonDir)) if (!before.has(name)) fetchedBytes += size;
+  return { fetchedBytes };
+}

@@ -1,0 +1,52 @@
+// Resume on another host (docs/checkpoints.md "Many hosts"): with WORKER_CHECKPOINT_REMOTE set,
+// a run last recorded by another host (or whose checkpoint commit is not in the local repo) has
+// its branch and notes fetched from the remote into the local repository (only the missing
+// objects, never a clone); then the normal resume runs: worktree added at the checkpoint commit,
+// the same verification, against the run's own notes ref.
+import type { Config } from './config.ts';
+import type { CheckpointRow } from '../store/checkpoints.ts';
+import type { RunRow } from '../store/runs.ts';
+import { runGit } from './git.ts';
+import type { Logger } from './log.ts';
+import { notedCommits, writeCheckpointNotes } from './checkpoints/notes.ts';
+import { fetchRun, runNotesRef } from './checkpoints/remote.ts';
+import { noteForRow } from './resume.ts';
+import { worktreePathFor } from './worktrees.ts';
+
+export interface RemoteResume {
+  /** The run as this host sees it: another host's worktree path is replaced by this host's. */
+  run: RunRow;
+  /** The run's own notes ref: what the remote holds, so what resume verifies. */
+  notesRef: string;
+  /** For run_resumed, when the run's checkpoints were fetched. */
+  fetched?: { fromHost: string | null; toHost: string; fetchedBytes: number; recloned: false };
+}
+
+export async function prepareRemoteResume(args: { config: Config; run: RunRow; chain: CheckpointRow[]; repoPath: string; log: Logger }): Promise<RemoteResume> {
+  const { config, run } = args;
+  const notesRef = runNotesRef(run.workspace_id, run.id);
+  const otherHost = !!run.host_id && run.host_id !== config.WORKER_HOST_ID;
+  const here = otherHost ? { ...run, worktree_path: worktreePathFor(config.WORKER_WORKTREE_BASE, run.workspace_id, run.id) } : run;
+  const target = args.chain.at(-1)?.commit_oid;
+  // Nothing checkpointed yet: nothing to fetch (the worktree starts again at the branch base).
+  if (!target || !run.branch) return { run: here, notesRef };
+  const present = (await runGit(args.repoPath, ['cat-file', '-e', `${target}^{commit}`], { allowExitCodes: [1, 128] })).exitCode === 0;
+  if (!otherHost && present) return { run: here, notesRef };
+  const { fetchedBytes } = await fetchRun({ repoPath: args.repoPath, remote: config.WORKER_CHECKPOINT_REMOTE!, branch: run.branch, notesRef });
+  args.log.info({ fromHost: run.host_id, toHost: config.WORKER_HOST_ID, branch: run.branch, fetchedBytes }, 'fetched the run\'s checkpoints from the checkpoint remote');
+  return { run: here, notesRef, fetched: { fromHost: run.host_id ?? null, toHost: config.WORKER_HOST_ID, fetchedBytes, recloned: false } };
+}
+
+/**
+ * After a verified resume: every checkpoint's note under the local WORKER_NOTES_REF too (from
+ * Postgres, the truth), so `git notes show` works on this host as on a single one.
+ */
+export async function mirrorNotesLocally(cwd: string, notesRef: string, chain: CheckpointRow[], log: Logger): Promise<void> {
+  try {
+    const noted = await notedCommits(cwd, notesRef);
+    const rows = chain.filter((row) => row.commit_oid && !noted.has(row.commit_oid));
+    if (rows.length) await writeCheckpointNotes(cwd, notesRef, rows.map((row) => ({ commitOid: row.commit_oid!, note: noteForRow(row) })));
+  } catch (err) {
+    log.warn({ error: (err as Error).message }, 'could not mirror the run\'s notes under the local notes ref; continuing');
+  }
+}
