@@ -1,0 +1,176 @@
+// Many hosts (issue 13): two "hosts" on this machine (separate clones as WORKER_REPO_ROOT,
+// separate worktree bases, distinct WORKER_HOST_IDs) and one bare remote served by a real
+// `git daemon` on 127.0.0.1. A worker on host A is SIGKILLed mid-brief; a worker on host B
+// resumes the run by fetching its checkpoints from the remote (never cloning) and finishes it.
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { mkdtemp, realpath, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { parseConfig } from '../worker/config.ts';
+import { verifyChain } from '../worker/checkpoints/hash.ts';
+import { objectStoreBytes, runNotesRef } from '../worker/checkpoints/remote.ts';
+import { checkRunIntegrity } from '../worker/integrity.ts';
+import type { Child } from './support/child.ts';
+import { startGitDaemon, type GitDaemon } from './support/git-daemon.ts';
+import { git } from './support/git.ts';
+import { createScenario, sampleSteps, type Scenario } from './support/scenario.ts';
+
+const ROUNDS = 6;
+let s: Scenario;
+let daemon: GitDaemon;
+let root: string;
+let remoteDir: string;
+let remoteUrl: string;
+let baselineTree: string;
+const hosts: Record<'a' | 'b', { repo: string; env: Record<string, string> }> = {} as never;
+const workers: Child[] = [];
+
+function spawnOn(host: 'a' | 'b', extra: Record<string, string> = {}): Child {
+  const w = s.spawnWorker({ ...hosts[host].env, ...extra });
+  workers.push(w);
+  return w;
+}
+
+/** Jobs leave repoPath out: each host serves them from its own WORKER_REPO_ROOT. */
+const dispatch = (overrides: Record<string, unknown> = {}) => s.dispatch({ repoPath: undefined, ...overrides });
+
+async function finishOn(host: 'a' | 'b', agentRunId: string): Promise<void> {
+  const w = spawnOn(host);
+  const deadline = Date.now() + 180_000;
+  for (;;) {
+    await s.sweep();
+    const run = await s.run(agentRunId);
+    if (run.status === 'completed' || run.status === 'failed') break;
+    if (Date.now() > deadline) throw new Error(`run ${agentRunId} not finished: ${run.status}\n${w.lines.slice(-30).join('\n')}`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  await w.stop('SIGTERM', 8000);
+}
+
+/** The run's final state, as seen on host `host` and on the remote. */
+async function assertFinished(agentRunId: string, host: 'a' | 'b') {
+  const run = await s.run(agentRunId);
+  assert.equal(run.status, 'completed', `run ${agentRunId}: ${run.failure_reason ?? ''}`);
+  assert.equal(run.host_id, `host-${host}`, 'the run records the host that holds its worktree');
+  const repo = hosts[host].repo;
+  assert.equal(await git(repo, 'rev-parse', `refs/heads/${run.branch}^{tree}`), baselineTree, 'same final tree as an uncrashed run');
+  assert.equal(await git(remoteDir, 'rev-parse', `refs/heads/${run.branch}^{tree}`), baselineTree, 'the remote branch holds the final tree');
+  const rows = await s.checkpoints(agentRunId);
+  assert.deepEqual(rows.map((r) => r.checkpoint_seq), Array.from({ length: ROUNDS }, (_, i) => i + 1), 'seqs 1..n without gaps');
+  assert.ok(verifyChain(rows as never).ok, 'hash chain verifies');
+  const notesRef = runNotesRef(s.workspaceId, agentRunId);
+  for (const row of rows) {
+    await git(remoteDir, 'cat-file', '-e', `${row.commit_oid}^{commit}`); // every row's commit is on the remote
+    const note = JSON.parse(await git(remoteDir, 'notes', `--ref=${notesRef}`, 'show', row.commit_oid));
+    assert.equal(note.checkpointSeq, row.checkpoint_seq, `remote note of seq ${row.checkpoint_seq}`);
+    assert.equal(note.hash, row.hash);
+  }
+  const config = parseConfig({ ...s.env, ...hosts[host].env });
+  const report = await checkRunIntegrity(s.t.db, config, s.workspaceId, agentRunId);
+  assert.deepEqual(report?.findings, [], `integrity on host ${host}`);
+  return { run, rows };
+}
+
+before(async () => {
+  // Enough content that a clone is clearly bigger than what a resume fetches.
+  const files = { 'README.md': '# sample\n', 'src/index.ts': 'export const answer = 42;\n', 'vendor/data.txt': randomBytes(240_000).toString('base64') };
+  s = await createScenario({ files, steps: sampleSteps(40, ROUNDS), env: { WORKER_LEASE_MS: '8000', WORKER_HEARTBEAT_MS: '500' } });
+  root = await realpath(await mkdtemp(path.join(os.tmpdir(), 'echodo-hosts-')));
+  remoteDir = path.join(root, 'remote.git');
+  await git(root, 'clone', '-q', '--bare', s.repo, remoteDir);
+  daemon = await startGitDaemon(root);
+  remoteUrl = daemon.url('remote.git');
+  for (const host of ['a', 'b'] as const) {
+    const repo = path.join(root, `host-${host}`);
+    await git(root, 'clone', '-q', remoteUrl, repo); // over the real transport
+    hosts[host] = {
+      repo,
+      env: { WORKER_REPO_ROOT: repo, WORKER_WORKTREE_BASE: path.join(root, `worktrees-${host}`), WORKER_HOST_ID: `host-${host}`, WORKER_CHECKPOINT_REMOTE: remoteUrl },
+    };
+  }
+  // The uncrashed run, on host A: its tree is the reference for every resumed run.
+  const { agentRunId } = await dispatch();
+  const w = spawnOn('a');
+  await s.waitForStatus(agentRunId, 'completed', 120_000);
+  await w.stop('SIGTERM', 8000);
+  const run = await s.run(agentRunId);
+  baselineTree = await git(hosts.a.repo, 'rev-parse', `refs/heads/${run.branch}^{tree}`);
+  await assertFinished(agentRunId, 'a');
+});
+
+after(async () => {
+  await Promise.all(workers.map((w) => w.stop('SIGKILL', 100)));
+  await daemon?.stop();
+  await s?.close();
+});
+
+describe('many hosts: the checkpoint remote', () => {
+  test('a worker on host A killed mid-brief; host B resumes by fetching, never cloning', { timeout: 300_000 }, async () => {
+    const { agentRunId } = await dispatch();
+    // A short lease for the victim: the stall detector hands the run on soon after the kill.
+    const victim = spawnOn('a', { ECHODO_FAULT: 'during-model-call@4', WORKER_LEASE_MS: '3000', WORKER_HEARTBEAT_MS: '300' });
+    assert.equal((await victim.exited).signal, 'SIGKILL', 'host A worker killed at its fault point');
+    const before = await s.checkpoints(agentRunId);
+    assert.equal(before.length, 3, 'three checkpoints written on host A');
+    await finishOn('b', agentRunId);
+    await assertFinished(agentRunId, 'b');
+
+    const [resumed] = await s.events(agentRunId, 'run_resumed');
+    assert.ok(resumed, 'run_resumed recorded');
+    const m = resumed.metadata;
+    assert.equal(m.fromHost, 'host-a');
+    assert.equal(m.toHost, 'host-b');
+    assert.equal(m.recloned, false);
+    assert.equal(m.fromSeq, 3);
+    // What B fetched: the run's checkpoint objects only, far below a clone of the remote.
+    const cloneDir = path.join(root, `clone-${agentRunId}`);
+    await git(root, 'clone', '-q', '--bare', '--no-local', remoteUrl, cloneDir);
+    const cloneBytes = await objectStoreBytes(cloneDir);
+    assert.ok(m.fetchedBytes > 0 && m.fetchedBytes * 10 < cloneBytes, `fetched ${m.fetchedBytes} bytes, a clone is ${cloneBytes}`);
+    // `git log --notes` on a fresh clone that fetched the run's notes ref shows every checkpoint.
+    const notesRef = runNotesRef(s.workspaceId, agentRunId);
+    await git(cloneDir, 'fetch', '-q', remoteUrl, `${notesRef}:${notesRef}`);
+    const run = await s.run(agentRunId);
+    const log = await git(cloneDir, 'log', `--notes=${notesRef}`, '--format=%N', `refs/heads/${run.branch}`);
+    assert.equal(log.split('\n').filter((l) => l.includes('"checkpointSeq"')).length, ROUNDS);
+  });
+
+  for (const point of ['before-push@3', 'after-push@3']) {
+    test(`killed at ${point}: resumed on the other host with no lost or duplicated checkpoint`, { timeout: 300_000 }, async () => {
+      const { agentRunId } = await dispatch();
+      const victim = spawnOn('a', { ECHODO_FAULT: point, WORKER_LEASE_MS: '3000', WORKER_HEARTBEAT_MS: '300' });
+      assert.equal((await victim.exited).signal, 'SIGKILL', `killed at ${point}`);
+      assert.equal((await s.checkpoints(agentRunId)).length, 2, 'the third checkpoint never counted');
+      await finishOn('b', agentRunId);
+      await assertFinished(agentRunId, 'b');
+      const [resumed] = await s.events(agentRunId, 'run_resumed');
+      assert.equal(resumed?.metadata.fromHost, 'host-a');
+      assert.equal(resumed?.metadata.fromSeq, 2);
+    });
+  }
+
+  test('the remote stopped mid-run: released at its last checkpoint, completed once it is back', { timeout: 300_000 }, async () => {
+    // The same rounds, slower, so the outage lands inside the run.
+    const slow = path.join(root, 'slow.json');
+    await writeFile(slow, JSON.stringify({ steps: sampleSteps(700, ROUNDS) }));
+    const { agentRunId } = await dispatch({ model: `replay:${slow}` });
+    const w = spawnOn('b');
+    await w.waitForLine(/"seq":2,.*"checkpoint written"|"checkpoint written".*"seq":2/, { timeoutMs: 120_000 });
+    await daemon.stop();
+    try {
+      await w.waitForLine(/checkpoint remote unavailable; releasing the run/, { timeoutMs: 60_000 });
+      const during = await s.checkpoints(agentRunId);
+      // Nothing un-checkpointed counted: every row's commit is on the (stopped) remote's disk.
+      for (const row of during) await git(remoteDir, 'cat-file', '-e', `${row.commit_oid}^{commit}`);
+      assert.notEqual((await s.run(agentRunId)).status, 'completed');
+      await new Promise((r) => setTimeout(r, 4000));
+    } finally {
+      await daemon.start();
+    }
+    await s.waitForStatus(agentRunId, 'completed', 180_000);
+    await w.stop('SIGTERM', 8000);
+    await assertFinished(agentRunId, 'b');
+  });
+});
