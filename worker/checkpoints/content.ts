@@ -26,11 +26,11 @@ function fiPath(p: string): string {
 }
 
 /** The fast-import stream of one checkpoint commit: changed files inline, deletions, then `ls` of the root. */
-async function checkpointStream(worktree: string, branch: string, parentOid: string, paths: string[], message: string): Promise<Buffer> {
+async function checkpointStream(worktree: string, branch: string, parentOid: string, paths: string[], message: string, when: number): Promise<Buffer> {
   const parts: Buffer[] = [];
   const text = (t: string) => parts.push(Buffer.from(t));
   const msg = Buffer.from(`${message}\n`);
-  text(`commit refs/heads/${branch}\nmark :1\ncommitter ${IDENT} ${Math.floor(Date.now() / 1000)} +0000\ndata ${msg.length}\n`);
+  text(`commit refs/heads/${branch}\nmark :1\ncommitter ${IDENT} ${when} +0000\ndata ${msg.length}\n`);
   parts.push(msg);
   text(`from ${parentOid}\n`);
   const files = await Promise.all(
@@ -70,9 +70,12 @@ export async function commitTouchedPaths(args: {
   let commitOid: string;
   let treeOid: string;
   try {
-    const stream = await checkpointStream(args.worktree, args.branch, args.parentOid, args.paths, message);
+    const now = Math.floor(Date.now() / 1000);
     let out: GitResult;
     for (let attempt = 1; ; attempt++) {
+      // Each attempt a second later: a failed one may leave its pack's .keep behind (with no pack),
+      // and the same objects again would be the same pack name, which fast-import then refuses.
+      const stream = await checkpointStream(args.worktree, args.branch, args.parentOid, args.paths, message, now + attempt - 1);
       try {
         // unpackLimit=1: even a one-object import stays a (kept) pack, never loose objects.
         out = await runGit(args.worktree, ['-c', 'fastimport.unpackLimit=1', 'fast-import', '--quiet', `--export-marks=${marks}`], { input: stream });

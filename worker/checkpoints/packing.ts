@@ -6,9 +6,12 @@
 // way, anyone's, are packed too). A roll-up writes the new pack from exactly the objects of the
 // packs it replaces (--stdin-packs) before deleting them, and skips packs with a .keep (a
 // fast-import in flight): safe next to a concurrent `git gc` or `git repack -ad`.
+import { readdir, stat, unlink } from 'node:fs/promises';
+import path from 'node:path';
 import { errorMessage } from '../errors.ts';
 import { runGit } from '../git.ts';
 import type { Logger } from '../log.ts';
+import { commonDirOf } from './notes.ts';
 
 export class ObjectPacker {
   private sinceLastPack = 0;
@@ -33,9 +36,24 @@ export class ObjectPacker {
   }
 
   async packNow(): Promise<void> {
+    await removeOrphanKeeps(path.join(await commonDirOf(this.worktree), 'objects', 'pack'));
     await runGit(this.worktree, ['repack', '-d', '-q', '--geometric=2', '--no-write-bitmap-index']).catch((err) => {
       // A concurrent repack (someone's gc) may hold a pack we wanted: the next roll-up gets it.
       this.log.warn({ error: errorMessage(err) }, 'rolling up checkpoint packs failed; retried at the next one');
     });
+  }
+}
+
+/**
+ * A fast-import that failed (a concurrent `git gc --prune=now` deleted its temporary pack) leaves
+ * its .keep without a pack. One older than a minute is nobody's in-flight import: removed.
+ */
+async function removeOrphanKeeps(packDir: string): Promise<void> {
+  const names = await readdir(packDir).catch(() => [] as string[]);
+  const present = new Set(names);
+  for (const name of names) {
+    if (!name.endsWith('.keep') || present.has(name.replace(/\.keep$/, '.pack'))) continue;
+    const st = await stat(path.join(packDir, name)).catch(() => undefined);
+    if (st && Date.now() - st.mtimeMs > 60_000) await unlink(path.join(packDir, name)).catch(() => {});
   }
 }
