@@ -177,7 +177,6 @@ export async function requeueRun(
   return run;
 }
 
-/** Stall detector: a run out of attempts is failed (fencing whoever held it). */
 /** A run as a re-dispatch decision sees it: locked, with its lease judged by the database's clock. */
 export type LockedRun = RunRow & { lease_live: boolean };
 
@@ -224,6 +223,7 @@ export async function reopenBrief(tx: WorkspaceTx, args: { briefId: string; agen
               and (claimed_by_run = ${args.agentRunId} or claimed_by_run is null)`;
 }
 
+/** Stall detector: a run out of attempts is failed (fencing whoever held it). */
 export async function failStalledRun(tx: WorkspaceTx, args: { agentRunId: string; leaseEpoch: number; reason: string }): Promise<RunRow | undefined> {
   const [run] = await tx<RunRow[]>`
     update agent_runs set status = 'failed', failure_reason = ${storableText(args.reason, REASON_MAX_CHARS)}, finished_at = now(),
