@@ -294,23 +294,3 @@ describe('SIGKILL at the worktree fault points', () => {
     await git(s.repo, 'worktree', 'list', '--porcelain');
   });
 });
-
-describe('four workers making worktrees on one repository at once', () => {
-  test('20 runs, one worker SIGKILLed at a random instant: every run completes', { timeout: 600_000 }, async () => {
-    const ids: string[] = [];
-    for (let i = 0; i < 20; i++) ids.push((await s.dispatch()).agentRunId);
-    const four = Array.from({ length: 4 }, () => spawnWorker());
-    await Promise.all(four.map((w) => w.waitForLine(/"worker started"/, { timeoutMs: 180_000 })));
-    await new Promise((r) => setTimeout(r, Math.random() * 1_500));
-    const victim = four[Math.floor(Math.random() * four.length)]!;
-    victim.kill('SIGKILL');
-    await finishAll(ids, 1);
-    for (const id of ids) await assertCompleted(id);
-    const admins = await readdir(path.join(s.repo, '.git', 'worktrees'));
-    for (const name of admins) {
-      const head = await readFile(path.join(s.repo, '.git', 'worktrees', name, 'HEAD'), 'utf8').catch(() => '');
-      assert.ok(head.trim(), `admin folder ${name} is complete`);
-    }
-    await Promise.all(four.map((w) => w.stop('SIGTERM', 5000)));
-  });
-});
