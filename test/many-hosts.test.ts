@@ -24,10 +24,11 @@ let root: string;
 let remoteDir: string;
 let remoteUrl: string;
 let baselineTree: string;
-const hosts: Record<'a' | 'b', { repo: string; env: Record<string, string> }> = {} as never;
+type Host = 'a' | 'b' | 'c';
+const hosts: Record<Host, { repo: string; env: Record<string, string> }> = {} as never;
 const workers: Child[] = [];
 
-function spawnOn(host: 'a' | 'b', extra: Record<string, string> = {}): Child {
+function spawnOn(host: Host, extra: Record<string, string> = {}): Child {
   const w = s.spawnWorker({ ...hosts[host].env, ...extra });
   workers.push(w);
   return w;
@@ -36,7 +37,7 @@ function spawnOn(host: 'a' | 'b', extra: Record<string, string> = {}): Child {
 /** Jobs leave repoPath out: each host serves them from its own WORKER_REPO_ROOT. */
 const dispatch = (overrides: Record<string, unknown> = {}) => s.dispatch({ repoPath: undefined, ...overrides });
 
-async function finishOn(host: 'a' | 'b', agentRunId: string): Promise<void> {
+async function finishOn(host: Host, agentRunId: string): Promise<void> {
   const w = spawnOn(host);
   const deadline = Date.now() + 180_000;
   for (;;) {
@@ -50,7 +51,7 @@ async function finishOn(host: 'a' | 'b', agentRunId: string): Promise<void> {
 }
 
 /** The run's final state, as seen on host `host` and on the remote. */
-async function assertFinished(agentRunId: string, host: 'a' | 'b') {
+async function assertFinished(agentRunId: string, host: Host) {
   const run = await s.run(agentRunId);
   assert.equal(run.status, 'completed', `run ${agentRunId}: ${run.failure_reason ?? ''}`);
   assert.equal(run.host_id, `host-${host}`, 'the run records the host that holds its worktree');
@@ -90,6 +91,11 @@ before(async () => {
       env: { WORKER_REPO_ROOT: repo, WORKER_WORKTREE_BASE: path.join(root, `worktrees-${host}`), WORKER_HOST_ID: `host-${host}`, WORKER_CHECKPOINT_REMOTE: remoteUrl },
     };
   }
+  // Host C has no copy of the repository at all.
+  hosts.c = {
+    repo: path.join(root, 'host-c', 'repo'),
+    env: { WORKER_REPO_ROOT: path.join(root, 'host-c', 'repo'), WORKER_WORKTREE_BASE: path.join(root, 'worktrees-c'), WORKER_HOST_ID: 'host-c', WORKER_CHECKPOINT_REMOTE: remoteUrl },
+  };
   // The uncrashed run, on host A: its tree is the reference for every resumed run.
   const { agentRunId } = await dispatch();
   const w = spawnOn('a');
@@ -150,6 +156,20 @@ describe('many hosts: the checkpoint remote', () => {
       assert.equal(resumed?.metadata.fromSeq, 2);
     });
   }
+
+  test('a host with no repository at all resumes the run from a partial clone', { timeout: 300_000 }, async () => {
+    const { agentRunId } = await dispatch();
+    const victim = spawnOn('a', { ECHODO_FAULT: 'during-model-call@3', WORKER_LEASE_MS: '3000', WORKER_HEARTBEAT_MS: '300' });
+    assert.equal((await victim.exited).signal, 'SIGKILL');
+    await finishOn('c', agentRunId);
+    await assertFinished(agentRunId, 'c');
+    const [resumed] = await s.events(agentRunId, 'run_resumed');
+    assert.equal(resumed?.metadata.fromHost, 'host-a');
+    assert.equal(resumed?.metadata.toHost, 'host-c');
+    assert.equal(resumed?.metadata.partialClone, true);
+    assert.equal(resumed?.metadata.recloned, false);
+    assert.equal(await git(hosts.c.repo, 'config', 'remote.origin.partialclonefilter'), 'blob:none');
+  });
 
   test('the remote stopped mid-run: released at its last checkpoint, completed once it is back', { timeout: 300_000 }, async () => {
     // The same rounds, slower, so the outage lands inside the run.

@@ -3,9 +3,13 @@
 // its branch and notes fetched from the remote into the local repository (only the missing
 // objects, never a clone); then the normal resume runs: worktree added at the checkpoint commit,
 // the same verification, against the run's own notes ref.
+import { existsSync } from 'node:fs';
+import { mkdir, rename, rm } from 'node:fs/promises';
+import path from 'node:path';
 import type { Config } from './config.ts';
 import type { CheckpointRow } from '../store/checkpoints.ts';
 import type { RunRow } from '../store/runs.ts';
+import { EchodoError } from './errors.ts';
 import { runGit } from './git.ts';
 import type { Logger } from './log.ts';
 import { notedCommits, writeCheckpointNotes } from './checkpoints/notes.ts';
@@ -19,7 +23,31 @@ export interface RemoteResume {
   /** The run's own notes ref: what the remote holds, so what resume verifies. */
   notesRef: string;
   /** For run_resumed, when the run's checkpoints were fetched. */
-  fetched?: { fromHost: string | null; toHost: string; fetchedBytes: number; recloned: false };
+  fetched?: { fromHost: string | null; toHost: string; fetchedBytes: number; recloned: false; partialClone?: true };
+}
+
+/**
+ * A host with no copy of the repository at all: the one case where a clone is unavoidable, and it
+ * is a partial one (`--filter=blob:none`: commits and trees, blobs fetched when checked out). Made
+ * beside the target and renamed into place, so two workers of one host never see a half-made one.
+ * Returns true when it cloned.
+ */
+export async function ensureLocalRepo(repoPath: string, remote: string, log: Logger): Promise<boolean> {
+  if (existsSync(repoPath)) return false;
+  await mkdir(path.dirname(repoPath), { recursive: true });
+  const temp = `${repoPath}.partial-${process.pid}-${Date.now()}`;
+  try {
+    await runGit(path.dirname(repoPath), ['clone', '--quiet', '--filter=blob:none', '--no-checkout', remote, temp]);
+    await rename(temp, repoPath).catch(async (err: NodeJS.ErrnoException) => {
+      if (!existsSync(repoPath)) throw err; // else another worker of this host made it first: theirs is used
+    });
+  } catch (err) {
+    throw new EchodoError('repo_invalid', `${repoPath} does not exist and a partial clone of the checkpoint remote failed: ${(err as Error).message}`, { cause: err });
+  } finally {
+    await rm(temp, { recursive: true, force: true });
+  }
+  log.info({ repoPath }, 'no local repository: made a partial clone (--filter=blob:none) of the checkpoint remote');
+  return true;
 }
 
 export async function prepareRemoteResume(args: { config: Config; run: RunRow; chain: CheckpointRow[]; repoPath: string; log: Logger }): Promise<RemoteResume> {

@@ -34,7 +34,7 @@ import { anchorOf } from '../store/retention.ts';
 import { finishCancelledRun } from './cancel.ts';
 import { forkStartState } from './fork.ts';
 import { CheckpointRemoteError, RemotePusher, runNotesRef } from './checkpoints/remote.ts';
-import { mirrorNotesLocally, prepareRemoteResume } from './remote-resume.ts';
+import { ensureLocalRepo, mirrorNotesLocally, prepareRemoteResume } from './remote-resume.ts';
 
 export type JobResult = 'completed' | 'failed' | 'released' | 'skipped' | 'dead_lettered' | 'lease_lost';
 
@@ -211,6 +211,8 @@ async function prepareTree(deps: JobDeps, run: RunRow, harness: Harness, chain: 
   let worktree: PreparedWorktree;
   // Branch ownership (worker/branch-ownership.ts): the run works only on a branch it owns.
   const repoPath = job.repoPath ?? config.WORKER_REPO_ROOT;
+  // Many hosts: a host with no copy of the repository makes a partial clone of the checkpoint remote.
+  const partialClone = config.WORKER_CHECKPOINT_REMOTE ? await ensureLocalRepo(repoPath, config.WORKER_CHECKPOINT_REMOTE, log) : false;
   const repoDir = await repoCommonDir(repoPath);
   const claim: ClaimBranch = (branch, mayCreate) => scoped((tx) => claimBranch(tx, { repoDir, branch, agentRunId: run.id, mayCreate }));
   if (run.branch) await assertOwnBranch(run.branch, claim);
@@ -221,7 +223,7 @@ async function prepareTree(deps: JobDeps, run: RunRow, harness: Harness, chain: 
     worktree = report.worktree!;
     if (fromRemote) await mirrorNotesLocally(worktree.path, config.WORKER_NOTES_REF, chain, log);
     log.info({ fromSeq: report.fromSeq, findings: report.findings, repairs: report.repairs }, 'worktree verified against Postgres and the git notes');
-    await recordResume(deps, run, report.fromSeq, report.findings.map((f) => `${f.kind}: ${f.detail}`), report.repairs, fromRemote?.fetched);
+    await recordResume(deps, run, report.fromSeq, report.findings.map((f) => `${f.kind}: ${f.detail}`), report.repairs, fromRemote?.fetched && (partialClone ? { ...fromRemote.fetched, partialClone: true } : fromRemote.fetched));
   } else {
     const knownBaseOid = run.base_oid ?? (await vetBaseRef({ repoPath, baseRef: job.baseRef, ownBranchesAmong: (names) => scoped((tx) => ownBranchesAmong(tx, repoDir, names)) }));
     const branch = run.branch ?? (await chooseBranch({ repoPath, workspaceId: run.workspace_id, briefId: run.brief_id, agentRunId: run.id, claim }));
