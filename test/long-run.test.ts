@@ -25,7 +25,8 @@ let repo: string;
 let r: DrivenRun;
 const rowBytes = new Map<number, number>();
 
-// ~20 s on an idle 2-core machine; the timeout leaves room for a loaded one.
+// 500 checkpoints took 242 s on the shared 2-core VM at a load average of ~10 (five git and two
+// SQL round trips each); the timeout leaves room for a loaded machine.
 before(async () => {
   t = await createTestDatabase();
   await withWorkspace(t.db.app, 'acme', (tx) => createWorkspace(tx));
