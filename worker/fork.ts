@@ -15,10 +15,10 @@ import { modelProvider } from '../store/workspace-config.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { actorLabel, requestCancel, type CancelAnswer } from './cancel.ts';
 import { verifyChain } from './checkpoints/hash.ts';
-import { boundHistory, type ToolCallRecord } from './checkpoints/history.ts';
+import type { ToolCallRecord } from './checkpoints/history.ts';
 import { readCheckpointNote } from './checkpoints/notes.ts';
 import { redactString } from './checkpoints/redact.ts';
-import { stateFromRow, type CheckpointState } from './checkpoints/writer.ts';
+import { historyWindow, stateFromRow, type CheckpointState } from './checkpoints/writer.ts';
 import { EchodoError, errorMessage } from './errors.ts';
 import { runGit } from './git.ts';
 import { branchName, parseJob, type Job } from './job.ts';
@@ -62,21 +62,6 @@ export function forkStartState(seed: ForkSeed, baseOid: string | null): Checkpoi
   };
 }
 
-/**
- * The bounded window of tool calls the model had seen at the last of `chain`: a row may hold the
- * whole window or only its own rounds, so each round is taken from the latest row that has it.
- */
-export function historyUpTo(chain: Pick<CheckpointRow, 'tool_history'>[], limit: number): ToolCallRecord[] {
-  const byRound = new Map<number, ToolCallRecord[]>();
-  for (const row of chain) {
-    const rounds = new Map<number, ToolCallRecord[]>();
-    for (const entry of row.tool_history as ToolCallRecord[]) rounds.set(entry.round, [...(rounds.get(entry.round) ?? []), entry]);
-    for (const [round, entries] of rounds) byRound.set(round, entries);
-  }
-  const all = [...byRound.entries()].sort(([a], [b]) => a - b).flatMap(([, entries]) => entries);
-  return boundHistory(all, limit);
-}
-
 /** 'run_not_found' covers an unknown run, another workspace's run and a missing checkpoint alike. */
 function noSuchCheckpoint(req: ForkRequest): EchodoError {
   return new EchodoError('run_not_found', `run ${req.agentRunId} has no checkpoint ${req.at} in workspace ${req.workspaceId}`);
@@ -105,7 +90,7 @@ export async function forkRun(
     if (req.model && !req.model.startsWith('replay:') && !(await modelProvider(tx, req.model))) {
       throw new EchodoError('invalid_job', `model: "${req.model}" is neither replay:<path> nor a model alias of workspace ${req.workspaceId}`);
     }
-    return { run, row, history: historyUpTo(chain, config.WORKER_CHECKPOINT_HISTORY_LIMIT) };
+    return { run, row, history: historyWindow(chain, config.WORKER_CHECKPOINT_HISTORY_LIMIT) };
   });
   const { run, row, history } = source;
   if (!row.commit_oid || !run.branch) {
