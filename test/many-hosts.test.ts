@@ -3,6 +3,7 @@
 // `git daemon` on 127.0.0.1. A worker on host A is SIGKILLed mid-brief; a worker on host B
 // resumes the run by fetching its checkpoints from the remote (never cloning) and finishes it.
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtemp, realpath, writeFile } from 'node:fs/promises';
 import os from 'node:os';
@@ -74,6 +75,30 @@ async function assertFinished(agentRunId: string, host: Host) {
   return { run, rows };
 }
 
+const hostA = () => hosts.a.repo;
+
+/**
+ * The repository moves on after host B cloned it: `count` commits on the remote's main, pulled by
+ * host A only (the last one restores the tree, so every run still ends at the same tree).
+ */
+async function moveOn(repoA: string, count: number): Promise<void> {
+  const mover = path.join(root, 'mover');
+  await git(root, 'clone', '-q', remoteUrl, mover);
+  const script: string[] = [];
+  for (let i = 1; i <= count; i++) {
+    const msg = `move on ${i}`;
+    script.push('commit refs/heads/main', `committer Mover <mover@echodo.invalid> ${1_700_000_000 + i} +0000`, `data ${msg.length}`, msg);
+    if (i === 1) script.push('from refs/heads/main^0');
+    if (i < count) script.push('M 100644 inline moving.txt', `data ${String(i).length + 1}`, `${i}`);
+    else script.push('D moving.txt');
+    script.push('');
+  }
+  execFileSync('git', ['fast-import', '--quiet'], { cwd: mover, input: script.join('\n') + '\n' });
+  await git(mover, 'push', '-q', 'origin', 'main');
+  await git(repoA, 'fetch', '-q', 'origin');
+  await git(repoA, 'merge', '-q', '--ff-only', 'origin/main');
+}
+
 before(async () => {
   // Enough content that a clone is clearly bigger than what a resume fetches.
   const files = { 'README.md': '# sample\n', 'src/index.ts': 'export const answer = 42;\n', 'vendor/data.txt': randomBytes(240_000).toString('base64') };
@@ -91,6 +116,7 @@ before(async () => {
       env: { WORKER_REPO_ROOT: repo, WORKER_WORKTREE_BASE: path.join(root, `worktrees-${host}`), WORKER_HOST_ID: `host-${host}`, WORKER_CHECKPOINT_REMOTE: remoteUrl },
     };
   }
+  await moveOn(hostA(), 100);
   // Host C has no copy of the repository at all.
   hosts.c = {
     repo: path.join(root, 'host-c', 'repo'),
@@ -113,13 +139,16 @@ after(async () => {
 });
 
 describe('many hosts: the checkpoint remote', () => {
-  test('a worker on host A killed mid-brief; host B resumes by fetching, never cloning', { timeout: 300_000 }, async () => {
+  test('a worker on host A killed mid-brief; host B, 100 commits behind, resumes by fetching, never cloning', { timeout: 300_000 }, async () => {
     const { agentRunId } = await dispatch();
     // A short lease for the victim: the stall detector hands the run on soon after the kill.
     const victim = spawnOn('a', { ECHODO_FAULT: 'during-model-call@4', WORKER_LEASE_MS: '3000', WORKER_HEARTBEAT_MS: '300' });
     assert.equal((await victim.exited).signal, 'SIGKILL', 'host A worker killed at its fault point');
     const before = await s.checkpoints(agentRunId);
     assert.equal(before.length, 3, 'three checkpoints written on host A');
+    const base = (await s.run(agentRunId)).base_oid;
+    assert.equal(await git(hosts.b.repo, 'rev-list', '--count', `main..${base}`).catch(() => 'missing'), 'missing', 'host B lacks the run\'s base');
+    assert.equal(await git(remoteDir, 'rev-list', '--count', `${await git(hosts.b.repo, 'rev-parse', 'main')}..${base}`), '100', 'host B is 100 commits behind');
     await finishOn('b', agentRunId);
     await assertFinished(agentRunId, 'b');
 
@@ -135,6 +164,7 @@ describe('many hosts: the checkpoint remote', () => {
     await git(root, 'clone', '-q', '--bare', '--no-local', remoteUrl, cloneDir);
     const cloneBytes = await objectStoreBytes(cloneDir);
     assert.ok(m.fetchedBytes > 0 && m.fetchedBytes * 10 < cloneBytes, `fetched ${m.fetchedBytes} bytes, a clone is ${cloneBytes}`);
+    console.log(`cross-host resume fetched ${m.fetchedBytes} bytes; a full clone of the remote is ${cloneBytes} bytes`);
     // `git log --notes` on a fresh clone that fetched the run's notes ref shows every checkpoint.
     const notesRef = runNotesRef(s.workspaceId, agentRunId);
     await git(cloneDir, 'fetch', '-q', remoteUrl, `${notesRef}:${notesRef}`);
