@@ -136,6 +136,8 @@ async function executeRun(deps: JobDeps, run: RunRow, lease: Lease): Promise<Job
       { sql: db.app, run: { workspaceId: run.workspace_id, agentRunId: run.id, convoyId: run.convoy_id, briefId: run.brief_id, attempt: run.attempt }, lease, tree, tracker, notesRef: config.WORKER_NOTES_REF, historyLimit: config.WORKER_CHECKPOINT_HISTORY_LIMIT, leaseMs: config.WORKER_LEASE_MS, log, remote },
       state,
     );
+    // Notes a resume rewrote from Postgres (the latest one a kill kept off the remote) go out now.
+    if (remote && resuming) await remote.pusher.pushNotes();
     const outcome = await runSession({
       model,
       harness,
