@@ -1,5 +1,7 @@
 // Where a checkpoint is written. Order, and why:
 //  1. content: commit the touched paths on the run's branch (git objects; contents stay in git);
+//     with WORKER_CHECKPOINT_REMOTE, the commit is pushed (with the run's notes ref) and the
+//     push acknowledged before the row: every row's commit is on the remote (remote.ts);
 //  2. truth: insert the worker_checkpoints row, fenced on lease_epoch, renewing the heartbeat,
 //     with this checkpoint's files upserted into the run's manifest in the same statement
 //     (the commit point: a crash before it resumes from the previous checkpoint);
