@@ -173,17 +173,18 @@ describe('many hosts: the checkpoint remote', () => {
     assert.equal(log.split('\n').filter((l) => l.includes('"checkpointSeq"')).length, ROUNDS);
   });
 
-  for (const point of ['before-push@3', 'after-push@3']) {
+  // Killed before the push, after the push (before the row), after the row (before its note).
+  for (const [point, rowsLeft] of [['before-push@3', 2], ['after-push@3', 2], ['after-checkpoint-row@3', 3]] as const) {
     test(`killed at ${point}: resumed on the other host with no lost or duplicated checkpoint`, { timeout: 300_000 }, async () => {
       const { agentRunId } = await dispatch();
       const victim = spawnOn('a', { ECHODO_FAULT: point, WORKER_LEASE_MS: '3000', WORKER_HEARTBEAT_MS: '300' });
       assert.equal((await victim.exited).signal, 'SIGKILL', `killed at ${point}`);
-      assert.equal((await s.checkpoints(agentRunId)).length, 2, 'the third checkpoint never counted');
+      assert.equal((await s.checkpoints(agentRunId)).length, rowsLeft, 'checkpoints that counted before the kill');
       await finishOn('b', agentRunId);
       await assertFinished(agentRunId, 'b');
       const [resumed] = await s.events(agentRunId, 'run_resumed');
       assert.equal(resumed?.metadata.fromHost, 'host-a');
-      assert.equal(resumed?.metadata.fromSeq, 2);
+      assert.equal(resumed?.metadata.fromSeq, rowsLeft);
     });
   }
 
