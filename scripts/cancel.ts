@@ -4,6 +4,7 @@
 // Exit 0 ok; 2 bad arguments or no such run in that workspace; 3 refused (already finished).
 import { loadConfigOrExit } from '../worker/config.ts';
 import { openDatabase } from '../store/connection.ts';
+import { registerConfigSecrets, registerStartupSecrets } from '../worker/secrets.ts';
 import { requestCancel } from '../worker/cancel.ts';
 import { EchodoError, errorMessage } from '../worker/errors.ts';
 import { createLogger } from '../worker/log.ts';
@@ -17,8 +18,10 @@ if (positionals.length) usageError(USAGE, `unexpected argument(s): ${positionals
 if (!values.workspace || !values.run) usageError(USAGE, 'both --workspace and --run are required');
 
 const config = loadConfigOrExit();
+registerConfigSecrets(config); // before anything is logged or stored
 const log = createLogger({ level: 'warn', name: 'cancel' });
 const db = await openDatabase(config);
+await registerStartupSecrets(config, db);
 let code = 0;
 try {
   const answer = await requestCancel(db, values.workspace, values.run, 'cli', { repoRoot: config.WORKER_REPO_ROOT, log });

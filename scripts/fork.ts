@@ -4,6 +4,7 @@
 // that workspace (a pruned one says so); 1 anything else (e.g. a commit that does not verify).
 import { loadConfigOrExit } from '../worker/config.ts';
 import { openDatabase } from '../store/connection.ts';
+import { registerConfigSecrets, registerStartupSecrets } from '../worker/secrets.ts';
 import { EchodoError, errorMessage } from '../worker/errors.ts';
 import { forkRun } from '../worker/fork.ts';
 import { createLogger } from '../worker/log.ts';
@@ -31,8 +32,10 @@ if (values.brief !== undefined && !values.brief.trim()) usageError(USAGE, '--bri
 if (values.model !== undefined && !values.model.trim()) usageError(USAGE, '--model must not be empty');
 
 const config = loadConfigOrExit();
+registerConfigSecrets(config); // before anything is logged or stored
 const log = createLogger({ level: 'warn', name: 'fork' });
 const db = await openDatabase(config);
+await registerStartupSecrets(config, db);
 const queue = createQueue({ config, db, workerId: `fork-${process.pid}` });
 let code = 0;
 try {

@@ -4,6 +4,7 @@
 // Exit 0 ok; 2 bad arguments or no such run in that workspace; 3 refused (running, completed, cancelled).
 import { loadConfigOrExit } from '../worker/config.ts';
 import { openDatabase } from '../store/connection.ts';
+import { registerConfigSecrets, registerStartupSecrets } from '../worker/secrets.ts';
 import { retryRun } from '../worker/dispatch.ts';
 import { EchodoError, errorMessage } from '../worker/errors.ts';
 import { createQueue } from '../worker/queue/index.ts';
@@ -17,7 +18,9 @@ if (positionals.length) usageError(USAGE, `unexpected argument(s): ${positionals
 if (!values.workspace || !values.run) usageError(USAGE, 'both --workspace and --run are required');
 
 const config = loadConfigOrExit();
+registerConfigSecrets(config); // before anything is logged or stored
 const db = await openDatabase(config);
+await registerStartupSecrets(config, db);
 const queue = createQueue({ config, db, workerId: `retry-${process.pid}` });
 let code = 0;
 try {

@@ -7,8 +7,8 @@ import { WorkerDaemon } from '../worker/daemon.ts';
 import { errorMessage } from '../worker/errors.ts';
 import { guardDaemon } from '../worker/process-guards.ts';
 import { redactString } from '../worker/checkpoints/redact.ts';
-import { registerConfigSecrets, registerStartupSecrets } from '../worker/secrets.ts';
 import { describeSandbox, sandboxFor, sandboxOptionsFromConfig } from '../worker/sandbox/index.ts';
+import { registerConfigSecrets, registerStartupSecrets } from '../worker/secrets.ts';
 
 const config = loadConfigOrExit();
 registerConfigSecrets(config); // before the first log line

@@ -4,6 +4,7 @@
 // Exit 0 ok, 2 bad arguments (the reason printed), 1 `model test` failed.
 import { loadConfigOrExit } from '../worker/config.ts';
 import { openDatabase } from '../store/connection.ts';
+import { registerConfigSecrets, registerStartupSecrets } from '../worker/secrets.ts';
 import { createWorkspace, workspaceExists } from '../store/runs.ts';
 import { modelProvider, upsertModelProvider } from '../store/workspace-config.ts';
 import {
@@ -50,6 +51,7 @@ if (!workspaceId) usageError(USAGE, 'the workspace W is required');
 if (args.length > (group === 'create' ? 2 : 3)) usageError(USAGE, `unexpected argument(s): ${args.slice(group === 'create' ? 2 : 3).join(' ')}`);
 
 const config = loadConfigOrExit();
+registerConfigSecrets(config); // before anything is logged or stored
 const keyVarGlobs = parseKeyVarGlobs(config.WORKER_PROVIDER_KEY_VARS);
 const out = (line: string) => process.stdout.write(`${line}\n`);
 const refuse = (message: string): never => {
@@ -125,6 +127,7 @@ try {
 }
 
 const db = await openDatabase(config);
+await registerStartupSecrets(config, db);
 let code = 0;
 try {
   code = await withWorkspace(db.app, workspaceId, async (tx) => {
