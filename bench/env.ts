@@ -9,7 +9,7 @@ import { openDatabase, type Database } from '../store/connection.ts';
 import { ensureEmbeddedPostgres, stopEmbeddedPostgres } from '../store/embedded.ts';
 import { createWorkspace } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';
-import { parseConfig, type Config } from '../worker/config.ts';
+import { parseConfig, type Config } from '../core/config.ts';
 import { BENCH_TMP } from './repos.ts';
 
 export interface BenchEnv {

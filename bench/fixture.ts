@@ -8,7 +8,7 @@ import { withWorkspace } from '../store/workspace.ts';
 import { CheckpointWriter, stateFromRow, type RunIdentity } from '../worker/checkpoints/writer.ts';
 import { recordToolCall } from '../worker/checkpoints/history.ts';
 import { TouchTracker } from '../worker/checkpoints/tracker.ts';
-import { parseJob, type Job } from '../worker/job.ts';
+import { parseJob, type Job } from '../core/job.ts';
 import { Lease } from '../worker/lease.ts';
 import { createLogger } from '../worker/log.ts';
 import { prepareWorktree } from '../worker/worktrees.ts';

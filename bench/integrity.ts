@@ -5,7 +5,7 @@ import { anchorOf } from '../store/retention.ts';
 import { getRun } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { describeFiles } from '../worker/checkpoints/content.ts';
-import { verifyChain } from '../worker/checkpoints/hash.ts';
+import { verifyChain } from '../core/checkpoint-hash.ts';
 import { readCheckpointNote } from '../worker/checkpoints/notes.ts';
 import { runGit } from '../worker/git.ts';
 import { checkRunIntegrity } from '../worker/integrity.ts';

@@ -1,7 +1,7 @@
 // What the figures were measured on: the machine and every version that matters.
 import { execFileSync } from 'node:child_process';
 import os from 'node:os';
-import { PROJECT_ROOT } from '../worker/config.ts';
+import { PROJECT_ROOT } from '../core/config.ts';
 import { packageVersion } from './peers.ts';
 
 function run(cmd: string, args: string[]): string {

@@ -6,7 +6,7 @@
 import type { Sql } from 'postgres';
 import { convoyDetail, runHistory, CONVOY_DETAIL_SQL } from '../store/mission-control.ts';
 import { withWorkspace } from '../store/workspace.ts';
-import { checkpointHash, type FileTouched } from '../worker/checkpoints/hash.ts';
+import { checkpointHash, type FileTouched } from '../core/checkpoint-hash.ts';
 import type { RowPayload } from './checkpoint-cost.ts';
 import type { BenchEnv } from './env.ts';
 import { Samples } from './stats.ts';

@@ -10,8 +10,8 @@ import { emptyCheckpoint, uuid6, type Checkpoint } from '@langchain/langgraph-ch
 import { PostgresSaver } from '@langchain/langgraph-checkpoint-postgres';
 import { appendCheckpoint } from '../store/checkpoints.ts';
 import { withWorkspace } from '../store/workspace.ts';
-import { PROJECT_ROOT } from '../worker/config.ts';
-import type { FileTouched } from '../worker/checkpoints/hash.ts';
+import { PROJECT_ROOT } from '../core/config.ts';
+import type { FileTouched } from '../core/checkpoint-hash.ts';
 import type { RowPayload } from './checkpoint-cost.ts';
 import type { BenchEnv } from './env.ts';
 import type { RunFixture } from './fixture.ts';

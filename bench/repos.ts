@@ -4,7 +4,7 @@
 import { existsSync } from 'node:fs';
 import { mkdir, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { PROJECT_ROOT } from '../worker/config.ts';
+import { PROJECT_ROOT } from '../core/config.ts';
 import { runGit } from '../worker/git.ts';
 
 export const BENCH_TMP = path.join(PROJECT_ROOT, 'bench', 'tmp');

@@ -8,7 +8,7 @@ import { readFileSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
-import { PROJECT_ROOT } from '../worker/config.ts';
+import { PROJECT_ROOT } from '../core/config.ts';
 import { dispatchJob } from '../worker/dispatch.ts';
 import { createQueue } from '../worker/queue/index.ts';
 import type { BenchEnv } from './env.ts';

@@ -19,7 +19,7 @@ import { measureResume } from '../bench/resume.ts';
 import { evaluateTargets, renderTables, type BenchResults, type CheckpointFigure, type IntegrityFigure, type MissionControlFigure, type ResumeFigure } from '../bench/results.ts';
 import { ratio, round, Samples } from '../bench/stats.ts';
 import { measureThroughput, type ThroughputResult } from '../bench/throughput.ts';
-import { PROJECT_ROOT } from '../worker/config.ts';
+import { PROJECT_ROOT } from '../core/config.ts';
 import { runGit } from '../worker/git.ts';
 
 const GIT_PARTS = ['updateIndex', 'writeTree', 'commitTree', 'updateRef', 'noteCommonDir', 'noteRefLookup'] as const;

@@ -2,11 +2,11 @@
 // Cancels a run: at once when nobody is working on it (queued, or its worker dead), else its
 // worker stops at the next tool boundary. Prints {"agentRunId","status","immediate",…}.
 // Exit 0 ok; 2 bad arguments or no such run in that workspace; 3 refused (already finished).
-import { loadConfigOrExit } from '../worker/config.ts';
+import { loadConfigOrExit } from '../core/config.ts';
 import { openDatabase } from '../store/connection.ts';
 import { registerConfigSecrets, registerStartupSecrets } from '../worker/secrets.ts';
 import { requestCancel } from '../worker/cancel.ts';
-import { EchodoError, errorMessage } from '../worker/errors.ts';
+import { EchodoError, errorMessage } from '../core/errors.ts';
 import { createLogger } from '../worker/log.ts';
 import { exitOnStartupError, parseCli, usageError } from './cli.ts';
 

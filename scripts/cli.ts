@@ -1,6 +1,6 @@
 // Shared bits of the command-line entry points.
 import { parseArgs, type ParseArgsConfig } from 'node:util';
-import { redactString } from '../worker/checkpoints/redact.ts';
+import { redactString } from '../core/redact.ts';
 
 export function usageError(usage: string, problem?: string): never {
   if (problem) process.stderr.write(`${problem}\n`);

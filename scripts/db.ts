@@ -3,8 +3,8 @@
 // and up/url/migrate work against that database instead. `url` is the superuser's (for psql);
 // the processes themselves log in as the app role (docs/security.md, "The database role").
 // With DATABASE_APP_URL alone there is no superuser: `url` prints it, and up/migrate refuse.
-import { loadConfigOrExit, maskedConfig } from '../worker/config.ts';
-import { errorMessage } from '../worker/errors.ts';
+import { loadConfigOrExit, maskedConfig } from '../core/config.ts';
+import { errorMessage } from '../core/errors.ts';
 import { connect, resolveDatabaseUrl } from '../store/connection.ts';
 import { embeddedStatus, stopEmbeddedPostgres } from '../store/embedded.ts';
 import { migrate } from '../store/migrate.ts';

@@ -7,7 +7,7 @@ import { mkdir, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { loadConfigOrExit, PROJECT_ROOT } from '../worker/config.ts';
+import { loadConfigOrExit, PROJECT_ROOT } from '../core/config.ts';
 import { openDatabase } from '../store/connection.ts';
 import { createWorkspace } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';

@@ -2,12 +2,12 @@
 // existing agentRunId re-dispatches that run (worker/redispatch.ts). Exit 0: one JSON line;
 // 2: an invalid job (each bad field named); 3: a re-dispatch refused (one line: why).
 import { readFileSync } from 'node:fs';
-import { loadConfigOrExit } from '../worker/config.ts';
+import { loadConfigOrExit } from '../core/config.ts';
 import { openDatabase } from '../store/connection.ts';
 import { dispatchJob } from '../worker/dispatch.ts';
-import { EchodoError, errorMessage } from '../worker/errors.ts';
+import { EchodoError, errorMessage } from '../core/errors.ts';
 import { createQueue } from '../worker/queue/index.ts';
-import { parseJob } from '../worker/job.ts';
+import { parseJob } from '../core/job.ts';
 import { registerConfigSecrets, registerStartupSecrets } from '../worker/secrets.ts';
 import { exitOnStartupError, parseCli, usageError } from './cli.ts';
 

@@ -2,10 +2,10 @@
 // A new run from checkpoint N of run R (its own branch and worktree, made at N's commit).
 // Prints {"jobId","agentRunId","branch"}. Exit 0 ok; 2 bad arguments, or no such checkpoint in
 // that workspace (a pruned one says so); 1 anything else (e.g. a commit that does not verify).
-import { loadConfigOrExit } from '../worker/config.ts';
+import { loadConfigOrExit } from '../core/config.ts';
 import { openDatabase } from '../store/connection.ts';
 import { registerConfigSecrets, registerStartupSecrets } from '../worker/secrets.ts';
-import { EchodoError, errorMessage } from '../worker/errors.ts';
+import { EchodoError, errorMessage } from '../core/errors.ts';
 import { forkRun } from '../worker/fork.ts';
 import { createLogger } from '../worker/log.ts';
 import { createQueue } from '../worker/queue/index.ts';

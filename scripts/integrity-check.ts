@@ -1,9 +1,9 @@
 // npm run integrity-check -- --workspace W --run R [--json]
 // Exit 0 intact, 1 drift found (each finding printed), 2 usage error or run not found there.
-import { loadConfigOrExit } from '../worker/config.ts';
+import { loadConfigOrExit } from '../core/config.ts';
 import { openDatabase } from '../store/connection.ts';
 import { checkRunIntegrity } from '../worker/integrity.ts';
-import { errorMessage } from '../worker/errors.ts';
+import { errorMessage } from '../core/errors.ts';
 import { parseCli, usageError } from './cli.ts';
 
 const USAGE = 'npm run integrity-check -- --workspace W --run R [--json]';

@@ -8,8 +8,8 @@ import { openDatabase, type Database } from '../store/connection.ts';
 import {
   createAdminTokenWithId, createWorkspaceTokenWithId, listTokens, parseDuration, revokeToken, type TokenInfo,
 } from '../store/tokens.ts';
-import { loadConfigOrExit } from '../worker/config.ts';
-import { EchodoError, errorMessage } from '../worker/errors.ts';
+import { loadConfigOrExit } from '../core/config.ts';
+import { EchodoError, errorMessage } from '../core/errors.ts';
 import { registerConfigSecrets, registerStartupSecrets } from '../worker/secrets.ts';
 import { exitOnStartupError, parseCli, usageError } from './cli.ts';
 import { createMissionControl } from './mission-control/server.ts';

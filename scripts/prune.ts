@@ -1,5 +1,5 @@
 // npm run prune -- --older-than 30d [--dry-run]
-import { loadConfigOrExit } from '../worker/config.ts';
+import { loadConfigOrExit } from '../core/config.ts';
 import { openDatabase } from '../store/connection.ts';
 import { registerConfigSecrets, registerStartupSecrets } from '../worker/secrets.ts';
 import { createLogger } from '../worker/log.ts';

@@ -2,11 +2,11 @@
 // Re-dispatches a failed or stalled run (attempt + 1, resumed from its last checkpoint), through
 // the same decision as `dispatch` of a job naming the run. Prints {"jobId","agentRunId","outcome"}.
 // Exit 0 ok; 2 bad arguments or no such run in that workspace; 3 refused (running, completed, cancelled).
-import { loadConfigOrExit } from '../worker/config.ts';
+import { loadConfigOrExit } from '../core/config.ts';
 import { openDatabase } from '../store/connection.ts';
 import { registerConfigSecrets, registerStartupSecrets } from '../worker/secrets.ts';
 import { retryRun } from '../worker/dispatch.ts';
-import { EchodoError, errorMessage } from '../worker/errors.ts';
+import { EchodoError, errorMessage } from '../core/errors.ts';
 import { createQueue } from '../worker/queue/index.ts';
 import { exitOnStartupError, parseCli, usageError } from './cli.ts';
 

@@ -1,13 +1,13 @@
 // npm run stall-detector [-- --once]: re-dispatch stalled runs; prune on a schedule when
 // WORKER_CHECKPOINT_RETENTION_DAYS is set.
 import { setTimeout as sleep } from 'node:timers/promises';
-import { loadConfigOrExit } from '../worker/config.ts';
+import { loadConfigOrExit } from '../core/config.ts';
 import { openDatabase } from '../store/connection.ts';
 import { createLogger } from '../worker/log.ts';
 import { createQueue } from '../worker/queue/index.ts';
 import { sweepStalledRuns } from '../worker/stall-detector.ts';
 import { pruneFinishedRuns } from '../worker/prune.ts';
-import { errorMessage } from '../worker/errors.ts';
+import { errorMessage } from '../core/errors.ts';
 import { guardDaemon } from '../worker/process-guards.ts';
 import { registerConfigSecrets, registerStartupSecrets } from '../worker/secrets.ts';
 import { exitOnStartupError, parseCli } from './cli.ts';

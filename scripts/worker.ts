@@ -1,12 +1,12 @@
 // npm run worker: the worker daemon.
-import { loadConfigOrExit, maskedConfig } from '../worker/config.ts';
+import { loadConfigOrExit, maskedConfig } from '../core/config.ts';
 import { openDatabase } from '../store/connection.ts';
 import { createLogger } from '../worker/log.ts';
 import { createQueue } from '../worker/queue/index.ts';
 import { WorkerDaemon } from '../worker/daemon.ts';
-import { errorMessage } from '../worker/errors.ts';
+import { errorMessage } from '../core/errors.ts';
 import { guardDaemon } from '../worker/process-guards.ts';
-import { redactString } from '../worker/checkpoints/redact.ts';
+import { redactString } from '../core/redact.ts';
 import { describeSandbox, sandboxFor, sandboxOptionsFromConfig } from '../worker/sandbox/index.ts';
 import { registerConfigSecrets, registerStartupSecrets } from '../worker/secrets.ts';
 

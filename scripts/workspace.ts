@@ -2,7 +2,7 @@
 // npm run workspace -- model add|list|rm|test W …   (add-model W … is an alias of model add)
 // npm run workspace -- harness add|list|rm W …, route add|list|rm W …
 // Exit 0 ok, 2 bad arguments (the reason printed), 1 `model test` failed.
-import { loadConfigOrExit } from '../worker/config.ts';
+import { loadConfigOrExit } from '../core/config.ts';
 import { openDatabase } from '../store/connection.ts';
 import { registerConfigSecrets, registerStartupSecrets } from '../worker/secrets.ts';
 import { createWorkspace, workspaceExists } from '../store/runs.ts';
@@ -11,9 +11,9 @@ import {
   listHarnesses, listModelProviders, listRoutes, removeHarness, removeModelProvider, removeRoute, upsertHarness, upsertRoute,
 } from '../store/workspace-settings.ts';
 import { withWorkspace, type WorkspaceTx } from '../store/workspace.ts';
-import { redactString, registerSecretsFromEnv } from '../worker/checkpoints/redact.ts';
-import { EchodoError, errorMessage } from '../worker/errors.ts';
-import { parseKeyVarGlobs } from '../worker/models/key-vars.ts';
+import { redactString, registerSecretsFromEnv } from '../core/redact.ts';
+import { EchodoError, errorMessage } from '../core/errors.ts';
+import { parseKeyVarGlobs } from '../core/key-vars.ts';
 import { harnessInput, modelInput, routeInput, testModelProvider } from '../worker/settings.ts';
 import { exitOnStartupError, parseCli, usageError } from './cli.ts';
 

@@ -7,7 +7,7 @@ import { createHash, createHmac, pbkdf2Sync, randomBytes, timingSafeEqual } from
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import type { Sql } from 'postgres';
-import { EchodoError } from '../worker/errors.ts';
+import { EchodoError } from '../core/errors.ts';
 
 export const APP_LOGIN_ROLE = 'echodo_app_login';
 export const APP_GROUP_ROLE = 'echodo_app';

@@ -1,6 +1,6 @@
 // worker_checkpoints: the source of truth of a run's progress. checkpoint_manifest: the run's
 // current manifest (every path it ever touched, with its sha256), written with each row.
-import type { ChainRow, FileTouched } from '../worker/checkpoints/hash.ts';
+import type { ChainRow, FileTouched } from '../core/checkpoint-hash.ts';
 import type { WorkspaceTx } from './workspace.ts';
 
 export interface CheckpointRow extends ChainRow {

@@ -3,7 +3,7 @@
 // logs in as that role (echodo_app_login, or the login of DATABASE_APP_URL), which is neither
 // superuser nor BYPASSRLS and cannot SET ROLE to one. See docs/security.md, "The database role".
 import postgres, { type Sql } from 'postgres';
-import type { Config } from '../worker/config.ts';
+import type { Config } from '../core/config.ts';
 import { ensureEmbeddedPostgres } from './embedded.ts';
 import { migrate, assertSchemaCurrent, assertSchemaNotNewer } from './migrate.ts';
 import {

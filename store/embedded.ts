@@ -16,7 +16,7 @@ import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
 import postgres from 'postgres';
-import { EchodoError } from '../worker/errors.ts';
+import { EchodoError } from '../core/errors.ts';
 
 const execFileAsync = promisify(execFile);
 

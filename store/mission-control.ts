@@ -2,7 +2,7 @@
 // trip of plain indexed SQL inside a workspace transaction. Row-level security scopes every
 // read; the explicit workspace_id predicates are there so the planner can use the indexes
 // that lead with workspace_id (and so a reader sees the scoping without knowing about RLS).
-import { verifyChain, type ChainRow, type FileTouched } from '../worker/checkpoints/hash.ts';
+import { verifyChain, type ChainRow, type FileTouched } from '../core/checkpoint-hash.ts';
 import type { Sql } from 'postgres';
 import type { RunStatus } from './runs.ts';
 import type { WorkspaceTx } from './workspace.ts';

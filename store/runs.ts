@@ -1,8 +1,8 @@
 // agent_runs and briefs: one query per function. Every function takes a workspace-scoped
 // transaction; completion and failure only ever happen `where lease_epoch = $mine`.
-import type { Job } from '../worker/job.ts';
+import type { Job } from '../core/job.ts';
 import type { WorkspaceTx } from './workspace.ts';
-import { redactValue, storableText } from '../worker/checkpoints/redact.ts';
+import { redactValue, storableText } from '../core/redact.ts';
 
 // Redaction at the store boundary (docs/security.md): every reason and event written here
 // passes the one redaction function, so no caller can forget it.

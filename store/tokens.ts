@@ -4,7 +4,7 @@
 // or revoked token is answered exactly like an unknown one.
 import { createHash, randomBytes } from 'node:crypto';
 import type { Sql } from 'postgres';
-import { EchodoError } from '../worker/errors.ts';
+import { EchodoError } from '../core/errors.ts';
 import { workspaceExists } from './runs.ts';
 import { withWorkspace } from './workspace.ts';
 

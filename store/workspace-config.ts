@@ -1,6 +1,6 @@
 // Per-workspace configuration rows: harness overrides, role routes, model providers.
 import type { Sql } from 'postgres';
-import { assertKeyVarAllowed } from '../worker/models/key-vars.ts';
+import { assertKeyVarAllowed } from '../core/key-vars.ts';
 import type { WorkspaceTx } from './workspace.ts';
 
 export interface HarnessRow {

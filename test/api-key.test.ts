@@ -10,7 +10,7 @@ import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { upsertModelProvider } from '../store/workspace-config.ts';
 import { withWorkspace } from '../store/workspace.ts';
-import { ProviderKeyVarRefusedError } from '../worker/models/key-vars.ts';
+import { ProviderKeyVarRefusedError } from '../core/key-vars.ts';
 import { spawnNode, waitFor, type Child } from './support/child.ts';
 import { startChatServer, type ChatServer } from './support/chat-server.ts';
 import { git } from './support/git.ts';

@@ -14,7 +14,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { Redis } from 'ioredis';
-import { verifyChain } from '../worker/checkpoints/hash.ts';
+import { verifyChain } from '../core/checkpoint-hash.ts';
 import { checkRunIntegrity } from '../worker/integrity.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { waitFor, type Child } from './support/child.ts';

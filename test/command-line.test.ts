@@ -2,7 +2,7 @@
 import { test, describe } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { ToolRefusedError } from '../worker/errors.ts';
+import { ToolRefusedError } from '../core/errors.ts';
 import {
   checkAllowed,
   DEFAULT_ALLOWED_COMMANDS,

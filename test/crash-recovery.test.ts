@@ -4,7 +4,7 @@
 // checkpoint mirrored as a git note.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { verifyChain } from '../worker/checkpoints/hash.ts';
+import { verifyChain } from '../core/checkpoint-hash.ts';
 import { readCheckpointNote } from '../worker/checkpoints/notes.ts';
 import { checkRunIntegrity } from '../worker/integrity.ts';
 import type { Child } from './support/child.ts';

@@ -8,7 +8,7 @@ import { after, before, test } from 'node:test';
 import type { Sql } from 'postgres';
 import { createWorkspace } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';
-import { MAX_BRIEF_BYTES } from '../worker/job.ts';
+import { MAX_BRIEF_BYTES } from '../core/job.ts';
 import { spawnNode } from './support/child.ts';
 import { createTestDatabase, superuserSql, type TestDatabase } from './support/db.ts';
 

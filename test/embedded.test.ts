@@ -7,7 +7,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import postgres from 'postgres';
-import { PROJECT_ROOT } from '../worker/config.ts';
+import { PROJECT_ROOT } from '../core/config.ts';
 import { embeddedStatus, ensureEmbeddedPostgres, stopEmbeddedPostgres, type EmbeddedServer } from '../store/embedded.ts';
 import { spawnNode, waitFor } from './support/child.ts';
 

@@ -10,7 +10,7 @@ import { after, before, test } from 'node:test';
 import { pruneRunCheckpoints } from '../store/retention.ts';
 import { createWorkspace } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';
-import { verifyChain } from '../worker/checkpoints/hash.ts';
+import { verifyChain } from '../core/checkpoint-hash.ts';
 import { spawnNode, waitFor, type Child } from './support/child.ts';
 import { git } from './support/git.ts';
 import { createScenario, sampleSteps, type Scenario, type TranscriptStep } from './support/scenario.ts';

@@ -8,7 +8,7 @@ import { appendFile, mkdir, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { after, test } from 'node:test';
 import { commitTouchedPaths } from '../worker/checkpoints/content.ts';
-import { checkpointHash, ManifestDigest, verifyChain, type FileTouched } from '../worker/checkpoints/hash.ts';
+import { checkpointHash, ManifestDigest, verifyChain, type FileTouched } from '../core/checkpoint-hash.ts';
 import { boundHistory, recordToolCall, type ToolCallRecord } from '../worker/checkpoints/history.ts';
 import { writeCheckpointNotes } from '../worker/checkpoints/notes.ts';
 import { TouchTracker } from '../worker/checkpoints/tracker.ts';

@@ -9,7 +9,7 @@ import { checkpointChain, runManifest } from '../store/checkpoints.ts';
 import { anchorOf } from '../store/retention.ts';
 import { createWorkspace, getRun } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';
-import { verifyChain } from '../worker/checkpoints/hash.ts';
+import { verifyChain } from '../core/checkpoint-hash.ts';
 import { notedCommits } from '../worker/checkpoints/notes.ts';
 import { checkRunIntegrity } from '../worker/integrity.ts';
 import { verifyAndRepair } from '../worker/resume.ts';

@@ -12,7 +12,7 @@ import { csrfTokenFor } from '../scripts/mission-control/routes-actions.ts';
 import { createWorkspace } from '../store/runs.ts';
 import { createWorkspaceToken } from '../store/tokens.ts';
 import { withWorkspace } from '../store/workspace.ts';
-import { PROJECT_ROOT } from '../worker/config.ts';
+import { PROJECT_ROOT } from '../core/config.ts';
 import { chromium } from 'playwright-core';
 import { waitFor, type Child } from './support/child.ts';
 import { createScenario, type Scenario, type TranscriptStep } from './support/scenario.ts';

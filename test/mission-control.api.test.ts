@@ -7,8 +7,8 @@ import { createMissionControl, type RunningMissionControl } from '../scripts/mis
 import { appendEvent, claimRun, createWorkspace, recordRun } from '../store/runs.ts';
 import { createAdminToken, createWorkspaceToken, tokenSha256 } from '../store/tokens.ts';
 import { withWorkspace } from '../store/workspace.ts';
-import { checkpointHash, type FileTouched } from '../worker/checkpoints/hash.ts';
-import { parseJob } from '../worker/job.ts';
+import { checkpointHash, type FileTouched } from '../core/checkpoint-hash.ts';
+import { parseJob } from '../core/job.ts';
 import { spawnNode } from './support/child.ts';
 import { createTestDatabase, superuserSql, type TestDatabase } from './support/db.ts';
 

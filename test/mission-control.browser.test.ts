@@ -10,9 +10,9 @@ import { createMissionControl, type RunningMissionControl } from '../scripts/mis
 import { appendEvent, claimRun, completeRun, createWorkspace, recordRun, requeueRun } from '../store/runs.ts';
 import { createWorkspaceToken } from '../store/tokens.ts';
 import { withWorkspace } from '../store/workspace.ts';
-import { checkpointHash, type FileTouched } from '../worker/checkpoints/hash.ts';
-import { PROJECT_ROOT } from '../worker/config.ts';
-import { parseJob } from '../worker/job.ts';
+import { checkpointHash, type FileTouched } from '../core/checkpoint-hash.ts';
+import { PROJECT_ROOT } from '../core/config.ts';
+import { parseJob } from '../core/job.ts';
 import { createTestDatabase, superuserSql, type TestDatabase } from './support/db.ts';
 
 const WS = 'acme';

@@ -5,8 +5,8 @@ import { generateText, streamText, stepCountIs, tool } from 'ai';
 import { z } from 'zod';
 import { resolveModel, type ProviderRow } from '../worker/models/resolve.ts';
 import { createOpenAICompatibleModel, MissingApiKeyError } from '../worker/models/openai-compatible.ts';
-import { keyVarAllowed, parseKeyVarGlobs, ProviderKeyVarRefusedError } from '../worker/models/key-vars.ts';
-import { EchodoError } from '../worker/errors.ts';
+import { keyVarAllowed, parseKeyVarGlobs, ProviderKeyVarRefusedError } from '../core/key-vars.ts';
+import { EchodoError } from '../core/errors.ts';
 import { startChatServer, type ChatServer } from './support/chat-server.ts';
 
 const KEY_VAR = 'ECHODO_TEST_LLM_API_KEY';

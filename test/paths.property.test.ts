@@ -6,7 +6,7 @@ import { lstat, mkdir, mkdtemp, readdir, readFile, realpath, rm, symlink, writeF
 import os from 'node:os';
 import path from 'node:path';
 import fc from 'fast-check';
-import { ToolRefusedError } from '../worker/errors.ts';
+import { ToolRefusedError } from '../core/errors.ts';
 import type { ToolContext } from '../worker/tools/context.ts';
 import { normalizeRelative, resolveInside } from '../worker/tools/paths.ts';
 import { writeFile } from '../worker/tools/write-file.ts';

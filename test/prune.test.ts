@@ -8,7 +8,7 @@ import { existsSync } from 'node:fs';
 import { appendFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
-import { verifyChain } from '../worker/checkpoints/hash.ts';
+import { verifyChain } from '../core/checkpoint-hash.ts';
 import { readCheckpointNote } from '../worker/checkpoints/notes.ts';
 import { checkRunIntegrity } from '../worker/integrity.ts';
 import { spawnNode, spawnProcess, type Child } from './support/child.ts';

@@ -10,7 +10,7 @@ import { z } from 'zod';
 import { ReplayModel, TRANSCRIPT_ENDED_TEXT } from '../worker/models/replay.ts';
 import { loadTranscript, parseTranscript, TranscriptError, type Transcript } from '../worker/models/transcript.ts';
 import { resolveModel } from '../worker/models/resolve.ts';
-import { EchodoError } from '../worker/errors.ts';
+import { EchodoError } from '../core/errors.ts';
 
 const threeRounds: Transcript = {
   steps: [

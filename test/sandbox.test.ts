@@ -9,7 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { after, before, describe, test } from 'node:test';
-import { ToolRefusedError } from '../worker/errors.ts';
+import { ToolRefusedError } from '../core/errors.ts';
 import { bwrapArgs } from '../worker/sandbox/bwrap.ts';
 import { gitLayout } from '../worker/sandbox/git-dirs.ts';
 import { describeSandbox, probeSandbox, type CommandSandbox } from '../worker/sandbox/index.ts';

@@ -29,7 +29,7 @@ import { git } from './support/git.ts';
 import { startRedis, type RedisServer } from './support/redis.ts';
 import { createScenario, type Scenario } from './support/scenario.ts';
 import { recordToolCall } from '../worker/checkpoints/history.ts';
-import { redactString, redactValue, registerUrlCredentials, storableText } from '../worker/checkpoints/redact.ts';
+import { redactString, redactValue, registerUrlCredentials, storableText } from '../core/redact.ts';
 import { createLogger } from '../worker/log.ts';
 import { deadLetterReason, deadLetterText } from '../worker/queue/postgres.ts';
 import { registerConfigSecrets } from '../worker/secrets.ts';

@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { claimRun } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';
-import { parseConfig } from '../worker/config.ts';
+import { parseConfig } from '../core/config.ts';
 import { createLogger } from '../worker/log.ts';
 import { sweepStalledRuns } from '../worker/stall-detector.ts';
 import { createScenario, sampleSteps, type Scenario } from './support/scenario.ts';

@@ -7,7 +7,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { ToolRefusedError } from '../worker/errors.ts';
+import { ToolRefusedError } from '../core/errors.ts';
 import { sandboxFor, type CommandSandbox } from '../worker/sandbox/index.ts';
 import type { ToolContext } from '../worker/tools/context.ts';
 import { DEFAULT_ALLOWED_COMMANDS } from '../worker/tools/command-line.ts';

@@ -7,7 +7,7 @@ import { chmod, mkdtemp, open, readdir, readFile as fsReadFile, rm, stat, symlin
 import os from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { ToolRefusedError } from '../worker/errors.ts';
+import { ToolRefusedError } from '../core/errors.ts';
 import type { ToolContext } from '../worker/tools/context.ts';
 import { grep } from '../worker/tools/grep.ts';
 import { TOOLS, toolsForHarness, removeStaleTempFiles } from '../worker/tools/index.ts';

@@ -8,7 +8,7 @@ import { readdir, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { Redis } from 'ioredis';
-import { branchName } from '../worker/job.ts';
+import { branchName } from '../core/job.ts';
 import { waitFor, type Child } from './support/child.ts';
 import { git } from './support/git.ts';
 import { startRedis, type RedisServer } from './support/redis.ts';

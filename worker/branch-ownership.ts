@@ -8,10 +8,10 @@
 // three are taken the run fails with ref_refused.
 import { createHash } from 'node:crypto';
 import type { ClaimAnswer } from '../store/branches.ts';
-import { EchodoError } from './errors.ts';
+import { EchodoError } from '../core/errors.ts';
 import { faultPoint } from './faults.ts';
 import { resolveCommit, runGit } from './git.ts';
-import { branchName } from './job.ts';
+import { branchName } from '../core/job.ts';
 
 /** Claims a branch of the run's repository for the run (echodo_claim_branch in its workspace). */
 export type ClaimBranch = (branch: string, mayCreate: boolean) => Promise<ClaimAnswer>;

@@ -13,8 +13,8 @@ import {
 } from '../store/operator-actions.ts';
 import { appendEvent, getRun, type RunRow, type RunStatus } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';
-import { redactString } from './checkpoints/redact.ts';
-import { EchodoError, errorMessage } from './errors.ts';
+import { redactString } from '../core/redact.ts';
+import { EchodoError, errorMessage } from '../core/errors.ts';
 import { faultPoint } from './faults.ts';
 import { runGit } from './git.ts';
 import type { Logger } from './log.ts';

@@ -2,9 +2,9 @@
 //   idle → taking → running → idle … ; SIGTERM → stopping (the run in flight checkpoints
 //   and is released) → stopped. A lost lease means this process may have been paused or cut
 //   off: it stops and exits with LEASE_LOST_EXIT so a supervisor starts a fresh one.
-import type { Config } from './config.ts';
+import type { Config } from '../core/config.ts';
 import type { Database } from '../store/connection.ts';
-import { errorMessage } from './errors.ts';
+import { errorMessage } from '../core/errors.ts';
 import type { Logger } from './log.ts';
 import type { JobQueue } from './queue/types.ts';
 import { processDelivery, type JobResult } from './run-job.ts';

@@ -6,10 +6,10 @@ import { randomUUID } from 'node:crypto';
 import type { Database } from '../store/connection.ts';
 import { getRun, workspaceExists } from '../store/runs.ts';
 import { withWorkspace, type WorkspaceTx } from '../store/workspace.ts';
-import { redactString } from './checkpoints/redact.ts';
-import { EchodoError } from './errors.ts';
+import { redactString } from '../core/redact.ts';
+import { EchodoError } from '../core/errors.ts';
 import { faultPoint } from './faults.ts';
-import { parseJob, type Job } from './job.ts';
+import { parseJob, type Job } from '../core/job.ts';
 import type { JobQueue } from './queue/types.ts';
 import { admitJob, type Admission } from './redispatch.ts';
 

@@ -5,7 +5,7 @@
 // history; its checkpoints start at 1 and its chain's anchor is N's hash, so the lineage
 // verifies end to end. "Rewind" is a fork that also cancels the source.
 import { randomUUID } from 'node:crypto';
-import type { Config } from './config.ts';
+import type { Config } from '../core/config.ts';
 import type { Database } from '../store/connection.ts';
 import { checkpointAt, checkpointChain, type CheckpointRow } from '../store/checkpoints.ts';
 import { prunedBelow, recordForkAnchor, recordForkOrigin } from '../store/operator-actions.ts';
@@ -14,14 +14,14 @@ import { appendEvent, getRun, recordRun, type RunRow } from '../store/runs.ts';
 import { modelProvider } from '../store/workspace-config.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { actorLabel, requestCancel, type CancelAnswer } from './cancel.ts';
-import { verifyChain } from './checkpoints/hash.ts';
+import { verifyChain } from '../core/checkpoint-hash.ts';
 import type { ToolCallRecord } from './checkpoints/history.ts';
 import { readCheckpointNote } from './checkpoints/notes.ts';
-import { redactString } from './checkpoints/redact.ts';
+import { redactString } from '../core/redact.ts';
 import { historyWindow, stateFromRow, type CheckpointState } from './checkpoints/writer.ts';
-import { EchodoError, errorMessage } from './errors.ts';
+import { EchodoError, errorMessage } from '../core/errors.ts';
 import { runGit } from './git.ts';
-import { branchName, parseJob, type Job } from './job.ts';
+import { branchName, parseJob, type Job } from '../core/job.ts';
 import type { Logger } from './log.ts';
 import type { JobQueue } from './queue/types.ts';
 

@@ -1,9 +1,9 @@
 // Harness definitions, in one place: what a run may touch and which tools it gets.
 // A workspace may override or add harnesses (harness_providers) and route roles to them
 // (role_harness_routes); a job without harnessAlias is routed by its roleId, else `code`.
-import type { Config } from './config.ts';
-import { EchodoError } from './errors.ts';
-import type { Job } from './job.ts';
+import type { Config } from '../core/config.ts';
+import { EchodoError } from '../core/errors.ts';
+import type { Job } from '../core/job.ts';
 import { parseAllowedCommands } from './tools/command-line.ts';
 import { harnessAliasForRole, harnessOverride } from '../store/workspace-config.ts';
 import type { WorkspaceTx } from '../store/workspace.ts';

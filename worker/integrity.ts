@@ -1,5 +1,5 @@
 // The integrity check: resume's verification, read-only, from any process.
-import type { Config } from './config.ts';
+import type { Config } from '../core/config.ts';
 import type { Database } from '../store/connection.ts';
 import { checkpointChain, runManifest, type ManifestEntry } from '../store/checkpoints.ts';
 import { anchorOf } from '../store/retention.ts';

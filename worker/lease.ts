@@ -3,7 +3,7 @@
 // touches the worktree again: it may have been paused (SIGSTOP, a VM freeze) or cut off,
 // and another worker may already own the run.
 import type { Sql } from 'postgres';
-import { LeaseLostError } from './errors.ts';
+import { LeaseLostError } from '../core/errors.ts';
 import type { Logger } from './log.ts';
 import { heartbeatWithCancel, leaseView } from '../store/operator-actions.ts';
 import { withWorkspace } from '../store/workspace.ts';

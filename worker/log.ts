@@ -4,7 +4,7 @@
 // redaction alone cannot know where a key ends up inside free text. Fail closed: a line that
 // cannot be redacted is replaced, never written raw.
 import pino, { type Logger } from 'pino';
-import { redactString } from './checkpoints/redact.ts';
+import { redactString } from '../core/redact.ts';
 
 export type { Logger };
 

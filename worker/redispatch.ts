@@ -14,8 +14,8 @@ import {
   type LockedRun, type RunRow, type RunStatus,
 } from '../store/runs.ts';
 import type { WorkspaceTx } from '../store/workspace.ts';
-import { redactString } from './checkpoints/redact.ts';
-import type { Job } from './job.ts';
+import { redactString } from '../core/redact.ts';
+import type { Job } from '../core/job.ts';
 
 /** Where the job came from: a request (dispatch, Retry) rings the doorbell itself afterwards;
  *  a delivery (taken from a queue) is claimed by the taker in the same transaction. */

@@ -6,10 +6,10 @@
 import { existsSync } from 'node:fs';
 import { mkdir, rename, rm } from 'node:fs/promises';
 import path from 'node:path';
-import type { Config } from './config.ts';
+import type { Config } from '../core/config.ts';
 import type { CheckpointRow } from '../store/checkpoints.ts';
 import type { RunRow } from '../store/runs.ts';
-import { EchodoError } from './errors.ts';
+import { EchodoError } from '../core/errors.ts';
 import { runGit } from './git.ts';
 import type { Logger } from './log.ts';
 import { notedCommits, writeCheckpointNotes } from './checkpoints/notes.ts';

@@ -5,7 +5,7 @@
 import { randomUUID } from 'node:crypto';
 import { open, readFile, stat, unlink, utimes } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { EchodoError } from './errors.ts';
+import { EchodoError } from '../core/errors.ts';
 
 export interface RepoLockOptions {
   /** A lock whose mtime is older than this is taken over (its holder refreshes it at a quarter of it). */

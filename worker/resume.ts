@@ -5,7 +5,7 @@ import { rm, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import type { CheckpointRow, ManifestEntry } from '../store/checkpoints.ts';
 import type { RunRow } from '../store/runs.ts';
-import { EchodoError } from './errors.ts';
+import { EchodoError } from '../core/errors.ts';
 import { runGit } from './git.ts';
 import type { Logger } from './log.ts';
 import { writeCheckpointNotes } from './checkpoints/notes.ts';

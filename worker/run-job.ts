@@ -3,23 +3,23 @@
 // with a reason; it never escapes to kill the daemon.
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
-import type { Config } from './config.ts';
+import type { Config } from '../core/config.ts';
 import type { Database } from '../store/connection.ts';
 import { checkpointChain, runManifest, type ManifestEntry } from '../store/checkpoints.ts';
 import { appendEvent, getRun, completeRun, failRun, requeueRun, setRunWorkspace, type RunRow } from '../store/runs.ts';
 import { apiKeyEnvVars, modelProvider } from '../store/workspace-config.ts';
 import { inWorkspace, withWorkspace } from '../store/workspace.ts';
 import { isTransientDbError } from '../store/retry.ts';
-import { errorMessage, LeaseLostError, toEchodoError } from './errors.ts';
+import { errorMessage, LeaseLostError, toEchodoError } from '../core/errors.ts';
 import { faultPoint } from './faults.ts';
 import { resolveHarnessForJob, type Harness } from './harnesses.ts';
-import { parseRawJob, type Job } from './job.ts';
+import { parseRawJob, type Job } from '../core/job.ts';
 import { Lease } from './lease.ts';
 import type { Logger } from './log.ts';
 import { resolveModel } from './models/resolve.ts';
-import { parseKeyVarGlobs } from './models/key-vars.ts';
+import { parseKeyVarGlobs } from '../core/key-vars.ts';
 import type { Delivery, JobQueue } from './queue/types.ts';
-import { redactString, registerSecretsFromEnv } from './checkpoints/redact.ts';
+import { redactString, registerSecretsFromEnv } from '../core/redact.ts';
 import { TouchTracker } from './checkpoints/tracker.ts';
 import { CheckpointWriter, stateFromChain, type WorkingTree } from './checkpoints/writer.ts';
 import { verifyAndRepair } from './resume.ts';

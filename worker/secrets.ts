@@ -1,4 +1,4 @@
-// Start-up registration of secrets with the redactor (checkpoints/redact.ts), for every process
+// Start-up registration of secrets with the redactor (core/redact.ts), for every process
 // that persists or logs (worker, stall detector, mission control, dispatch):
 //  - the credentials inside DATABASE_URL, DATABASE_APP_URL, REDIS_URL, WORKER_CHECKPOINT_REMOTE
 //    and the URLs the process actually connects with (the embedded server's password included);
@@ -11,10 +11,10 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import type { Database } from '../store/connection.ts';
 import { allApiKeyEnvVars } from '../store/workspace-config.ts';
-import { registerSecret, registerSecretsFromEnv, registerUrlCredentials, registeredSecretCount } from './checkpoints/redact.ts';
-import type { Config } from './config.ts';
-import { EchodoError } from './errors.ts';
-import { parseKeyVarGlobs } from './models/key-vars.ts';
+import { registerSecret, registerSecretsFromEnv, registerUrlCredentials, registeredSecretCount } from '../core/redact.ts';
+import type { Config } from '../core/config.ts';
+import { EchodoError } from '../core/errors.ts';
+import { parseKeyVarGlobs } from '../core/key-vars.ts';
 
 type SecretConfig = Pick<Config, 'DATABASE_URL' | 'DATABASE_APP_URL' | 'REDIS_URL' | 'WORKER_CHECKPOINT_REMOTE' | 'WORKER_PROVIDER_KEY_VARS'> &
   Partial<Pick<Config, 'ECHODO_HOME'>>;

@@ -2,7 +2,7 @@
 // across attempts), what the model has seen (the rounds in CheckpointState.history), and which
 // files changed (the tracker, drained into each checkpoint). After every Nth round a checkpoint.
 import { generateText, stepCountIs, tool, type LanguageModel, type StepResult, type ToolSet } from 'ai';
-import { EchodoError, errorMessage, LeaseLostError } from './errors.ts';
+import { EchodoError, errorMessage, LeaseLostError } from '../core/errors.ts';
 
 const FATAL_IO_CODES = new Set(['ENOSPC', 'EDQUOT', 'EROFS', 'EIO']);
 import { faultPoint } from './faults.ts';

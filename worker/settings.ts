@@ -5,9 +5,9 @@
 import { generateText } from 'ai';
 import type { HarnessRow, ModelProviderRow } from '../store/workspace-config.ts';
 import type { RouteRow } from '../store/workspace-settings.ts';
-import { redactString } from './checkpoints/redact.ts';
-import { EchodoError, errorMessage } from './errors.ts';
-import { assertKeyVarAllowed } from './models/key-vars.ts';
+import { redactString } from '../core/redact.ts';
+import { EchodoError, errorMessage } from '../core/errors.ts';
+import { assertKeyVarAllowed } from '../core/key-vars.ts';
 import { createOpenAICompatibleModel } from './models/openai-compatible.ts';
 
 export const PROVIDER_KINDS = ['openai-compatible'] as const;

@@ -3,7 +3,7 @@
 // resumeFromCheckpoint; after STALL_MAX_ATTEMPTS the run is failed with a run_failed event.
 // Every change is a compare-and-set on lease_epoch, so two detectors re-dispatch a run once,
 // and the bump fences off the worker that stalled.
-import type { Config } from './config.ts';
+import type { Config } from '../core/config.ts';
 import type { Database } from '../store/connection.ts';
 import { appendEvent, failStalledRun, getRun, redispatchRun, requeueRun } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';

@@ -8,7 +8,7 @@
 // only under the repository's worktree lock (worktrees.ts), so none is half made by a live worker.
 import { lstat, mkdir, readdir, readFile, realpath, rm, chmod } from 'node:fs/promises';
 import path from 'node:path';
-import { EchodoError } from './errors.ts';
+import { EchodoError } from '../core/errors.ts';
 import type { Logger } from './log.ts';
 
 const HEAD_OK = /^(ref: refs\/\S+|[0-9a-f]{40}|[0-9a-f]{64})$/;

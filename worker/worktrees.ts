@@ -3,12 +3,12 @@
 import { existsSync } from 'node:fs';
 import { readFile, realpath, rm } from 'node:fs/promises';
 import path from 'node:path';
-import { EchodoError } from './errors.ts';
+import { EchodoError } from '../core/errors.ts';
 import { faultPoint } from './faults.ts';
 import { resolveCommit, runGit } from './git.ts';
 import { withRepoLock } from './repo-lock.ts';
 import { adminFolderProblem, ensurePrivateDir, pointerOf, repairAdminFolders } from './worktree-repair.ts';
-import { branchName } from './job.ts';
+import { branchName } from '../core/job.ts';
 import type { Logger } from './log.ts';
 
 /** Worktrees this process created; resume must leave it unchanged. */

@@ -42,7 +42,7 @@ export function clearSessionCookie(c: Context): void {
   deleteCookie(c, TOKEN_COOKIE, { path: '/' });
 }
 
-/** The shape of every id a job may carry (worker/job.ts): anything else cannot exist. */
+/** The shape of every id a job may carry (core/job.ts): anything else cannot exist. */
 const ID = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$/;
 const ID_PARAMS: Record<string, string> = { convoyId: 'convoy', agentRunId: 'run' };
 

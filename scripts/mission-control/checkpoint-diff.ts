@@ -8,7 +8,7 @@ import { checkpointAt } from '../../store/checkpoints.ts';
 import { getRun, type RunRow } from '../../store/runs.ts';
 import type { WorkspaceTx } from '../../store/workspace.ts';
 import type { ToolCallRecord } from '../../worker/checkpoints/history.ts';
-import { redactString, redactValue } from '../../worker/checkpoints/redact.ts';
+import { redactString, redactValue } from '../../core/redact.ts';
 import { GIT_ENV } from '../../worker/git.ts';
 
 /** The whole diff text is capped here; each file's own part at PER_FILE_LIMIT. */

@@ -3,7 +3,7 @@
 // only; their values are never read here. A read-only token sees the same tables, no forms.
 import type { HarnessRow, ModelProviderRow } from '../../store/workspace-config.ts';
 import type { RouteRow } from '../../store/workspace-settings.ts';
-import { redactString } from '../../worker/checkpoints/redact.ts';
+import { redactString } from '../../core/redact.ts';
 import type { ModelTestResult } from '../../worker/settings.ts';
 import { html, type SafeHtml } from './html.ts';
 import type { ActionView } from './pages-actions.ts';

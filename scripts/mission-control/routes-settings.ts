@@ -9,10 +9,10 @@ import {
   listHarnesses, listModelProviders, listRoutes, removeHarness, removeModelProvider, removeRoute, upsertHarness, upsertRoute,
 } from '../../store/workspace-settings.ts';
 import { withWorkspace, type WorkspaceTx } from '../../store/workspace.ts';
-import { redactString, registerSecretsFromEnv } from '../../worker/checkpoints/redact.ts';
-import type { Config } from '../../worker/config.ts';
-import { EchodoError } from '../../worker/errors.ts';
-import { parseKeyVarGlobs } from '../../worker/models/key-vars.ts';
+import { redactString, registerSecretsFromEnv } from '../../core/redact.ts';
+import type { Config } from '../../core/config.ts';
+import { EchodoError } from '../../core/errors.ts';
+import { parseKeyVarGlobs } from '../../core/key-vars.ts';
 import { harnessInput, modelInput, routeInput, testModelProvider, type ModelTestResult } from '../../worker/settings.ts';
 import { requirePrincipal, workspaceOf, type McContext, type McEnv } from './auth.ts';
 import { sendPage } from './layout.ts';

@@ -8,7 +8,7 @@ import { serve } from '@hono/node-server';
 import { Hono } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import type { Database } from '../../store/connection.ts';
-import type { Config } from '../../worker/config.ts';
+import type { Config } from '../../core/config.ts';
 import type { JobQueue } from '../../worker/queue/types.ts';
 import { createLogger, type Logger } from '../../worker/log.ts';
 import type { McEnv } from './auth.ts';

@@ -6,7 +6,7 @@ import { createHash } from 'node:crypto';
 import { mkdir, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import type { Sql } from 'postgres';
-import type { Config } from '../../worker/config.ts';
+import type { Config } from '../../core/config.ts';
 import type { Database } from '../../store/connection.ts';
 import { claimRun, recordRun, setRunWorkspace, type RunRow } from '../../store/runs.ts';
 import { withWorkspace } from '../../store/workspace.ts';
@@ -14,7 +14,7 @@ import { CheckpointWriter, stateFromChain, type CheckpointState, type RunIdentit
 import { recordToolCall } from '../../worker/checkpoints/history.ts';
 import { TouchTracker } from '../../worker/checkpoints/tracker.ts';
 import { checkpointChain, runManifest } from '../../store/checkpoints.ts';
-import { parseJob } from '../../worker/job.ts';
+import { parseJob } from '../../core/job.ts';
 import { Lease } from '../../worker/lease.ts';
 import { createLogger } from '../../worker/log.ts';
 import { prepareWorktree } from '../../worker/worktrees.ts';

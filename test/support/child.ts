@@ -2,7 +2,7 @@
 // by line, waiting for a line, sending signals, waiting for exit.
 import { spawn, type ChildProcess } from 'node:child_process';
 import path from 'node:path';
-import { PROJECT_ROOT } from '../../worker/config.ts';
+import { PROJECT_ROOT } from '../../core/config.ts';
 
 // Resolved once, so a child whose cwd is some temp repo still finds tsx.
 const TSX_LOADER = import.meta.resolve('tsx');

@@ -8,7 +8,7 @@ import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import postgres, { type Sql } from 'postgres';
-import { parseConfig, type Config } from '../../worker/config.ts';
+import { parseConfig, type Config } from '../../core/config.ts';
 import { openDatabase, type Database } from '../../store/connection.ts';
 import {
   APP_LOGIN_ROLE, appLoginUrl, appRoleFile, setAppLoginPassword, writeCredentialsExclusive, type AppCredentials,

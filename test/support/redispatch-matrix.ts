@@ -12,7 +12,7 @@ import { createWorkspace } from '../../store/runs.ts';
 import { withWorkspace } from '../../store/workspace.ts';
 import { requestCancel } from '../../worker/cancel.ts';
 import { dispatchJob } from '../../worker/dispatch.ts';
-import { EchodoError } from '../../worker/errors.ts';
+import { EchodoError } from '../../core/errors.ts';
 import { checkRunIntegrity } from '../../worker/integrity.ts';
 import { redisKeys } from '../../worker/queue/redis.ts';
 import { spawnNode, waitFor, type Child } from './child.ts';

@@ -7,7 +7,7 @@ import path from 'node:path';
 import type { Sql } from 'postgres';
 import { createWorkspace } from '../../store/runs.ts';
 import { withWorkspace } from '../../store/workspace.ts';
-import { parseConfig, type Config } from '../../worker/config.ts';
+import { parseConfig, type Config } from '../../core/config.ts';
 import { dispatchJob } from '../../worker/dispatch.ts';
 import { createLogger } from '../../worker/log.ts';
 import { createQueue } from '../../worker/queue/index.ts';

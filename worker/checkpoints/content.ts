@@ -15,8 +15,8 @@ import { deflateSync } from 'node:zlib';
 import { GitError, runGit, type GitResult } from '../git.ts';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { commonDirOf } from './notes.ts';
-import type { FileTouched } from './hash.ts';
-import { redactString } from './redact.ts';
+import type { FileTouched } from '../../core/checkpoint-hash.ts';
+import { redactString } from '../../core/redact.ts';
 
 const IDENT = 'echodo-worker <echodo-worker@localhost>';
 

@@ -2,7 +2,7 @@
 // File contents become {bytes, sha256}; command output becomes an exit code and a short tail;
 // every string is redacted, and only then truncated, before it can reach a row or a log.
 import { createHash } from 'node:crypto';
-import { redactOrDrop, redactString } from './redact.ts';
+import { redactOrDrop, redactString } from '../../core/redact.ts';
 
 export interface ToolCallRecord {
   round: number;

@@ -6,7 +6,7 @@
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { GitError, runGit } from '../git.ts';
-import { redactString } from './redact.ts';
+import { redactString } from '../../core/redact.ts';
 import { withRepoLock } from '../repo-lock.ts';
 
 export interface CheckpointNote {

@@ -8,7 +8,7 @@
 // fast-import in flight): safe next to a concurrent `git gc` or `git repack -ad`.
 import { readdir, stat, unlink } from 'node:fs/promises';
 import path from 'node:path';
-import { errorMessage } from '../errors.ts';
+import { errorMessage } from '../../core/errors.ts';
 import { runGit } from '../git.ts';
 import type { Logger } from '../log.ts';
 import { commonDirOf } from './notes.ts';

@@ -4,11 +4,11 @@
 // checkpoint carries the branch and the run's notes ref (one connection, a thin pack).
 import { readdir, stat } from 'node:fs/promises';
 import path from 'node:path';
-import { EchodoError } from '../errors.ts';
+import { EchodoError } from '../../core/errors.ts';
 import { GitError, runGit } from '../git.ts';
 import type { Logger } from '../log.ts';
 import { repoCommonDir } from '../worktrees.ts';
-import { redactString } from './redact.ts';
+import { redactString } from '../../core/redact.ts';
 
 /** The remote could not take (or give) a checkpoint: the run stops at its last checkpoint and is released. */
 export class CheckpointRemoteError extends EchodoError {

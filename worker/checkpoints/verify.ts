@@ -7,7 +7,7 @@ import type { RunRow } from '../../store/runs.ts';
 import { resolveCommit, runGit } from '../git.ts';
 import { inspectWorktree, repoCommonDir, type WorktreeState } from '../worktrees.ts';
 import { describeFiles } from './content.ts';
-import { ManifestDigest, verifyChain, type ChainVerdict } from './hash.ts';
+import { ManifestDigest, verifyChain, type ChainVerdict } from '../../core/checkpoint-hash.ts';
 import { notedCommits, readCheckpointNote } from './notes.ts';
 
 export type FindingKind =

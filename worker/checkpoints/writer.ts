@@ -15,17 +15,17 @@ import type { Sql } from 'postgres';
 import { appendCheckpoint, checkpointAt, runManifest, type CheckpointRow, type ManifestEntry } from '../../store/checkpoints.ts';
 import { retryTransient } from '../../store/retry.ts';
 import { withWorkspace } from '../../store/workspace.ts';
-import { errorMessage, LeaseLostError } from '../errors.ts';
+import { errorMessage, LeaseLostError } from '../../core/errors.ts';
 import { faultPoint } from '../faults.ts';
 import type { Lease } from '../lease.ts';
 import type { Logger } from '../log.ts';
 import { commitTouchedPaths, describeFiles } from './content.ts';
-import { checkpointHash, DELTA_FORMAT, ManifestDigest, type CheckpointPayload, type FileTouched } from './hash.ts';
+import { checkpointHash, DELTA_FORMAT, ManifestDigest, type CheckpointPayload, type FileTouched } from '../../core/checkpoint-hash.ts';
 import { boundHistory, type ToolCallRecord } from './history.ts';
 import { writeCheckpointNotes, type NoteWrite } from './notes.ts';
 import { ObjectPacker } from './packing.ts';
 import type { RemotePusher } from './remote.ts';
-import { redactString } from './redact.ts';
+import { redactString } from '../../core/redact.ts';
 import type { TouchTracker } from './tracker.ts';
 
 /** Fail closed: a path the redactor cannot process is not stored. */

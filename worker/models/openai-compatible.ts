@@ -6,8 +6,8 @@
 
 import type { LanguageModelV3 } from '@ai-sdk/provider';
 import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
-import { EchodoError } from '../errors.ts';
-import { assertKeyVarAllowed, parseKeyVarGlobs } from './key-vars.ts';
+import { EchodoError } from '../../core/errors.ts';
+import { assertKeyVarAllowed, parseKeyVarGlobs } from '../../core/key-vars.ts';
 
 export interface OpenAICompatibleModelOptions {
   baseURL: string;

@@ -3,7 +3,7 @@
 
 import { isAbsolute } from 'node:path';
 import type { LanguageModelV3 } from '@ai-sdk/provider';
-import { EchodoError } from '../errors.ts';
+import { EchodoError } from '../../core/errors.ts';
 import { createOpenAICompatibleModel } from './openai-compatible.ts';
 import { ReplayModel } from './replay.ts';
 import { loadTranscript } from './transcript.ts';

@@ -3,7 +3,7 @@
 
 import { readFile } from 'node:fs/promises';
 import { z } from 'zod';
-import { EchodoError } from '../errors.ts';
+import { EchodoError } from '../../core/errors.ts';
 
 const toolCallSchema = z.strictObject({
   toolName: z.string().min(1),

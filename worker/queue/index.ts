@@ -1,6 +1,6 @@
 // Picks the queue backend: Redis when REDIS_URL is set, else Postgres itself.
 import type { Database } from '../../store/connection.ts';
-import type { Config } from '../config.ts';
+import type { Config } from '../../core/config.ts';
 import { createPostgresQueue } from './postgres.ts';
 import { createRedisQueue } from './redis.ts';
 import type { JobQueue } from './types.ts';

@@ -7,9 +7,9 @@ import type { Sql } from 'postgres';
 import type { Database } from '../../store/connection.ts';
 import { failQueuedRun } from '../../store/runs.ts';
 import { withWorkspace } from '../../store/workspace.ts';
-import { EchodoError } from '../errors.ts';
-import { storableText } from '../checkpoints/redact.ts';
-import type { Job } from '../job.ts';
+import { EchodoError } from '../../core/errors.ts';
+import { storableText } from '../../core/redact.ts';
+import type { Job } from '../../core/job.ts';
 import type { Delivery, JobQueue } from './types.ts';
 
 export const QUEUE_CHANNEL = 'echodo_queue';

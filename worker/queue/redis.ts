@@ -9,8 +9,8 @@
 import os from 'node:os';
 import { Redis, type RedisOptions } from 'ioredis';
 import type { Database } from '../../store/connection.ts';
-import { EchodoError, errorMessage } from '../errors.ts';
-import type { Job } from '../job.ts';
+import { EchodoError, errorMessage } from '../../core/errors.ts';
+import type { Job } from '../../core/job.ts';
 import { deadLetterReason, deadLetterText, recordDeadLetter } from './postgres.ts';
 import type { Delivery, JobQueue } from './types.ts';
 

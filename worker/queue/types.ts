@@ -1,6 +1,6 @@
 // The job queue: Postgres is the truth (agent_runs), the queue is the doorbell.
 // Two backends behind this interface: Redis (REDIS_URL set) and Postgres itself.
-import type { Job } from '../job.ts';
+import type { Job } from '../../core/job.ts';
 
 export interface Delivery {
   /** The message as it arrived (JSON text); parse with parseRawJob. */

@@ -4,7 +4,7 @@
 // `.git` folder that is both.
 import { lstat, readFile, realpath } from 'node:fs/promises';
 import path from 'node:path';
-import { ToolRefusedError } from '../errors.ts';
+import { ToolRefusedError } from '../../core/errors.ts';
 
 export type GitLayout =
   | { kind: 'none' }

@@ -7,7 +7,7 @@ import { existsSync } from 'node:fs';
 import { mkdtemp, realpath, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import type { Config } from '../config.ts';
+import type { Config } from '../../core/config.ts';
 import { bwrapArgs, hardenedGitArgv } from './bwrap.ts';
 import { detectLimiter, type CommandCgroup, type Limiter, type LimiterKind } from './cgroup.ts';
 import { gitLayout } from './git-dirs.ts';

@@ -24,7 +24,7 @@
 //                  (also after '--', since those reach the script's own CLI);
 //       others     nothing: the entry must match the whole command (an allowlisted 'env' must not
 //                  become 'env sh').
-import { ToolRefusedError } from '../errors.ts';
+import { ToolRefusedError } from '../../core/errors.ts';
 
 export const MAX_COMMAND_CHARS = 4096;
 

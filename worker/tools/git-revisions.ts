@@ -13,7 +13,7 @@
 //     a commit must pass `git merge-base --is-ancestor` against HEAD or the base; an object that
 //     is not a commit (a raw tree or blob id, a tag of one) is refused; a word that is no
 //     revision at all is a path, which command-line.ts has already kept relative.
-import { ToolRefusedError } from '../errors.ts';
+import { ToolRefusedError } from '../../core/errors.ts';
 import { runGit } from '../git.ts';
 
 // git must not run anything of the repository's while it only resolves names.

@@ -7,7 +7,7 @@ import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { rgPath as bundledRgPath } from '@vscode/ripgrep';
 import { z } from 'zod';
-import { ToolRefusedError } from '../errors.ts';
+import { ToolRefusedError } from '../../core/errors.ts';
 import type { ToolContext, ToolDefinition } from './context.ts';
 import { displayPath, resolveInside } from './paths.ts';
 import { commandEnvironment } from './run-command.ts';

@@ -5,7 +5,7 @@
 // write_file's O_EXCL temp file + rename never follows a symlink at the target).
 import { lstat, realpath } from 'node:fs/promises';
 import path from 'node:path';
-import { ToolRefusedError } from '../errors.ts';
+import { ToolRefusedError } from '../../core/errors.ts';
 import type { ToolContext } from './context.ts';
 
 export const MAX_PATH_BYTES = 4096;

@@ -8,7 +8,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { z } from 'zod';
-import { ToolRefusedError } from '../errors.ts';
+import { ToolRefusedError } from '../../core/errors.ts';
 import { faultPoint } from '../faults.ts';
 import { describeSandbox, sandboxedCommand, type CommandSandbox } from '../sandbox/index.ts';
 import { checkAllowed, splitCommand } from './command-line.ts';

@@ -5,7 +5,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { lstat, mkdir, open, rename, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
-import { ToolRefusedError } from '../errors.ts';
+import { ToolRefusedError } from '../../core/errors.ts';
 import { faultPoint, injectedErrno } from '../faults.ts';
 import type { ToolContext, ToolDefinition } from './context.ts';
 import { displayPath, resolveInside } from './paths.ts';

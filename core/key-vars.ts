@@ -3,8 +3,8 @@
 // name DATABASE_URL and send the database's credentials, as a bearer token, to any base_url.
 // Checked when a row is written (store/workspace-config.ts) and again when it is used (resolve.ts,
 // openai-compatible.ts), since rows written before the rule, or by hand, exist.
-import { globToRegExp } from '../checkpoints/redact.ts';
-import { EchodoError } from '../errors.ts';
+import { globToRegExp } from './redact.ts';
+import { EchodoError } from './errors.ts';
 
 export const DEFAULT_PROVIDER_KEY_VARS = '*_API_KEY';
 
