@@ -9,12 +9,12 @@ import { mkdtemp, readdir, readFile, rm, stat, symlink, unlink, utimes, writeFil
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { checkRunIntegrity } from '../worker/integrity.ts';
 import { createLogger } from '../worker/log.ts';
 import { withRepoLock } from '../worker/repo-lock.ts';
 import { prepareWorktree } from '../worker/worktrees.ts';
 import { waitFor, type Child } from './support/child.ts';
 import { git, makeRepo } from './support/git.ts';
+import { assertCompletedLike, finishAll as finishAllRuns } from './support/finish.ts';
 import { createScenario, sampleSteps, type Scenario } from './support/scenario.ts';
 
 const log = createLogger({ level: 'silent' });
@@ -195,31 +195,10 @@ const spawnWorker = (env: Record<string, string> = {}) => {
   }
   return w;
 };
-
-/** Sweeps (re-dispatching stalled runs) while clean workers finish every run in ids. */
-async function finishAll(ids: string[], finishers = 2): Promise<void> {
-  const clean = Array.from({ length: finishers }, () => spawnWorker());
-  const deadline = Date.now() + 300_000;
-  try {
-    for (;;) {
-      await s.sweep();
-      const rows = await s.su`select id, status, failure_reason from agent_runs where id in ${s.su(ids)}`;
-      if (rows.every((r) => r.status === 'completed' || r.status === 'failed')) break;
-      if (Date.now() > deadline) throw new Error(`runs not finished: ${JSON.stringify(rows)}`);
-      await new Promise((r) => setTimeout(r, 150));
-    }
-  } finally {
-    await Promise.all(clean.map((w) => w.stop('SIGTERM', 5000)));
-  }
-}
-
-async function assertCompleted(agentRunId: string): Promise<void> {
-  const run = await s.run(agentRunId);
-  assert.equal(run.status, 'completed', `run ${agentRunId}: ${run.failure_reason ?? ''}\n${workers.flatMap((w) => w.lines).filter((l) => l.includes(agentRunId) && /"level":[45]0/.test(l)).join('\n').slice(0, 2000)}`);
-  assert.equal(await s.branchTree(agentRunId), baselineTree, 'the final tree is an uncrashed run\'s');
-  const report = await checkRunIntegrity(s.t.db, s.config, s.workspaceId, agentRunId);
-  assert.deepEqual(report?.findings, [], `integrity of ${agentRunId}`);
-}
+const finishAll = (ids: string[]) => finishAllRuns(s, spawnWorker, ids, { finishers: 2 });
+const workerErrors = (agentRunId: string) =>
+  workers.flatMap((w) => w.lines).filter((l) => l.includes(agentRunId) && /"level":[45]0/.test(l)).join('\n').slice(0, 2000);
+const assertCompleted = (agentRunId: string) => assertCompletedLike(s, agentRunId, baselineTree, workerErrors(agentRunId));
 
 before(async () => {
   if (process.env.ECHODO_TEST_OUTPUT) await rm(path.join(process.env.ECHODO_TEST_OUTPUT, 'worktree-crash-workers.log'), { force: true });

@@ -6,8 +6,8 @@ import { mkdtemp, readdir, readFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { checkRunIntegrity } from '../worker/integrity.ts';
 import type { Child } from './support/child.ts';
+import { assertCompletedLike, finishAll } from './support/finish.ts';
 import { createScenario, sampleSteps, type Scenario } from './support/scenario.ts';
 
 let s: Scenario;
@@ -18,30 +18,6 @@ const spawnWorker = (env: Record<string, string> = {}) => {
   workers.push(w);
   return w;
 };
-
-async function finishAll(ids: string[], finishers = 1): Promise<void> {
-  const clean = Array.from({ length: finishers }, () => spawnWorker());
-  const deadline = Date.now() + 400_000;
-  try {
-    for (;;) {
-      await s.sweep();
-      const rows = await s.su`select id, status from agent_runs where id in ${s.su(ids)}`;
-      if (rows.every((r) => r.status === 'completed' || r.status === 'failed')) break;
-      if (Date.now() > deadline) throw new Error(`runs not finished: ${JSON.stringify(rows)}`);
-      await new Promise((r) => setTimeout(r, 200));
-    }
-  } finally {
-    await Promise.all(clean.map((w) => w.stop('SIGTERM', 5000)));
-  }
-}
-
-async function assertCompleted(agentRunId: string): Promise<void> {
-  const run = await s.run(agentRunId);
-  assert.equal(run.status, 'completed', `run ${agentRunId}: ${run.failure_reason ?? ''}`);
-  assert.equal(await s.branchTree(agentRunId), baselineTree, 'the final tree is an uncrashed run\'s');
-  const report = await checkRunIntegrity(s.t.db, s.config, s.workspaceId, agentRunId);
-  assert.deepEqual(report?.findings, [], `integrity of ${agentRunId}`);
-}
 
 before(async () => {
   const base = path.join(await mkdtemp(path.join(os.tmpdir(), 'echodo-wtrace-')), 'worktrees');
@@ -68,8 +44,8 @@ describe('four workers making worktrees on one repository at once', () => {
     await new Promise((r) => setTimeout(r, Math.random() * 1_500));
     const victim = four[Math.floor(Math.random() * four.length)]!;
     victim.kill('SIGKILL');
-    await finishAll(ids, 1);
-    for (const id of ids) await assertCompleted(id);
+    await finishAll(s, spawnWorker, ids, { timeoutMs: 400_000 });
+    for (const id of ids) await assertCompletedLike(s, id, baselineTree);
     const admins = await readdir(path.join(s.repo, '.git', 'worktrees'));
     for (const name of admins) {
       const head = await readFile(path.join(s.repo, '.git', 'worktrees', name, 'HEAD'), 'utf8').catch(() => '');
