@@ -100,6 +100,7 @@ export async function runSession(d: SessionDeps): Promise<SessionOutcome> {
   const ctx: ToolContext = {
     root: d.root,
     writePrefixes: d.harness.writePrefixes,
+    readScope: d.harness.needsWorktree ? 'all' : 'tracked',
     allowedCommands: d.harness.allowedCommands,
     commandTimeoutMs: d.commandTimeoutMs,
     sandbox: d.sandbox,

@@ -8,6 +8,11 @@ export interface ToolContext {
   root: string;
   /** null: writes anywhere under root; doc-writer: ['docs/', 'plans/']. */
   writePrefixes: string[] | null;
+  /**
+   * 'tracked' (doc-writer, which works in the repo root): reads only files git tracks, plus the
+   * write prefixes, so nothing the repo ignores (ECHODO_HOME's `.echodo/`, build output) is readable.
+   */
+  readScope?: 'all' | 'tracked';
   /** null: run_command is not available at all; else allowlisted command prefixes such as 'git diff'. */
   allowedCommands: string[] | null;
   commandTimeoutMs: number;

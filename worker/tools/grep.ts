@@ -54,7 +54,10 @@ export async function grep(ctx: ToolContext, input: GrepInput, options: GrepOpti
   }
 
   const rg = options.rgPath ?? bundledRgPath;
-  const useRg = await access(rg).then(
+  // The doc-writer (readScope 'tracked') searches what git tracks, with git grep: ripgrep would
+  // also read untracked files that the repository does not ignore.
+  const tracked = ctx.readScope === 'tracked';
+  const useRg = !tracked && await access(rg).then(
     () => true,
     () => false,
   );
@@ -70,7 +73,7 @@ export async function grep(ctx: ToolContext, input: GrepInput, options: GrepOpti
       ];
       return await search(ctx, rg, args, env, parseRgLine, 'rg');
     }
-    const args = ['grep', '--no-color', '-n', '-z', '-I', '--untracked', '-E', '-e', pattern, '--', rel];
+    const args = ['grep', '--no-color', '-n', '-z', '-I', ...(tracked ? [] : ['--untracked']), '-E', '-e', pattern, '--', rel];
     return await search(ctx, 'git', args, env, parseGitGrepLine, 'git grep');
   } finally {
     await rm(home, { recursive: true, force: true });

@@ -6,6 +6,7 @@
 import { lstat, realpath } from 'node:fs/promises';
 import path from 'node:path';
 import { ToolRefusedError } from '../../core/errors.ts';
+import { runGit } from '../git.ts';
 import type { ToolContext } from './context.ts';
 
 export const MAX_PATH_BYTES = 4096;
@@ -58,7 +59,18 @@ export async function resolveInside(ctx: ToolContext, relPath: string, options: 
       throw refuse(relPath, `is outside the writable folders (${ctx.writePrefixes.join(', ')})`);
     }
   }
+  if (!options.forWrite && ctx.readScope === 'tracked') await assertTrackedOrWritable(ctx, relPath, realRel);
   return { abs, rel };
+}
+
+/** The doc-writer's reads: a path git tracks (a folder holding tracked files), or one under its write prefixes. */
+async function assertTrackedOrWritable(ctx: ToolContext, relPath: string, realRel: string): Promise<void> {
+  if (realRel === '.') return;
+  if (ctx.writePrefixes?.some((prefix) => underPrefix(realRel, prefix))) return;
+  const r = await runGit(ctx.root, ['ls-files', '-z', '--', `:(literal)${realRel}`], { allowExitCodes: [128] });
+  if (r.exitCode === 0 && r.stdout.length > 0) return;
+  const where = ctx.writePrefixes?.length ? ` or under ${ctx.writePrefixes.join(', ')}` : '';
+  throw refuse(relPath, `is not a file git tracks${where} (this harness reads only the repository's tracked files)`);
 }
 
 /**
