@@ -1,4 +1,5 @@
-// npm run bench [-- --quick] [-- --only=checkpoint,integrity,resume,peers,throughput,mission-control]
+// npm run bench [-- --quick] [-- --only=checkpoint,integrity,resume,peers,throughput,mission-control,long-run] [-- --out=FILE]
+// (--only without --out writes bench/results.<names>.json, so a partial run never replaces the full one)
 // Runs the benchmarks of docs/benchmarks.md on a fresh embedded PostgreSQL (or DATABASE_URL),
 // prints the tables and writes bench/results.json (--quick: bench/tmp/results.quick.json).
 // npm run bench -- --render [--file=…]: re-judge the targets of a results file and print it.
@@ -39,6 +40,7 @@ if (args.includes('--render')) {
 }
 const quick = args.includes('--quick');
 const onlyArg = args.find((a) => a.startsWith('--only='));
+const outArg = args.find((a) => a.startsWith('--out='));
 const only = new Set<BenchName>(onlyArg ? (onlyArg.slice('--only='.length).split(',') as BenchName[]) : BENCHES);
 for (const name of only) if (!BENCHES.includes(name)) throw new Error(`unknown benchmark "${name}"; choose from ${BENCHES.join(', ')}`);
 
@@ -242,7 +244,13 @@ try {
     ...(longRun ? { longRun } : {}),
   };
   results = { ...partial, targets: evaluateTargets(partial) };
-  const out = quick ? path.join(BENCH_TMP, 'results.quick.json') : path.join(PROJECT_ROOT, 'bench', 'results.json');
+  const out = outArg
+    ? path.resolve(outArg.slice('--out='.length))
+    : quick
+      ? path.join(BENCH_TMP, 'results.quick.json')
+      : onlyArg
+        ? path.join(PROJECT_ROOT, 'bench', `results.${[...only].join('+')}.json`) // a partial run never overwrites the full one
+        : path.join(PROJECT_ROOT, 'bench', 'results.json');
   await writeFile(out, JSON.stringify(results, null, 2) + '\n');
   log('');
   log(renderTables(results));
