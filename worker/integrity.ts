@@ -6,6 +6,7 @@ import { anchorOf } from '../store/retention.ts';
 import { getRun } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { inspectRun, type Finding } from './checkpoints/verify.ts';
+import { inspectRemote, RemoteVerifyError, type RemoteFinding, type RemoteInspection } from './checkpoints/remote-verify.ts';
 
 export interface IntegrityReport {
   workspaceId: string;
@@ -16,13 +17,22 @@ export interface IntegrityReport {
   commitOid: string | null;
   worktreePath: string | null;
   intact: boolean;
-  findings: Finding[];
+  findings: (Finding | RemoteFinding)[];
+  /** With --remote: what the checkpoint remote holds for the run (its findings are in `findings`). */
+  remote?: RemoteInspection;
   /** Every path the run ever touched, with its sha256 (null: deleted) and the checkpoint that last changed it. */
   manifest: ManifestEntry[];
 }
 
 /** undefined when the run does not exist in that workspace (row-level security decides). */
-export async function checkRunIntegrity(db: Database, config: Config, workspaceId: string, agentRunId: string): Promise<IntegrityReport | undefined> {
+export async function checkRunIntegrity(
+  db: Database,
+  config: Config,
+  workspaceId: string,
+  agentRunId: string,
+  options: { remote?: boolean } = {},
+): Promise<IntegrityReport | undefined> {
+  if (options.remote && !config.WORKER_CHECKPOINT_REMOTE) throw new RemoteVerifyError('--remote needs WORKER_CHECKPOINT_REMOTE (the checkpoint remote) to be set');
   const loaded = await withWorkspace(db.app, workspaceId, async (tx) => {
     const run = await getRun(tx, agentRunId);
     if (!run) return undefined;
@@ -32,6 +42,10 @@ export async function checkRunIntegrity(db: Database, config: Config, workspaceI
   if (!loaded) return undefined;
   const { run, chain, manifest, anchor } = loaded;
   const inspection = await inspectRun({ run, chain, anchor, manifest, repoRoot: config.WORKER_REPO_ROOT, notesRef: config.WORKER_NOTES_REF });
+  const remote = options.remote
+    ? await inspectRemote({ repoPath: run.job.repoPath ?? config.WORKER_REPO_ROOT, remote: config.WORKER_CHECKPOINT_REMOTE!, run, chain })
+    : undefined;
+  const findings = [...inspection.findings, ...(remote?.findings ?? [])];
   const latest = chain.at(-1);
   return {
     workspaceId,
@@ -41,8 +55,9 @@ export async function checkRunIntegrity(db: Database, config: Config, workspaceI
     latestSeq: latest?.checkpoint_seq ?? null,
     commitOid: latest?.commit_oid ?? null,
     worktreePath: run.worktree_path,
-    intact: inspection.findings.length === 0,
-    findings: inspection.findings,
+    intact: findings.length === 0,
+    findings,
+    ...(remote ? { remote } : {}),
     manifest,
   };
 }
