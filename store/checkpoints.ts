@@ -95,6 +95,15 @@ export async function checkpointChain(tx: WorkspaceTx, agentRunId: string): Prom
      order by checkpoint_seq`;
 }
 
+/** The last `n` checkpoints of a run in seq order: what a resume needs (the latest row, the history window). */
+export async function checkpointTail(tx: WorkspaceTx, agentRunId: string, n: number): Promise<CheckpointRow[]> {
+  return tx<CheckpointRow[]>`
+    select * from (
+      select * from worker_checkpoints where workspace_id = ${tx.workspaceId} and agent_run_id = ${agentRunId}
+       order by checkpoint_seq desc limit ${n}
+    ) tail order by checkpoint_seq`;
+}
+
 export async function checkpointAt(tx: WorkspaceTx, agentRunId: string, seq: number): Promise<CheckpointRow | undefined> {
   const [row] = await tx<CheckpointRow[]>`
     select * from worker_checkpoints

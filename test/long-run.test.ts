@@ -6,13 +6,14 @@ import { appendFile } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { checkpointChain, runManifest } from '../store/checkpoints.ts';
-import { anchorOf } from '../store/retention.ts';
 import { createWorkspace, getRun } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { verifyChain } from '../core/checkpoint-hash.ts';
 import { notedCommits } from '../worker/checkpoints/notes.ts';
 import { checkRunIntegrity } from '../worker/integrity.ts';
 import { verifyAndRepair } from '../worker/resume.ts';
+import { loadResumeChain } from '../worker/checkpoints/resume-chain.ts';
+import { historyWindow } from '../worker/checkpoints/writer.ts';
 import { createTestDatabase, superuserSql, type TestDatabase } from './support/db.ts';
 import { git, makeRepo } from './support/git.ts';
 import { looseObjects, silentLog, startDrivenRun, treeManifest, type DrivenRun } from './support/checkpoint-run.ts';
@@ -114,12 +115,19 @@ test('integrity-check is intact and lists the whole manifest; resume at 500 veri
   const drift = await checkRunIntegrity(t.db, t.config, 'acme', r.run.id);
   assert.ok(drift!.findings.some((f) => f.kind === 'file_changed' && f.detail.includes('src/only-at-3.ts')), JSON.stringify(drift!.findings));
 
-  const loaded = await withWorkspace(t.db.app, 'acme', async (tx) => ({
+  // What a resume reads (worker/run-job.ts): a bounded tail of rows, anchored at the row before it.
+  const limit = t.config.WORKER_CHECKPOINT_HISTORY_LIMIT;
+  const { partial, ...loaded } = await withWorkspace(t.db.app, 'acme', async (tx) => ({
     run: (await getRun(tx, r.run.id))!,
-    chain: await checkpointChain(tx, r.run.id),
+    ...(await loadResumeChain(tx, r.run.id, limit)),
     manifest: await runManifest(tx, r.run.id),
-    anchor: (await anchorOf(tx, r.run.id)) ?? null,
   }));
+  const whole = await withWorkspace(t.db.app, 'acme', (tx) => checkpointChain(tx, r.run.id));
+  assert.equal(partial, true, 'a resume of a long run reads only its tail');
+  assert.equal(loaded.chain.length, 2 * limit + 1, 'the tail is bounded by the history window, not the run');
+  assert.equal(loaded.chain.at(-1)!.checkpoint_seq, CHECKPOINTS);
+  assert.equal(loaded.anchor, whole.at(-loaded.chain.length - 1)!.hash, 'anchored at the hash of the row before the tail');
+  assert.deepEqual(historyWindow(loaded.chain, limit), historyWindow(whole, limit), 'the tail rebuilds the same history window');
   const resumed = await verifyAndRepair({ ...loaded, repoRoot: repo, worktreeBase: t.config.WORKER_WORKTREE_BASE, notesRef: t.config.WORKER_NOTES_REF, log: silentLog });
   assert.equal(resumed.fromSeq, CHECKPOINTS);
   assert.ok(resumed.findings.some((f) => f.kind === 'file_changed' && f.detail.includes('src/only-at-3.ts')), 'resume found the tampered file');
@@ -136,4 +144,6 @@ test('integrity-check is intact and lists the whole manifest; resume at 500 veri
   }
   const edited = await checkRunIntegrity(t.db, t.config, 'acme', r.run.id);
   assert.ok(edited!.findings.some((f) => f.kind === 'manifest_mismatch'), JSON.stringify(edited!.findings));
+  const editedResume = await verifyAndRepair({ ...loaded, manifest: await withWorkspace(t.db.app, 'acme', (tx) => runManifest(tx, r.run.id)), repoRoot: repo, worktreeBase: t.config.WORKER_WORKTREE_BASE, notesRef: t.config.WORKER_NOTES_REF, log: silentLog }).catch((err: Error) => err);
+  assert.ok(editedResume instanceof Error && /cannot resume run/.test(editedResume.message), 'a resume from the tail still checks the whole manifest against the latest row');
 });

@@ -5,7 +5,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import type { Config } from '../core/config.ts';
 import type { Database } from '../store/connection.ts';
-import { checkpointChain, runManifest, type ManifestEntry } from '../store/checkpoints.ts';
+import { checkpointChain, runManifest, type CheckpointRow, type ManifestEntry } from '../store/checkpoints.ts';
 import { appendEvent, getRun, completeRun, failRun, requeueRun, setRunWorkspace, type RunRow } from '../store/runs.ts';
 import { apiKeyEnvVars, modelProvider } from '../store/workspace-config.ts';
 import { inWorkspace, withWorkspace } from '../store/workspace.ts';
@@ -21,6 +21,7 @@ import { parseKeyVarGlobs } from '../core/key-vars.ts';
 import type { Delivery, JobQueue } from './queue/types.ts';
 import { redactString, registerSecretsFromEnv } from '../core/redact.ts';
 import { TouchTracker } from './checkpoints/tracker.ts';
+import { loadResumeChain } from './checkpoints/resume-chain.ts';
 import { CheckpointWriter, stateFromChain, type WorkingTree } from './checkpoints/writer.ts';
 import { verifyAndRepair } from './resume.ts';
 import { admitDelivery } from './delivery.ts';
@@ -30,7 +31,6 @@ import { removeStaleTempFiles } from './tools/temp-files.ts';
 import { prepareWorktree, repoCommonDir, type PreparedWorktree } from './worktrees.ts';
 import { assertOwnBranch, chooseBranch, vetBaseRef, type ClaimBranch } from './branch-ownership.ts';
 import { claimBranch, ownBranchesAmong } from '../store/branches.ts';
-import { anchorOf } from '../store/retention.ts';
 import { finishCancelledRun } from './cancel.ts';
 import { forkStartState } from './fork.ts';
 import { CheckpointRemoteError, RemotePusher, runNotesRef } from './checkpoints/remote.ts';
@@ -102,9 +102,11 @@ async function executeRun(deps: JobDeps, run: RunRow, lease: Lease): Promise<Job
   const harness = await scoped((tx) => resolveHarnessForJob(tx, job, config));
   registerSecretsFromEnv(process.env, await scoped(apiKeyEnvVars));
 
-  // The rows (small: each holds its own changes) and the run's manifest, for verification.
-  const { chain, manifest } = await scoped(async (tx) => ({ chain: await checkpointChain(tx, run.id), manifest: await runManifest(tx, run.id) }));
-  const anchor = await scoped((tx) => anchorOf(tx, run.id));
+  // The last rows (a bounded tail, resume-chain.ts) and the run's whole manifest, for verification.
+  const { chain, anchor, manifest } = await scoped(async (tx) => {
+    const [tail, manifest] = await Promise.all([loadResumeChain(tx, run.id, config.WORKER_CHECKPOINT_HISTORY_LIMIT), runManifest(tx, run.id)]);
+    return { ...tail, manifest };
+  });
   const resuming = chain.length > 0 || run.attempt > 1 || run.worktree_path !== null || job.resumeFromCheckpoint;
   // The model first: a run with an unknown model alias fails before any worktree is made.
   const { model, description } = await resolveModel({
@@ -194,7 +196,7 @@ async function executeRun(deps: JobDeps, run: RunRow, lease: Lease): Promise<Job
   }
 }
 
-async function prepareTree(deps: JobDeps, run: RunRow, harness: Harness, chain: Awaited<ReturnType<typeof checkpointChain>>, anchor: string | null | undefined, resuming: boolean, manifest?: ManifestEntry[]): Promise<{ tree: WorkingTree; baseOid: string | null }> {
+async function prepareTree(deps: JobDeps, run: RunRow, harness: Harness, chain: CheckpointRow[], anchor: string | null, resuming: boolean, manifest?: ManifestEntry[]): Promise<{ tree: WorkingTree; baseOid: string | null }> {
   const { config, db, log } = deps;
   const scoped = inWorkspace(db.app, run.workspace_id, log);
   const job = run.job;
@@ -203,7 +205,7 @@ async function prepareTree(deps: JobDeps, run: RunRow, harness: Harness, chain: 
     if (resuming) {
       // A write_file killed between its temp file and the rename leaves the temp behind.
       for (const prefix of harness.writePrefixes ?? ['']) await removeStaleTempFiles(path.join(root, prefix));
-      const report = await verifyAndRepair({ run, chain, anchor: anchor ?? null, manifest, repoRoot: root, worktreeBase: config.WORKER_WORKTREE_BASE, notesRef: config.WORKER_NOTES_REF, log });
+      const report = await verifyAndRepair({ run, chain, anchor, manifest, repoRoot: root, worktreeBase: config.WORKER_WORKTREE_BASE, notesRef: config.WORKER_NOTES_REF, log });
       await recordResume(deps, run, report.fromSeq, report.findings.map((f) => f.detail), []);
     }
     await scoped((tx) => setRunWorkspace(tx, { agentRunId: run.id, leaseEpoch: run.lease_epoch, harnessAlias: harness.alias, branch: null, worktreePath: null, baseOid: null, hostId: config.WORKER_HOST_ID }));
@@ -221,9 +223,13 @@ async function prepareTree(deps: JobDeps, run: RunRow, harness: Harness, chain: 
   if (resuming && run.worktree_path) {
     // With a checkpoint remote: fetched from it when the run was last on another host (remote-resume.ts).
     const fromRemote = config.WORKER_CHECKPOINT_REMOTE ? await prepareRemoteResume({ config, run, chain, repoPath, log }) : undefined;
-    const report = await verifyAndRepair({ run: fromRemote?.run ?? run, chain, anchor: anchor ?? null, manifest, repoRoot: config.WORKER_REPO_ROOT, worktreeBase: config.WORKER_WORKTREE_BASE, notesRef: fromRemote?.notesRef ?? config.WORKER_NOTES_REF, log });
+    const report = await verifyAndRepair({ run: fromRemote?.run ?? run, chain, anchor, manifest, repoRoot: config.WORKER_REPO_ROOT, worktreeBase: config.WORKER_WORKTREE_BASE, notesRef: fromRemote?.notesRef ?? config.WORKER_NOTES_REF, log });
     worktree = report.worktree!;
-    if (fromRemote) await mirrorNotesLocally(worktree.path, config.WORKER_NOTES_REF, chain, log);
+    if (fromRemote) {
+      // Every checkpoint's note under the local notes ref, not only the tail's (git notes show on this host).
+      const all = await scoped((tx) => checkpointChain(tx, run.id));
+      await mirrorNotesLocally(worktree.path, config.WORKER_NOTES_REF, all, log);
+    }
     log.info({ fromSeq: report.fromSeq, findings: report.findings, repairs: report.repairs }, 'worktree verified against Postgres and the git notes');
     await recordResume(deps, run, report.fromSeq, report.findings.map((f) => `${f.kind}: ${f.detail}`), report.repairs, fromRemote?.fetched && (partialClone ? { ...fromRemote.fetched, partialClone: true } : fromRemote.fetched));
   } else {

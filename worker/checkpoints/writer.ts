@@ -65,21 +65,25 @@ export function stateFromRow(row: CheckpointRow | undefined, baseOid: string | n
 }
 
 /**
- * The bounded history window as of the last row, from the rows' own tool calls: each row holds
- * its rounds once (format 3 and migrated rows); a pre-008 row holds the whole window.
+ * How many of the last rows hold the bounded history window: each row holds its own rounds (format
+ * 3 and migrated rows); a pre-008 row holds a whole window. Infinity when `chain` does not reach
+ * back far enough to fill the window (then every row of `chain` is needed, and maybe more).
  */
-export function historyWindow(chain: Pick<CheckpointRow, 'tool_history' | 'payload_format'>[], limit: number): ToolCallRecord[] {
-  const tail: ToolCallRecord[][] = [];
+export function historyWindowRows(chain: Pick<CheckpointRow, 'tool_history' | 'payload_format'>[], limit: number): number {
   const rounds = new Set<number>();
   for (let i = chain.length - 1; i >= 0; i--) {
     const row = chain[i]!;
-    const entries = row.tool_history as ToolCallRecord[];
-    tail.unshift(entries);
-    if ((row.payload_format ?? 1) === 1) break; // a whole window: nothing before it is needed
-    for (const e of entries) rounds.add(e.round);
-    if (rounds.size > limit) break;
+    if ((row.payload_format ?? 1) === 1) return chain.length - i; // a whole window: nothing before it is needed
+    for (const e of row.tool_history as ToolCallRecord[]) rounds.add(e.round);
+    if (rounds.size > limit) return chain.length - i;
   }
-  return boundHistory(tail.flat(), limit);
+  return Infinity;
+}
+
+/** The bounded history window as of the last row, from the rows' own tool calls. */
+export function historyWindow(chain: Pick<CheckpointRow, 'tool_history' | 'payload_format'>[], limit: number): ToolCallRecord[] {
+  const rows = Math.min(historyWindowRows(chain, limit), chain.length);
+  return boundHistory(chain.slice(chain.length - rows).flatMap((row) => row.tool_history as ToolCallRecord[]), limit);
 }
 
 /** The state to continue from: the latest row, the window from the last rows, the manifest if loaded. */
