@@ -36,7 +36,8 @@ do {
     if (values.once) process.stdout.write(`${JSON.stringify(result)}\n`);
     if (config.WORKER_CHECKPOINT_RETENTION_DAYS && Date.now() - lastPrune > PRUNE_EVERY_MS) {
       lastPrune = Date.now();
-      await pruneFinishedRuns(db, { olderThanDays: config.WORKER_CHECKPOINT_RETENTION_DAYS, dryRun: false, log });
+      // The remote's refs too (never branches: their removal is the operator's call, `prune --delete-branches`).
+      await pruneFinishedRuns(db, { olderThanDays: config.WORKER_CHECKPOINT_RETENTION_DAYS, dryRun: false, log, remote: config.WORKER_CHECKPOINT_REMOTE, repoRoot: config.WORKER_REPO_ROOT });
     }
   } catch (err) {
     log.error({ error: errorMessage(err) }, 'sweep failed; retrying next period');

@@ -19,6 +19,8 @@ export type FaultPoint =
   | 'after-worktree-checkout' // worktree checked out (index written), not yet recorded
   | 'before-branch-recorded' // worktree ready, branch and path not yet recorded on the run in Postgres
   | 'after-cancel-request' // a cancel seen and the last round checkpointed, the run not yet marked cancelled
+  | 'before-remote-prune' // prune: the run's refs on the checkpoint remote not yet pruned, its rows not yet deleted
+  | 'after-remote-prune' // prune: the run's refs on the remote pruned, its rows not yet deleted
   | 'after-admission'; // dispatch/retry: the run recorded or re-dispatched in Postgres, the doorbell not yet rung
 
 const armed = new Map<string, number>();

@@ -1,43 +1,184 @@
 // Retention: delete checkpoint rows of runs finished before the cutoff (each run keeps its last
 // row, and an anchor keeps the chain verifiable) and remove their worktrees — never one with
-// uncommitted changes. The branch stays: the content lives there.
+// uncommitted changes. The branch stays (the content lives there) unless the operator asks for
+// branch removal. With a checkpoint remote, the run's refs there are pruned first (one push), and
+// only then its rows: a remote that cannot be reached leaves the run untouched, so it stays
+// prunable and the next prune retries it (nothing to record; docs/checkpoints.md "Retention on the remote").
 import { existsSync } from 'node:fs';
 import type { Database } from '../store/connection.ts';
-import { getRun } from '../store/runs.ts';
+import { latestCheckpoint, type CheckpointRow } from '../store/checkpoints.ts';
+import { getRun, type RunRow } from '../store/runs.ts';
 import { pruneRunCheckpoints } from '../store/retention.ts';
 import { withWorkspace } from '../store/workspace.ts';
+import { redactString } from '../core/redact.ts';
+import { faultPoint } from './faults.ts';
 import { runGit } from './git.ts';
 import type { Logger } from './log.ts';
+import { pruneRemoteRefs, remoteRefs } from './checkpoints/remote-retention.ts';
+import { runNotesRef } from './checkpoints/remote.ts';
 
 export interface PruneReport {
   runs: number;
   rowsDeleted: number;
   worktreesRemoved: string[];
   worktreesKept: { path: string; reason: string }[];
+  /** With branch removal: the runs' branches deleted (locally and, with a remote, there too). */
+  branchesDeleted: string[];
+  /** Refs changed on the checkpoint remote (`<ref> -> <oid|deleted>`; on a dry run, what would be). */
+  remoteRefsUpdated: string[];
+  /** Runs left as they were because their remote refs could not be pruned: the next prune retries them. */
+  remotePending: { agentRunId: string; reason: string }[];
   dryRun: boolean;
 }
 
-export async function pruneFinishedRuns(db: Database, options: { olderThanDays: number; dryRun: boolean; log: Logger }): Promise<PruneReport> {
-  const report: PruneReport = { runs: 0, rowsDeleted: 0, worktreesRemoved: [], worktreesKept: [], dryRun: options.dryRun };
+export interface PruneOptions {
+  olderThanDays: number;
+  dryRun: boolean;
+  log: Logger;
+  /** WORKER_CHECKPOINT_REMOTE: the runs' refs there are pruned too. */
+  remote?: string;
+  /** WORKER_REPO_ROOT: the repository of runs whose job named none. */
+  repoRoot?: string;
+  /** Also delete each pruned run's branch (and its notes ref on the remote). */
+  deleteBranches?: boolean;
+}
+
+interface Plan {
+  workspaceId: string;
+  run: RunRow;
+  /** Rows a prune deletes (all but the last). */
+  toDelete: number;
+  kept: CheckpointRow | undefined;
+  repoPath: string | undefined;
+  /** Why the worktree is kept (uncommitted changes): its branch is kept as well. */
+  worktreeKept?: string;
+}
+
+export async function pruneFinishedRuns(db: Database, options: PruneOptions): Promise<PruneReport> {
+  const report: PruneReport = {
+    runs: 0, rowsDeleted: 0, worktreesRemoved: [], worktreesKept: [], branchesDeleted: [], remoteRefsUpdated: [], remotePending: [], dryRun: options.dryRun,
+  };
   const runs = await db.admin<{ workspace_id: string; agent_run_id: string }[]>`
     select * from echodo_prunable_runs(make_interval(days => ${options.olderThanDays}))`;
+  const plans: Plan[] = [];
   for (const { workspace_id, agent_run_id } of runs) {
+    const plan = await withWorkspace(db.app, workspace_id, async (tx) => {
+      const run = await getRun(tx, agent_run_id);
+      if (!run) return undefined;
+      return { run, toDelete: await pruneRunCheckpoints(tx, agent_run_id, true), kept: await latestCheckpoint(tx, agent_run_id) };
+    });
+    if (!plan) continue;
+    const repoPath = plan.run.job.repoPath ?? options.repoRoot;
+    plans.push({ workspaceId: workspace_id, ...plan, repoPath, worktreeKept: await worktreeKeptReason(plan.run.worktree_path) });
+  }
+  const remote = await listRemote(plans, options);
+  for (const plan of plans) {
     report.runs++;
-    const { deleted, run } = await withWorkspace(db.app, workspace_id, async (tx) => ({
-      deleted: await pruneRunCheckpoints(tx, agent_run_id, options.dryRun),
-      run: await getRun(tx, agent_run_id),
-    }));
+    if (remote && !(await pruneRemote(plan, remote, options, report))) continue;
+    const deleted = options.dryRun ? plan.toDelete : await withWorkspace(db.app, plan.workspaceId, (tx) => pruneRunCheckpoints(tx, plan.run.id, false));
     report.rowsDeleted += deleted;
-    const wt = run?.worktree_path;
-    if (!wt || !existsSync(wt)) continue;
-    const status = await runGit(wt, ['status', '--porcelain'], { allowExitCodes: [128] });
-    if (status.exitCode !== 0 || status.stdout.trim()) {
-      report.worktreesKept.push({ path: wt, reason: status.exitCode !== 0 ? 'not a readable worktree' : 'has uncommitted changes' });
-      continue;
+    const wt = plan.run.worktree_path;
+    if (plan.worktreeKept) report.worktreesKept.push({ path: wt!, reason: plan.worktreeKept });
+    else if (wt && existsSync(wt)) {
+      if (!options.dryRun) await runGit(wt, ['worktree', 'remove', wt]);
+      report.worktreesRemoved.push(wt);
     }
-    if (!options.dryRun) await runGit(wt, ['worktree', 'remove', wt]);
-    report.worktreesRemoved.push(wt);
+    if (options.deleteBranches && !plan.worktreeKept) await deleteLocalBranch(plan, options, report);
   }
   options.log.info(report, options.dryRun ? 'prune (dry run)' : 'pruned');
   return report;
+}
+
+/** undefined: the worktree may go (or is gone); else why it stays. */
+async function worktreeKeptReason(wt: string | null): Promise<string | undefined> {
+  if (!wt || !existsSync(wt)) return undefined;
+  const status = await runGit(wt, ['status', '--porcelain'], { allowExitCodes: [128] });
+  if (status.exitCode !== 0) return 'not a readable worktree';
+  return status.stdout.trim() ? 'has uncommitted changes' : undefined;
+}
+
+/** Has this run anything to change on the remote? (Rows to prune, or a branch to delete.) */
+const wantsRemote = (plan: Plan, options: PruneOptions) =>
+  !!plan.run.branch && (plan.toDelete > 0 || (!!options.deleteBranches && !plan.worktreeKept));
+
+/** What the remote holds of the runs' refs, or why it could not be asked. */
+interface RemoteState {
+  present: Map<string, string>;
+  unreachable?: string;
+}
+
+/**
+ * One `git ls-remote` for every run's branch and notes ref. undefined: no remote configured. A
+ * remote that cannot be reached marks every run that has something to do there as pending.
+ */
+async function listRemote(plans: Plan[], options: PruneOptions): Promise<RemoteState | undefined> {
+  if (!options.remote) return undefined;
+  const names = plans.filter((p) => wantsRemote(p, options)).flatMap((p) => [`refs/heads/${p.run.branch}`, runNotesRef(p.workspaceId, p.run.id)]);
+  const cwd = options.repoRoot && existsSync(options.repoRoot) ? options.repoRoot : process.cwd();
+  try {
+    return { present: await remoteRefs(cwd, options.remote, names) };
+  } catch (err) {
+    const reason = redactString((err as Error).message);
+    options.log.warn({ error: reason }, 'prune: the checkpoint remote cannot be reached; runs with refs there are left for the next prune');
+    return { present: new Map(), unreachable: reason };
+  }
+}
+
+/** The run's refs on the remote pruned; false when they could not be (the run is then left as it is). */
+async function pruneRemote(plan: Plan, remote: RemoteState, options: PruneOptions, report: PruneReport): Promise<boolean> {
+  if (!wantsRemote(plan, options)) return true;
+  const pending = (reason: string) => {
+    report.remotePending.push({ agentRunId: plan.run.id, reason });
+    options.log.warn({ agentRunId: plan.run.id, reason }, 'prune: the run\'s refs on the checkpoint remote could not be pruned; its rows are kept for the next prune');
+    return false;
+  };
+  if (remote.unreachable) return pending(remote.unreachable);
+  if (!plan.repoPath || !existsSync(plan.repoPath)) return pending(`no local repository at ${plan.repoPath ?? '(unset)'} to push from`);
+  const notesRef = runNotesRef(plan.workspaceId, plan.run.id);
+  const remotePlan = {
+    repoPath: plan.repoPath, remote: options.remote!, notesRef, branch: plan.run.branch!, kept: plan.kept,
+    rewriteNotes: plan.toDelete > 0, deleteBranch: !!options.deleteBranches && !plan.worktreeKept, present: remote.present,
+  };
+  if (options.dryRun) {
+    report.remoteRefsUpdated.push(...describeDryRun(remotePlan));
+    return true;
+  }
+  faultPoint('before-remote-prune');
+  try {
+    const result = await pruneRemoteRefs(remotePlan);
+    // Killed here: the remote is pruned, the rows not yet; the run is still prunable and the next
+    // prune does it again (the same kept note, or refs already gone: nothing to push).
+    faultPoint('after-remote-prune');
+    report.remoteRefsUpdated.push(...result.updated);
+    // This host's copy of the run's notes ref follows the remote (a later push of it fast-forwards).
+    if (result.notesCommit) await setLocalRef(plan.repoPath, notesRef, result.notesCommit);
+    return true;
+  } catch (err) {
+    return pending(redactString((err as Error).message));
+  }
+}
+
+function describeDryRun(plan: { notesRef: string; branch: string; rewriteNotes: boolean; deleteBranch: boolean; present: Map<string, string> }): string[] {
+  const branchRef = `refs/heads/${plan.branch}`;
+  if (plan.deleteBranch) return [branchRef, plan.notesRef].filter((r) => plan.present.has(r)).map((r) => `${r} -> deleted`);
+  return plan.rewriteNotes && plan.present.has(plan.notesRef) ? [`${plan.notesRef} -> (the kept checkpoint's note only)`] : [];
+}
+
+async function setLocalRef(repoPath: string, ref: string, oid: string): Promise<void> {
+  const exists = await runGit(repoPath, ['rev-parse', '--verify', '--quiet', ref], { allowExitCodes: [1] });
+  if (exists.exitCode === 0) await runGit(repoPath, ['update-ref', ref, oid]);
+}
+
+/** The run's branch and its notes ref in the local repository (its worktree is gone by now). */
+async function deleteLocalBranch(plan: Plan, options: PruneOptions, report: PruneReport): Promise<void> {
+  if (!plan.run.branch || !plan.repoPath || !existsSync(plan.repoPath)) return;
+  const branchRef = `refs/heads/${plan.run.branch}`;
+  const local = await runGit(plan.repoPath, ['rev-parse', '--verify', '--quiet', branchRef], { allowExitCodes: [1, 128] });
+  const remoteHad = options.remote && report.remoteRefsUpdated.includes(`${branchRef} -> deleted`);
+  if (local.exitCode !== 0 && !remoteHad) return;
+  if (!options.dryRun && local.exitCode === 0) {
+    await runGit(plan.repoPath, ['update-ref', '-d', branchRef]);
+    await runGit(plan.repoPath, ['update-ref', '-d', runNotesRef(plan.workspaceId, plan.run.id)], { allowExitCodes: [1] });
+  }
+  report.branchesDeleted.push(plan.run.branch);
 }
