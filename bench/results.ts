@@ -2,6 +2,7 @@
 // (markdown, so docs/benchmarks.md can quote them as printed).
 import type { MissionControlLevel } from './mission-control.ts';
 import type { ThroughputResult } from './throughput.ts';
+import { remoteTargets, renderRemote, type RemoteFigure } from './remote-results.ts';
 import { ratio, type Summary } from './stats.ts';
 
 export interface CheckpointFigure {
@@ -92,6 +93,8 @@ export interface BenchResults {
   missionControl: MissionControlFigure[];
   missionControlRatio: number | null;
   throughput: ThroughputResult[];
+  /** Issue 13's many-hosts bench (checkpoint remote, cross-host resume), when it ran. */
+  remote?: RemoteFigure[];
   targets: Target[];
 }
 
@@ -143,6 +146,7 @@ export function evaluateTargets(r: Omit<BenchResults, 'targets'>): Target[] {
     measured: r.missionControlRatio !== null ? r.missionControl.map((m) => `${m.rows}: ${ms(m.convoyDetail.median)} ms`).join(', ') + ` → ${x(r.missionControlRatio)}` : 'not measured',
     met: r.missionControlRatio !== null && r.missionControl.some((m) => m.rows >= 1_000_000) ? r.missionControlRatio <= 2 : null,
   });
+  targets.push(...remoteTargets(r.remote));
   return targets;
 }
 
@@ -207,6 +211,7 @@ export function renderTables(r: BenchResults): string {
     ));
     for (const t of r.throughput) if (t.failed) out.push(`${t.workers} worker(s): ${t.failed} of ${t.runs} runs failed${t.failures?.length ? `: ${t.failures.join(' | ')}` : ''}.`);
   }
+  if (r.remote?.length) out.push(renderRemote(r.remote));
   out.push('### Targets');
   out.push(table(['target', 'measured', 'met'], r.targets.map((t) => [t.goal, t.measured, t.met === null ? 'not measured' : t.met ? 'yes' : 'NO'])));
   return out.join('\n\n');

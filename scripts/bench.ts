@@ -1,4 +1,4 @@
-// npm run bench [-- --quick] [-- --only=checkpoint,integrity,resume,peers,throughput,mission-control,long-run] [-- --out=FILE]
+// npm run bench [-- --quick] [-- --only=checkpoint,integrity,resume,peers,throughput,mission-control,long-run,remote] [-- --out=FILE]
 // (--only without --out writes bench/results.<names>.json, so a partial run never replaces the full one)
 // Runs the benchmarks of docs/benchmarks.md on a fresh embedded PostgreSQL (or DATABASE_URL),
 // prints the tables and writes bench/results.json (--quick: bench/tmp/results.quick.json).
@@ -16,6 +16,7 @@ import { machineInfo, versions } from '../bench/machine.ts';
 import { measureMissionControl } from '../bench/mission-control.ts';
 import { measurePeers } from '../bench/peers.ts';
 import { BENCH_TMP, ensurePristineRepo, spreadPaths, workingRepo } from '../bench/repos.ts';
+import { measureRemote } from '../bench/remote.ts';
 import { measureResume } from '../bench/resume.ts';
 import { evaluateTargets, renderTables, type BenchResults, type CheckpointFigure, type IntegrityFigure, type MissionControlFigure, type ResumeFigure } from '../bench/results.ts';
 import { ratio, round, Samples } from '../bench/stats.ts';
@@ -24,7 +25,7 @@ import { PROJECT_ROOT } from '../core/config.ts';
 import { runGit } from '../worker/git.ts';
 
 const GIT_PARTS = ['updateIndex', 'writeTree', 'commitTree', 'updateRef', 'noteCommonDir', 'noteRefLookup'] as const;
-const BENCHES = ['checkpoint', 'integrity', 'resume', 'peers', 'throughput', 'mission-control', 'long-run'] as const;
+const BENCHES = ['checkpoint', 'integrity', 'resume', 'peers', 'throughput', 'mission-control', 'long-run', 'remote'] as const;
 type BenchName = (typeof BENCHES)[number];
 
 const args = process.argv.slice(2);
@@ -45,8 +46,8 @@ const only = new Set<BenchName>(onlyArg ? (onlyArg.slice('--only='.length).split
 for (const name of only) if (!BENCHES.includes(name)) throw new Error(`unknown benchmark "${name}"; choose from ${BENCHES.join(', ')}`);
 
 const plan = quick
-  ? { sizes: [1_000, 10_000], touches: [1, 10], samples: 5, mcRows: [10_000, 100_000], workers: [1, 2], rounds: 10, runsPerWorker: 1, longRun: { files: 1_000, checkpoints: 200, changed: 10 } }
-  : { sizes: [1_000, 10_000, 50_000], touches: [1, 10, 100], samples: 30, mcRows: [10_000, 100_000, 1_000_000], workers: [1, 2, 4], rounds: 50, runsPerWorker: 2, longRun: { files: 10_000, checkpoints: 2_000, changed: 10 } };
+  ? { sizes: [1_000, 10_000], touches: [1, 10], samples: 5, remoteResumeSamples: 5, mcRows: [10_000, 100_000], workers: [1, 2], rounds: 10, runsPerWorker: 1, longRun: { files: 1_000, checkpoints: 200, changed: 10 } }
+  : { sizes: [1_000, 10_000, 50_000], touches: [1, 10, 100], samples: 30, remoteResumeSamples: 30, mcRows: [10_000, 100_000, 1_000_000], workers: [1, 2, 4], rounds: 50, runsPerWorker: 2, longRun: { files: 10_000, checkpoints: 2_000, changed: 10 } };
 
 const log = (line: string) => process.stdout.write(`${line}\n`);
 /** Between phases: flush Postgres' and the kernel's dirty pages so one phase's writeback is not charged to the next. */
@@ -207,6 +208,10 @@ try {
   }
 
   await settle();
+  // Issue 13, many hosts (bench/remote.ts): after resume, for the same reason (its clones).
+  const remote = only.has('remote') ? await measureRemote(env, { ...plan, sizes: plan.sizes.filter((n) => n <= 50_000) }, s, log, since) : undefined;
+
+  await settle();
   let longRun: LongRunResult | undefined;
   if (only.has('long-run')) {
     const { files, checkpoints, changed } = plan.longRun;
@@ -242,6 +247,7 @@ try {
     missionControlRatio: mcRatio,
     throughput,
     ...(longRun ? { longRun } : {}),
+    ...(remote ? { remote } : {}),
   };
   results = { ...partial, targets: evaluateTargets(partial) };
   const out = outArg

@@ -1,0 +1,96 @@
+// The many-hosts benchmark's figures (issue 13, bench/remote.ts), its targets and its table.
+// Kept apart from results.ts, which only registers them.
+import type { Summary } from './stats.ts';
+
+export interface RemoteFigure {
+  files: number;
+  /** Paths touched per checkpointed round in the checkpoint-cost part. */
+  touched: number;
+  /** The remote repository's object store right after it was made (one pack: the packed size). */
+  repoPackedBytes: number;
+  /** CheckpointWriter.write() of a run without / with WORKER_CHECKPOINT_REMOTE (git daemon on 127.0.0.1). */
+  checkpointOff: Summary;
+  checkpointOn: Summary;
+  /** The push alone (RemotePusher.pushCheckpoint), inside checkpointOn. */
+  push: Summary;
+  /** checkpointOn.median / checkpointOff.median */
+  checkpointRatio: number;
+  rounds: number;
+  /** How the timed cross-host resumes ended (processDelivery's result). */
+  outcomes: Record<string, number>;
+  /** Host B, an older clone and an empty worktree base: claim → first resumed tool call. */
+  crossHostResume: Summary;
+  /** run_resumed's fetchedBytes: the pack host B received. */
+  fetchedBytes: Summary;
+  /** `git clone` of the remote over git:// (full, checked out). */
+  cloneGit: Summary;
+  /** `git clone --no-local` of the remote's path (file://), as the single-host resume bench does. */
+  cloneFile: Summary;
+  /** `git clone --filter=blob:none` over git:// (checked out, so HEAD's blobs are fetched too). */
+  partialClone: Summary;
+  /** Object bytes in the full and in the partial clone. */
+  cloneGitBytes: number;
+  partialCloneBytes: number;
+  speedupVsClone: number;
+  speedupVsCloneFile: number;
+  speedupVsPartial: number;
+  /** fetchedBytes.median / repoPackedBytes */
+  fetchedShareOfRepo: number;
+  /** The worker's own log lines during one traced cross-host resume, ms after the claim. */
+  timeline: { msAfterClaim: number; msg: string }[];
+}
+
+interface Target {
+  name: string;
+  goal: string;
+  measured: string;
+  met: boolean | null;
+}
+
+const ms = (v: number) => (v >= 100 ? v.toFixed(0) : v >= 10 ? v.toFixed(1) : v.toFixed(2));
+const mp = (s: Summary) => `${ms(s.median)} / ${ms(s.p99)}`;
+const x = (r: number) => (Number.isNaN(r) ? 'n/a' : `${r.toFixed(2)}×`);
+const kib = (b: number) => (b >= 1024 * 1024 ? `${(b / 1024 / 1024).toFixed(1)} MiB` : `${(b / 1024).toFixed(1)} KiB`);
+
+export function remoteTargets(figures: RemoteFigure[] | undefined): Target[] {
+  const r = figures ?? [];
+  const large = r.filter((f) => f.files >= 10_000);
+  return [
+    {
+      name: 'checkpoint with the remote',
+      goal: 'checkpoint with WORKER_CHECKPOINT_REMOTE ≤ 1.5 × without it, loopback git daemon, every size',
+      measured: r.length ? r.map((f) => `${f.files}: ${ms(f.checkpointOn.median)} vs ${ms(f.checkpointOff.median)} ms = ${x(f.checkpointRatio)}`).join(', ') : 'not measured',
+      met: r.length ? r.every((f) => f.checkpointRatio <= 1.5) : null,
+    },
+    {
+      name: 'cross-host resume vs clone',
+      goal: 'cross-host resume (claim → first tool call) ≥ 10× faster than a full git clone of the remote, at 10k files and up',
+      measured: large.length ? large.map((f) => `${f.files}: ${ms(f.crossHostResume.median)} vs ${ms(f.cloneGit.median)} ms = ${x(f.speedupVsClone)}`).join(', ') : 'not measured',
+      met: large.length ? large.every((f) => f.speedupVsClone >= 10) : null,
+    },
+  ];
+}
+
+function table(head: string[], rows: (string | number)[][]): string {
+  return [`| ${head.join(' | ')} |`, `| ${head.map(() => '---').join(' | ')} |`, ...rows.map((row) => `| ${row.join(' | ')} |`)].join('\n');
+}
+
+export function renderRemote(r: RemoteFigure[]): string {
+  const out: string[] = [];
+  out.push('### 7. Many hosts: checkpoint remote (git daemon on 127.0.0.1) and cross-host resume (ms, median / p99)');
+  out.push(table(
+    ['files', 'touched', 'checkpoint, remote off', 'checkpoint, remote on', 'of which the push', 'on / off'],
+    r.map((f) => [f.files, f.touched, mp(f.checkpointOff), mp(f.checkpointOn), mp(f.push), x(f.checkpointRatio)]),
+  ));
+  out.push(table(
+    ['files', 'cross-host resume: claim → first tool call', 'git clone git://', 'git clone --no-local (path)', 'partial clone --filter=blob:none', 'speed-up vs clone', 'vs --no-local', 'vs partial'],
+    r.map((f) => [f.files, mp(f.crossHostResume), mp(f.cloneGit), mp(f.cloneFile), mp(f.partialClone), x(f.speedupVsClone), x(f.speedupVsCloneFile), x(f.speedupVsPartial)]),
+  ));
+  out.push(table(
+    ['files', 'repository (packed)', 'resume fetched (median)', 'fetched / repository', 'full clone objects', 'partial clone objects'],
+    r.map((f) => [f.files, kib(f.repoPackedBytes), kib(f.fetchedBytes.median), `${(f.fetchedShareOfRepo * 100).toFixed(2)}%`, kib(f.cloneGitBytes), kib(f.partialCloneBytes)]),
+  ));
+  out.push('How the timed cross-host resumes ended: ' + r.map((f) => `${f.files} files: ${Object.entries(f.outcomes).map(([k, n]) => `${n} ${k}`).join(', ')}`).join('; '));
+  for (const f of r) if (f.timeline.length) out.push(`Traced cross-host resume at ${f.files} files (ms after claim): ${f.timeline.map((t) => `${t.msAfterClaim} ${t.msg}`).join(' → ')}`);
+  return out.join('\n\n');
+}

@@ -1,0 +1,190 @@
+// Benchmark 7, second half: resume on another host versus cloning the remote.
+// Host A (bench/remote.ts's repository) runs ROUNDS rounds, each checkpointed through the real
+// CheckpointWriter with the remote, so every checkpoint commit and the run's notes ref are on the
+// remote. Then the run is "crashed" (requeued as the stall detector does, recorded on host-a) and
+// host B takes it with the real run-job code (processDelivery, in this process): host B has its
+// own older clone of the repository (made before the run: main, not the run's branch) and an
+// empty worktree base, so it must fetch the run's branch and notes from the remote, add the
+// worktree at the checkpoint commit and verify it. The clock starts at the claim (the delivery's
+// ack) and stops when the first resumed tool call touches the new worktree (inotify), as in
+// bench/resume.ts. Every sample gets a fresh host B clone and worktree base (made untimed), so
+// every sample really fetches.
+// Starting over from the same remote, each sample: `git clone` over git://, `git clone
+// --no-local` of its path, and a partial clone (--filter=blob:none) over git://, all checked out.
+import { watch, type FSWatcher } from 'node:fs';
+import { mkdir, rm, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { parseConfig } from '../core/config.ts';
+import type { Job } from '../core/job.ts';
+import { objectStoreBytes, runNotesRef } from '../worker/checkpoints/remote.ts';
+import { runGit } from '../worker/git.ts';
+import type { Logger } from '../worker/log.ts';
+import type { Delivery, JobQueue } from '../worker/queue/types.ts';
+import { processDelivery } from '../worker/run-job.ts';
+import { worktreePathFor } from '../worker/worktrees.ts';
+import type { BenchEnv } from './env.ts';
+import { createRunFixture, silentLog } from './fixture.ts';
+import { remoteWriter, type RemoteSetup } from './remote.ts';
+import { fileContent, spreadPaths } from './repos.ts';
+import { RESUME_ROUNDS, stampingLogger } from './resume.ts';
+import { Samples } from './stats.ts';
+
+const FIRST_CALL_FILE = 'bench-first-resumed-call-on-host-b.txt';
+
+/** The queue is not consulted by a run that completes; a stub keeps the bench off Redis. */
+const noQueue: JobQueue = { backend: 'postgres', enqueue: async () => {}, take: async () => null, deadLetter: async () => {}, close: async () => {} };
+
+export interface CrossHostResult {
+  rounds: number;
+  outcomes: Record<string, number>;
+  cloneGitBytes: number;
+  partialCloneBytes: number;
+  timeline: { msAfterClaim: number; msg: string }[];
+}
+
+export async function measureCrossHostResume(env: BenchEnv, setup: RemoteSetup, samples: number, s: Samples, key: string): Promise<CrossHostResult> {
+  const dir = path.join(env.workDir, 'remote', `resume-${setup.files}`);
+  await mkdir(dir, { recursive: true });
+  const transcriptPath = path.join(dir, 'transcript.json');
+  const roundPaths = spreadPaths(setup.files, RESUME_ROUNDS);
+  const steps = [
+    ...roundPaths.map((p, r) => ({ toolCalls: [{ toolName: 'write_file', input: { path: p, content: fileContent(r, 1) } }] })),
+    { toolCalls: [{ toolName: 'write_file', input: { path: FIRST_CALL_FILE, content: 'resumed on host b\n' } }] },
+    { text: 'done' },
+  ];
+  await writeFile(transcriptPath, JSON.stringify({ steps }));
+
+  // Host A: ROUNDS rounds, each checkpoint pushed to the remote before its row.
+  const f = await createRunFixture(env, setup.hostA, { historyRounds: 0, model: `replay:${transcriptPath}` });
+  const writer = remoteWriter(env, f, setup.url);
+  for (const p of roundPaths) {
+    await f.playRound([p]);
+    await writer.write();
+  }
+  await writer.settleNotes();
+  const target = writer.state.headOid!;
+  const branchRef = `refs/heads/${f.branch}`;
+  const notesRef = runNotesRef(f.identity.workspaceId, f.run.id);
+  const remoteNotes = (await runGit(setup.remoteDir, ['rev-parse', '--verify', notesRef])).stdout.trim();
+  // Each host serves the job from its own WORKER_REPO_ROOT (no repoPath), as in test/many-hosts.
+  await env.su`update agent_runs set job = job - 'repoPath', host_id = 'host-a' where id = ${f.run.id}`;
+
+  let sample = 0;
+  /** Back to the state a crash of host A after round ROUNDS leaves; a fresh host B. */
+  const crash = async (): Promise<{ config: ReturnType<typeof parseConfig>; worktree: string }> => {
+    const i = sample++;
+    await env.su`delete from worker_checkpoints where agent_run_id = ${f.run.id} and checkpoint_seq > ${RESUME_ROUNDS}`;
+    await env.su`delete from checkpoint_manifest where agent_run_id = ${f.run.id} and seq > ${RESUME_ROUNDS}`;
+    await env.su`update agent_runs set status = 'queued', lease_epoch = lease_epoch + 1, worker_id = null, lease_expires_at = null,
+                   attempt = 2, step = ${RESUME_ROUNDS}, finished_at = null, available_at = now(), host_id = 'host-a',
+                   worktree_path = ${f.worktree}, job = job || '{"resumeFromCheckpoint": true}'::jsonb
+                 where id = ${f.run.id}`;
+    // The remote as host A left it (host B's completed resume pushed one more checkpoint).
+    await runGit(setup.remoteDir, ['update-ref', branchRef, target]);
+    await runGit(setup.remoteDir, ['update-ref', notesRef, remoteNotes]);
+    // Host B: its own clone, made before the run (main only), and an empty worktree base.
+    const hostB = path.join(dir, `host-b-${i}`);
+    await runGit(dir, ['clone', '-q', '--no-checkout', setup.pristine, hostB]);
+    await runGit(hostB, ['config', 'gc.auto', '0']);
+    const base = path.join(dir, `worktrees-b-${i}`);
+    const config = parseConfig({
+      ...env.childEnv,
+      WORKER_REPO_ROOT: hostB,
+      WORKER_WORKTREE_BASE: base,
+      WORKER_HOST_ID: 'host-b',
+      WORKER_CHECKPOINT_REMOTE: setup.url,
+      WORKER_MAX_TOOL_STEPS: '1000',
+      LOG_LEVEL: 'silent',
+    });
+    const worktree = worktreePathFor(base, f.identity.workspaceId, f.run.id);
+    await mkdir(path.dirname(worktree), { recursive: true });
+    return { config, worktree };
+  };
+
+  /** One resume on host B; ms from claim to the first tool call touching host B's worktree. */
+  const resumeOnce = async (log: Logger = silentLog): Promise<{ ms: number | null; result: string; claimedAt: number; fetchedBytes: number | null }> => {
+    const { config, worktree } = await crash();
+    const [{ job }] = (await env.su<{ job: Job }[]>`select job from agent_runs where id = ${f.run.id}`) as unknown as [{ job: Job }];
+    let claimedAt = 0;
+    let firstCallAt = 0;
+    let inner: FSWatcher | undefined;
+    // The worktree does not exist yet: watch its parent until it appears, then the worktree itself.
+    const outer = watch(path.dirname(worktree), (_e, name) => {
+      if (inner || String(name) !== path.basename(worktree)) return;
+      try {
+        inner = watch(worktree, (_e2, n) => {
+          if (!firstCallAt && n && String(n).includes(FIRST_CALL_FILE)) firstCallAt = performance.now();
+        });
+      } catch {
+        /* appeared and vanished (a half-made admin folder repaired): the next event retries */
+      }
+    });
+    const delivery: Delivery = { raw: JSON.stringify(job), ack: async () => void (claimedAt = performance.now()) };
+    let uncaught: unknown;
+    const onUncaught = (err: unknown) => void (uncaught ??= err);
+    process.on('uncaughtException', onUncaught);
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      let result = await Promise.race([
+        processDelivery({ config, db: env.db, queue: noQueue, workerId: `bench-host-b-${process.pid}`, log, shutdown: new AbortController().signal }, delivery).catch((err) => `threw: ${(err as Error).message.slice(0, 160)}`),
+        new Promise<string>((resolve) => (timer = setTimeout(() => resolve('hung (no result in 180 s)'), 180_000))),
+      ]);
+      if (uncaught) result = `process would have crashed: ${(uncaught as Error).message?.slice(0, 120) ?? String(uncaught)}`;
+      if (!claimedAt) throw new Error(`cross-host resume saw no claim (result ${result})`);
+      const [event] = await env.su<{ metadata: { fetchedBytes?: number; toHost?: string } }[]>`
+        select metadata from convoy_events where agent_run_id = ${f.run.id} and type = 'run_resumed' order by id desc limit 1`;
+      const fetchedBytes = event?.metadata.toHost === 'host-b' ? (event.metadata.fetchedBytes ?? null) : null;
+      return { ms: firstCallAt && !uncaught ? firstCallAt - claimedAt : null, result, claimedAt, fetchedBytes };
+    } finally {
+      clearTimeout(timer);
+      process.off('uncaughtException', onUncaught);
+      inner?.close();
+      outer.close();
+    }
+  };
+
+  // Clones go to fresh folders, removed after the size (deleting 50k files right before the next
+  // clone would charge the deletion to it).
+  let clones = 0;
+  const bytes = { cloneGit: 0, partialClone: 0 };
+  const startOver = async () => {
+    const n = clones++;
+    const into = (kind: string) => path.join(dir, `${kind}-${n}`);
+    await s.time(`${key}.cloneGit`, () => runGit(dir, ['clone', '-q', setup.url, into('clone-git')]));
+    await s.time(`${key}.partialClone`, () => runGit(dir, ['clone', '-q', '--filter=blob:none', setup.url, into('partial')]));
+    await s.time(`${key}.cloneFile`, () => runGit(dir, ['clone', '-q', '--no-local', pathToFileURL(setup.remoteDir).href, into('clone-file')]));
+    if (n === 0) {
+      bytes.cloneGit = await objectStoreBytes(into('clone-git'));
+      bytes.partialClone = await objectStoreBytes(into('partial'));
+    }
+  };
+
+  const outcomes: Record<string, number> = {};
+  try {
+    for (let i = 0; i < 2; i++) {
+      const warm = await resumeOnce(); // warm-up
+      if (warm.ms === null) throw new Error(`cross-host resume warm-up failed: ${warm.result}`);
+      await startOver();
+    }
+    for (let tries = 0, ok = 0; ok < samples && tries < samples + 10; tries++) {
+      const { ms, result, fetchedBytes } = await resumeOnce();
+      outcomes[result] = (outcomes[result] ?? 0) + 1;
+      if (ms === null) continue;
+      ok++;
+      s.add(`${key}.resume`, ms);
+      if (fetchedBytes !== null) s.add(`${key}.fetchedBytes`, fetchedBytes);
+      await startOver();
+    }
+    const trace = stampingLogger();
+    const traced = await resumeOnce(trace.log);
+    const timeline = trace.lines
+      .filter((l) => l.at >= traced.claimedAt - 1)
+      .map((l) => ({ msAfterClaim: Math.round((l.at - traced.claimedAt) * 10) / 10, msg: l.msg }));
+    if (traced.ms !== null) timeline.push({ msAfterClaim: Math.round(traced.ms * 10) / 10, msg: '(first resumed tool call touches host B\'s worktree)' });
+    timeline.sort((a, b) => a.msAfterClaim - b.msAfterClaim);
+    return { rounds: RESUME_ROUNDS, outcomes, cloneGitBytes: bytes.cloneGit, partialCloneBytes: bytes.partialClone, timeline };
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}

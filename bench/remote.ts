@@ -1,0 +1,155 @@
+// Benchmark 7 (issue 13, many hosts): what WORKER_CHECKPOINT_REMOTE costs a checkpoint, and what a
+// resume on another host costs next to cloning. The remote is a bare repository served by a real
+// `git daemon` on 127.0.0.1 (git://), never a file path.
+// Checkpoint cost: two runs on the same repository ("host A"), one whose CheckpointWriter has no
+// remote and one built as run-job.ts builds it with the remote (RemotePusher); samples alternate
+// between them, each a whole CheckpointWriter.write() after a round touching the same number of
+// paths. The cross-host resume is in remote-resume.ts.
+import { mkdir } from 'node:fs/promises';
+import path from 'node:path';
+import { parseConfig } from '../core/config.ts';
+import { RemotePusher, objectStoreBytes, runNotesRef } from '../worker/checkpoints/remote.ts';
+import { CheckpointWriter } from '../worker/checkpoints/writer.ts';
+import { runGit } from '../worker/git.ts';
+import { startGitDaemon, type GitDaemon } from '../test/support/git-daemon.ts';
+import type { BenchEnv } from './env.ts';
+import { createRunFixture, silentLog, type RunFixture } from './fixture.ts';
+import { measureCrossHostResume } from './remote-resume.ts';
+import type { RemoteFigure } from './remote-results.ts';
+import { ensurePristineRepo, spreadPaths, workingRepo } from './repos.ts';
+import { ratio, round, Samples } from './stats.ts';
+
+export const REMOTE_TOUCHED = 10;
+
+/** A size's remote and host A's repository. */
+export interface RemoteSetup {
+  files: number;
+  pristine: string;
+  /** The bare repository the daemon serves, and its git:// URL. */
+  remoteDir: string;
+  url: string;
+  repoPackedBytes: number;
+  hostA: string;
+}
+
+async function setUp(env: BenchEnv, daemon: GitDaemon, base: string, files: number, log: (line: string) => void): Promise<RemoteSetup> {
+  const pristine = await ensurePristineRepo(files, log);
+  const name = `files-${files}.git`;
+  const remoteDir = path.join(base, name);
+  await runGit(base, ['clone', '-q', '--bare', pristine, remoteDir]);
+  // A partial clone (ensureLocalRepo's, and the baseline's) needs the server to accept filters.
+  await runGit(remoteDir, ['config', 'uploadpack.allowFilter', 'true']);
+  const repoPackedBytes = await objectStoreBytes(remoteDir);
+  const hostA = await workingRepo(pristine, path.join(env.workDir, 'remote', `host-a-${files}`));
+  // No auto gc in the middle of a sample (as freshRepo in scripts/bench.ts).
+  await runGit(hostA, ['config', 'gc.auto', '0']);
+  return { files, pristine, remoteDir, url: daemon.url(name), repoPackedBytes, hostA };
+}
+
+/**
+ * The run's writer with the remote, built as run-job.ts builds it; the fixture's own writer (no
+ * remote) is left unused. `onPush` wraps each push (to time it).
+ */
+export function remoteWriter(env: BenchEnv, f: RunFixture, url: string, onPush?: (push: () => Promise<void>) => Promise<void>): CheckpointWriter {
+  const notesRef = runNotesRef(f.identity.workspaceId, f.identity.agentRunId);
+  const pusher = new RemotePusher({ cwd: f.worktree, remote: url, branch: f.branch, notesRef, assertHeld: () => f.lease.assertHeld(), log: silentLog });
+  if (onPush) {
+    const push = pusher.pushCheckpoint.bind(pusher);
+    pusher.pushCheckpoint = (oid) => onPush(() => push(oid));
+  }
+  const config = parseConfig({ ...env.childEnv, LOG_LEVEL: 'silent' });
+  return new CheckpointWriter(
+    {
+      sql: env.db.app,
+      run: f.identity,
+      lease: f.lease,
+      tree: { root: f.worktree, git: { branch: f.branch, worktreePath: f.worktree } },
+      tracker: f.tracker,
+      notesRef: config.WORKER_NOTES_REF,
+      historyLimit: config.WORKER_CHECKPOINT_HISTORY_LIMIT,
+      leaseMs: 3_600_000,
+      log: silentLog,
+      remote: { pusher, notesRef },
+    },
+    f.writer.state,
+  );
+}
+
+/** `samples` checkpoints of each kind, alternating, after the same kind of round. */
+async function measureCheckpoints(env: BenchEnv, setup: RemoteSetup, samples: number, s: Samples, key: string): Promise<void> {
+  const off = await createRunFixture(env, setup.hostA);
+  const onFixture = await createRunFixture(env, setup.hostA);
+  let pushing = false;
+  const on = remoteWriter(env, onFixture, setup.url, (push) => (pushing ? s.time(`${key}.push`, push) : push()));
+  const paths = spreadPaths(setup.files, REMOTE_TOUCHED);
+  for (let i = 0; i < 3; i++) {
+    // Warm-up, not recorded: the first push also sends the run's notes ref for the first time.
+    await off.playRound(paths);
+    await off.writer.write();
+    await onFixture.playRound(paths);
+    await on.write();
+  }
+  pushing = true;
+  for (let i = 0; i < samples; i++) {
+    await off.playRound(paths);
+    await s.time(`${key}.off`, () => off.writer.write());
+    await onFixture.playRound(paths);
+    await s.time(`${key}.on`, () => on.write());
+  }
+  await off.writer.settleNotes();
+  await on.settleNotes();
+}
+
+export async function measureRemote(
+  env: BenchEnv,
+  plan: { sizes: number[]; samples: number; remoteResumeSamples: number },
+  s: Samples,
+  log: (line: string) => void,
+  since: () => string,
+): Promise<RemoteFigure[]> {
+  const base = path.join(env.workDir, 'remotes');
+  await mkdir(base, { recursive: true });
+  const daemon = await startGitDaemon(base);
+  const figures: RemoteFigure[] = [];
+  try {
+    for (const files of plan.sizes) {
+      const setup = await setUp(env, daemon, base, files, log);
+      const key = `remote.${files}`;
+      await measureCheckpoints(env, setup, plan.samples, s, key);
+      const off = s.summary(`${key}.off`);
+      const on = s.summary(`${key}.on`);
+      log(`remote ${files} files: checkpoint ${on.median.toFixed(1)} ms with the remote vs ${off.median.toFixed(1)} ms without (${since()})`);
+      const r = await measureCrossHostResume(env, setup, plan.remoteResumeSamples, s, key);
+      const resume = s.summary(`${key}.resume`);
+      const fetched = s.summary(`${key}.fetchedBytes`);
+      const fig: RemoteFigure = {
+        files,
+        touched: REMOTE_TOUCHED,
+        repoPackedBytes: setup.repoPackedBytes,
+        checkpointOff: off,
+        checkpointOn: on,
+        push: s.summary(`${key}.push`),
+        checkpointRatio: ratio(on.median, off.median),
+        rounds: r.rounds,
+        outcomes: r.outcomes,
+        crossHostResume: resume,
+        fetchedBytes: fetched,
+        cloneGit: s.summary(`${key}.cloneGit`),
+        cloneFile: s.summary(`${key}.cloneFile`),
+        partialClone: s.summary(`${key}.partialClone`),
+        cloneGitBytes: r.cloneGitBytes,
+        partialCloneBytes: r.partialCloneBytes,
+        speedupVsClone: ratio(s.summary(`${key}.cloneGit`).median, resume.median),
+        speedupVsCloneFile: ratio(s.summary(`${key}.cloneFile`).median, resume.median),
+        speedupVsPartial: ratio(s.summary(`${key}.partialClone`).median, resume.median),
+        fetchedShareOfRepo: round(fetched.median / setup.repoPackedBytes, 5),
+        timeline: r.timeline,
+      };
+      figures.push(fig);
+      log(`remote ${files} files: cross-host resume ${resume.median.toFixed(1)} ms (fetched ${fetched.median} B) vs clone ${fig.cloneGit.median.toFixed(1)} ms, partial ${fig.partialClone.median.toFixed(1)} ms (${since()})`);
+    }
+  } finally {
+    await daemon.stop();
+  }
+  return figures;
+}
