@@ -2,80 +2,121 @@
 // `changed` files rewritten per round (spread over the repo, a new set every round, so the
 // manifest grows), through the real CheckpointWriter (commit via fast-import, row + manifest
 // upsert, note, pack roll-up). Reported: time per checkpoint around seq 1, 100, 1,000, 2,000
-// (median of the 10 checkpoints ending there); Postgres bytes per checkpoint (worker_checkpoints
-// and checkpoint_manifest: table + TOAST + indexes, measured before/after); git bytes per
-// checkpoint (objects dir: loose + packs + notes); loose objects and packs at the end; the
-// row size at the first and last sample point.
-import { readdir, stat } from 'node:fs/promises';
+// (median of the 50 checkpoints ending there: 10 were too few for a 10% verdict on a shared
+// machine); Postgres bytes per checkpoint (worker_checkpoints and checkpoint_manifest: table +
+// TOAST + indexes, vacuumed, before/after); git bytes per checkpoint (the objects directory:
+// loose + packs + their indexes, notes included) once the run has settled (its last roll-up
+// done), split into the run's content, its notes and pack overhead; the compressed size of the
+// changed content (each changed blob deflated as git stores a loose object); loose objects and
+// packs at the end; the load average during the run. Then the prune phase (bench/prune-phase.ts).
+import { readFile } from 'node:fs/promises';
+import os from 'node:os';
 import path from 'node:path';
+import { deflateSync } from 'node:zlib';
 import { runGit } from '../worker/git.ts';
 import { commonDirOf } from '../worker/checkpoints/notes.ts';
 import type { BenchEnv } from './env.ts';
-import { createRunFixture } from './fixture.ts';
+import { createRunFixture, silentLog } from './fixture.ts';
+import { ObjectPacker } from '../worker/checkpoints/packing.ts';
+import { gitBytes, measurePrune, postgresBytes, type GitBytes, type PgBytes, type PruneResult } from './prune-phase.ts';
 import { filePath } from './repos.ts';
 import { round, summarize, type Summary } from './stats.ts';
+import type { Target } from './results.ts';
+
+/** Checkpoints per time sample (the median of the `TIME_WINDOW` ending at a sample seq). */
+const TIME_WINDOW = 50;
 
 export interface LongRunResult {
   checkpoints: number;
   files: number;
   changedPerRound: number;
-  /** seq → ms per checkpoint (median of the 10 ending at that seq; seq 1: the first alone). */
+  /** seq → ms per checkpoint (median of the 50 ending at that seq; seq 1: the first alone). */
   timeAt: Record<number, Summary>;
+  timeRatioLastTo100: number | null;
   postgresBytesPerCheckpoint: number;
+  /** Per checkpoint: 4 KB + 150 B × its changed files + the bytes of its own tool calls (JSON), averaged. */
+  postgresTargetPerCheckpoint: number;
+  toolCallBytesPerCheckpoint: number;
+  changedFilesPerCheckpoint: number;
   rowBytesAt: Record<number, number>;
+  /** Between the middle and the end of the run (both settled): what one more checkpoint costs. */
+  postgresBytesPerCheckpointSecondHalf: number;
+  /** The bytes the run added to the objects directory, settled (last note, last roll-up), per checkpoint. */
   gitBytesPerCheckpoint: number;
-  changedContentBytesPerCheckpoint: number;
+  /** The same as the run left it: up to `packEvery` - 1 small packs not rolled up yet. */
+  gitBytesPerCheckpointAsLeft: number;
+  gitBytesPerCheckpointSecondHalf: number;
+  /** The objects directory before and after the run, by kind. */
+  git: { before: GitBytes; asLeft: GitBytes; after: GitBytes; runContentDiskBytes: number; notesDiskBytes: number };
+  /** Mean per round of the changed blobs, each zlib-deflated as a loose git object. */
+  changedContentCompressedBytesPerCheckpoint: number;
+  changedContentRawBytesPerCheckpoint: number;
+  gitTargetPerCheckpoint: number;
   looseObjectsAtEnd: number;
+  looseObjectsBound: number;
   packsAtEnd: number;
-}
-
-async function dirBytes(dir: string): Promise<number> {
-  let total = 0;
-  for (const entry of await readdir(dir, { withFileTypes: true }).catch(() => [])) {
-    const p = path.join(dir, entry.name);
-    if (entry.isDirectory()) total += await dirBytes(p);
-    else total += (await stat(p).catch(() => ({ size: 0 }))).size;
-  }
-  return total;
-}
-
-async function postgresBytes(env: BenchEnv): Promise<number> {
-  const [row] = await env.su<{ bytes: string }[]>`
-    select (pg_total_relation_size('worker_checkpoints') + pg_total_relation_size('checkpoint_manifest'))::text as bytes`;
-  return Number(row!.bytes);
+  loadAverage: { samples: number; min: number; median: number; max: number };
+  /** Undefined when the prune phase failed (its error is in the log). */
+  prune: PruneResult | undefined;
 }
 
 export async function measureLongRun(
   env: BenchEnv,
   repo: string,
-  o: { files: number; checkpoints: number; changed: number; at: number[] },
+  o: { files: number; checkpoints: number; changed: number; at: number[]; packEvery?: number },
   log: (line: string) => void,
 ): Promise<LongRunResult> {
+  const packEvery = o.packEvery ?? 16;
   const f = await createRunFixture(env, repo, { historyRounds: 0 });
   const objects = path.join(await commonDirOf(f.worktree), 'objects');
   await env.su`vacuum analyze worker_checkpoints`;
+  await env.su`vacuum analyze checkpoint_manifest`;
   const pgBefore = await postgresBytes(env);
-  const gitBefore = await dirBytes(objects);
+  const gitBefore = await gitBytes(objects);
+  // The steady state: notes written, the small packs of the last < `packEvery` checkpoints rolled
+  // up by the run's own roll-up (ObjectPacker.packNow, what runs every `packEvery` checkpoints),
+  // the tables vacuumed (what autovacuum does). Measured at the middle and at the end.
+  const settled = async () => {
+    await f.writer.settleNotes();
+    await new ObjectPacker(f.worktree, packEvery, silentLog).packNow();
+    await env.su`vacuum analyze worker_checkpoints`;
+    await env.su`vacuum analyze checkpoint_manifest`;
+    return { pg: await postgresBytes(env), git: await gitBytes(objects) };
+  };
+  const mid = Math.floor(o.checkpoints / 2);
+  let midPoint: { pg: PgBytes; git: GitBytes } | undefined;
   const times: number[] = [];
-  let changedBytes = 0;
+  const load: number[] = [];
+  let compressed = 0;
+  let raw = 0;
   for (let seq = 1; seq <= o.checkpoints; seq++) {
     // A different spread of `changed` files every round: seq walks the repo.
     const paths = Array.from({ length: o.changed }, (_, k) => filePath((seq * o.changed + k * 97) % o.files));
     await f.playRound(paths);
+    // What git would store for each changed file on its own: `blob <size>\0<content>`, deflated.
+    for (const p of paths) {
+      const data = await readFile(path.join(f.worktree, p));
+      raw += data.length;
+      compressed += deflateSync(Buffer.concat([Buffer.from(`blob ${data.length}\0`), data])).length;
+    }
     const start = performance.now();
     await f.writer.write();
     times.push(performance.now() - start);
-    if (o.at.includes(seq)) log(`  long run: checkpoint ${seq} in ${times.at(-1)!.toFixed(1)} ms`);
+    if (seq % 50 === 0) load.push(os.loadavg()[0]!);
+    if (o.at.includes(seq)) log(`  long run: checkpoint ${seq} in ${times.at(-1)!.toFixed(1)} ms (load ${os.loadavg()[0]!.toFixed(2)})`);
+    if (seq === mid) midPoint = await settled(); // outside the timed write; one extra roll-up
   }
-  await f.writer.settleNotes();
-  changedBytes = o.changed * 420; // fileContent(): ~420 bytes per file
-  await env.su`vacuum analyze worker_checkpoints`;
-  await env.su`vacuum analyze checkpoint_manifest`;
-  const pgAfter = await postgresBytes(env);
-  const gitAfter = await dirBytes(objects);
-  const count = await runGit(repo, ['count-objects', '-v']);
-  const loose = Number(/^count: (\d+)/m.exec(count.stdout)![1]);
-  const packs = Number(/^packs: (\d+)/m.exec(count.stdout)![1]);
+  const asLeft = await gitBytes(objects); // the last note written, the last background roll-up done
+  const end = await settled();
+  const pgAfter = end.pg;
+  const gitAfter = end.git;
+  const split = await runObjectBytes(f.worktree, f.branch, env.config.WORKER_NOTES_REF);
+
+  const [perRow] = await env.su<{ tool: number; files: number; target: number }[]>`
+    select avg(octet_length(tool_history::text))::float8 as tool,
+           avg(jsonb_array_length(files_touched))::float8 as files,
+           avg(4096 + 150 * jsonb_array_length(files_touched) + octet_length(tool_history::text))::float8 as target
+      from worker_checkpoints where agent_run_id = ${f.run.id}`;
   const rowBytesAt: Record<number, number> = {};
   for (const seq of o.at) {
     const [row] = await env.su<{ bytes: number }[]>`
@@ -83,17 +124,141 @@ export async function measureLongRun(
     if (row) rowBytesAt[seq] = row.bytes;
   }
   const timeAt: Record<number, Summary> = {};
-  for (const seq of o.at) if (seq <= o.checkpoints) timeAt[seq] = summarize(times.slice(Math.max(0, seq - 10), seq));
-  return {
+  for (const seq of o.at) if (seq <= o.checkpoints) timeAt[seq] = summarize(times.slice(Math.max(0, seq - TIME_WINDOW), seq));
+  const last = timeAt[o.checkpoints];
+  const at100 = timeAt[100];
+  const compressedPer = compressed / o.checkpoints;
+  const sortedLoad = [...load].sort((a, b) => a - b);
+  const result: Omit<LongRunResult, 'prune'> = {
     checkpoints: o.checkpoints,
     files: o.files,
     changedPerRound: o.changed,
     timeAt,
-    postgresBytesPerCheckpoint: round((pgAfter - pgBefore) / o.checkpoints, 1),
+    timeRatioLastTo100: last && at100 ? round(last.median / at100.median, 3) : null,
+    postgresBytesPerCheckpoint: round((pgAfter.total - pgBefore.total) / o.checkpoints, 1),
+    postgresTargetPerCheckpoint: round(perRow!.target, 1),
+    toolCallBytesPerCheckpoint: round(perRow!.tool, 1),
+    changedFilesPerCheckpoint: round(perRow!.files, 2),
     rowBytesAt,
-    gitBytesPerCheckpoint: round((gitAfter - gitBefore) / o.checkpoints, 1),
-    changedContentBytesPerCheckpoint: changedBytes,
-    looseObjectsAtEnd: loose,
-    packsAtEnd: packs,
+    postgresBytesPerCheckpointSecondHalf: round((pgAfter.total - midPoint!.pg.total) / (o.checkpoints - mid), 1),
+    gitBytesPerCheckpoint: round((gitAfter.total - gitBefore.total) / o.checkpoints, 1),
+    gitBytesPerCheckpointAsLeft: round((asLeft.total - gitBefore.total) / o.checkpoints, 1),
+    gitBytesPerCheckpointSecondHalf: round((gitAfter.total - midPoint!.git.total) / (o.checkpoints - mid), 1),
+    git: { before: gitBefore, asLeft, after: gitAfter, ...split },
+    changedContentCompressedBytesPerCheckpoint: round(compressedPer, 1),
+    changedContentRawBytesPerCheckpoint: round(raw / o.checkpoints, 1),
+    gitTargetPerCheckpoint: round(2 * compressedPer + 1024, 1),
+    looseObjectsAtEnd: gitAfter.looseObjects,
+    // Nothing of a checkpoint is written loose (fast-import packs); the one exception, a commit
+    // redone from the index when a filter changes the bytes, is packed at the next roll-up.
+    looseObjectsBound: packEvery,
+    packsAtEnd: gitAfter.packs,
+    loadAverage: { samples: load.length, min: sortedLoad[0] ?? NaN, median: sortedLoad[Math.floor(load.length / 2)] ?? NaN, max: sortedLoad.at(-1) ?? NaN },
   };
+  log(`  long run done: Postgres ${result.postgresBytesPerCheckpoint} B/checkpoint (target ${result.postgresTargetPerCheckpoint}), git ${result.gitBytesPerCheckpoint} B/checkpoint (target ${result.gitTargetPerCheckpoint}); pruning`);
+  // A failure here must not lose the run's figures (30 minutes of them): it is reported instead.
+  const prune = await measurePrune(env, f, objects, o.checkpoints, log).catch((err: unknown) => {
+    log(`  prune phase failed: ${err instanceof Error ? err.stack : String(err)}`);
+    return undefined;
+  });
+  return { ...result, prune };
+}
+
+/**
+ * Disk bytes (in packs: compressed, delta'd) of the objects only this run's branch reaches, and
+ * of the notes ref's objects, from `git cat-file --batch-check=%(objectsize:disk)`.
+ */
+async function runObjectBytes(worktree: string, branch: string, notesRef: string): Promise<{ runContentDiskBytes: number; notesDiskBytes: number }> {
+  const sum = async (revs: string[]) => {
+    const list = await runGit(worktree, ['rev-list', '--objects', ...revs]);
+    const oids = list.stdout.split('\n').filter(Boolean).map((l) => l.slice(0, 40));
+    if (!oids.length) return 0;
+    const sizes = await runGit(worktree, ['cat-file', '--batch-check=%(objectsize:disk)'], { input: oids.join('\n') + '\n' });
+    return sizes.stdout.split('\n').filter(Boolean).reduce((a, s) => a + Number(s), 0);
+  };
+  return { runContentDiskBytes: await sum([`refs/heads/${branch}`, '--not', 'main']), notesDiskBytes: await sum([notesRef]) };
+}
+
+export function longRunTargets(r: LongRunResult): Target[] {
+  const t = (n: number) => Math.round(n).toLocaleString('en-US');
+  const at100 = r.timeAt[100];
+  const last = r.timeAt[r.checkpoints];
+  return [
+    {
+      name: 'long run: flat time',
+      goal: `checkpoint ${r.checkpoints} within 1.1× of checkpoint 100 in time (median of the 50 ending there)`,
+      measured: at100 && last ? `${last.median.toFixed(1)} ms vs ${at100.median.toFixed(1)} ms = ${r.timeRatioLastTo100}×` : 'not measured',
+      met: r.timeRatioLastTo100 === null ? null : r.timeRatioLastTo100 <= 1.1,
+    },
+    {
+      name: 'long run: Postgres bytes',
+      goal: 'Postgres per checkpoint ≤ 4 KB + 150 B per changed file + its own tool calls',
+      measured: `${t(r.postgresBytesPerCheckpoint)} B vs ${t(r.postgresTargetPerCheckpoint)} B (${r.changedFilesPerCheckpoint} files, ${t(r.toolCallBytesPerCheckpoint)} B of calls; second half ${t(r.postgresBytesPerCheckpointSecondHalf)} B)`,
+      met: r.postgresBytesPerCheckpoint <= r.postgresTargetPerCheckpoint,
+    },
+    {
+      name: 'long run: git bytes',
+      goal: 'git per checkpoint ≤ 2 × compressed changed content + 1 KB',
+      measured: `${t(r.gitBytesPerCheckpoint)} B vs ${t(r.gitTargetPerCheckpoint)} B (content ${t(r.changedContentCompressedBytesPerCheckpoint)} B deflated; second half ${t(r.gitBytesPerCheckpointSecondHalf)} B; after git gc ${r.prune ? t((r.prune.git.afterGc.total - r.git.before.total) / r.checkpoints) : '?'} B)`,
+      met: r.gitBytesPerCheckpoint <= r.gitTargetPerCheckpoint,
+    },
+    {
+      name: 'long run: loose objects',
+      goal: `loose objects bounded (≤ ${r.looseObjectsBound}: one roll-up interval of redone commits)`,
+      measured: `${r.looseObjectsAtEnd} loose, ${r.packsAtEnd} packs`,
+      met: r.looseObjectsAtEnd <= r.looseObjectsBound,
+    },
+  ];
+}
+
+/** The long run's tables (markdown): time, bytes, and the prune phase. */
+export function renderLongRun(r: LongRunResult): string {
+  const n = (x: number) => Math.round(x).toLocaleString('en-US');
+  const per = (bytes: number) => n(bytes / r.checkpoints);
+  const seqs = Object.keys(r.timeAt).map(Number);
+  const out = [`### 7. Long run: ${n(r.checkpoints)} checkpoints, ${n(r.files)} files, ${r.changedPerRound} changed per round`];
+  out.push(
+    [
+      `| ${seqs.map((s) => `seq ${n(s)}`).join(' | ')} |`,
+      `| ${seqs.map(() => '---').join(' | ')} |`,
+      `| ${seqs.map((s) => `${r.timeAt[s]!.median.toFixed(1)} ms (p99 ${r.timeAt[s]!.p99.toFixed(0)})`).join(' | ')} |`,
+    ].join('\n'),
+  );
+  const g = r.git.after;
+  const b = r.git.before;
+  out.push(
+    [
+      '| per checkpoint | bytes |',
+      '| --- | --- |',
+      `| Postgres (rows + manifest + indexes, vacuumed) | ${n(r.postgresBytesPerCheckpoint)} (target ${n(r.postgresTargetPerCheckpoint)}) |`,
+      `| Postgres, second half of the run only | ${n(r.postgresBytesPerCheckpointSecondHalf)} |`,
+      `| git, objects directory, settled (last roll-up done) | ${n(r.gitBytesPerCheckpoint)} (target ${n(r.gitTargetPerCheckpoint)}) |`,
+      `| git, as the run left it / second half of the run only | ${n(r.gitBytesPerCheckpointAsLeft)} / ${n(r.gitBytesPerCheckpointSecondHalf)} |`,
+      `| of which pack data / pack indexes / other / loose | ${per(g.packData - b.packData)} / ${per(g.packIndex - b.packIndex)} / ${per(g.other - b.other)} / ${per(g.loose - b.loose)} |`,
+      `| the run's objects on disk (branch-only) / notes | ${per(r.git.runContentDiskBytes)} / ${per(r.git.notesDiskBytes)} |`,
+      `| changed content: raw / deflated | ${n(r.changedContentRawBytesPerCheckpoint)} / ${n(r.changedContentCompressedBytesPerCheckpoint)} |`,
+      `| row size at ${Object.keys(r.rowBytesAt).join(' / ')} | ${Object.values(r.rowBytesAt).join(' / ')} |`,
+    ].join('\n'),
+  );
+  out.push(`Loose objects at the end: ${r.looseObjectsAtEnd} (bound ${r.looseObjectsBound}); packs: ${r.packsAtEnd}. Load average (1 min) during the run: ${r.loadAverage.min}–${r.loadAverage.max}, median ${r.loadAverage.median}.`);
+  const p = r.prune;
+  if (!p) return out.concat('Prune phase: failed (see the log).').join('\n\n');
+  out.push(
+    [
+      `Prune (${n(p.rowsDeleted)} rows deleted, worktree removed: ${p.worktreeRemoved ? 'yes' : 'no'}):`,
+      '',
+      '| Postgres bytes | before | after DELETE | after VACUUM | after VACUUM FULL |',
+      '| --- | --- | --- | --- | --- |',
+      `| worker_checkpoints | ${n(p.postgres.before.checkpoints)} | ${n(p.postgres.afterDelete.checkpoints)} | ${n(p.postgres.afterVacuum.checkpoints)} | ${n(p.postgres.afterVacuumFull.checkpoints)} |`,
+      `| checkpoint_manifest | ${n(p.postgres.before.manifest)} | ${n(p.postgres.afterDelete.manifest)} | ${n(p.postgres.afterVacuum.manifest)} | ${n(p.postgres.afterVacuumFull.manifest)} |`,
+      `| total (with anchors) | ${n(p.postgres.before.total)} | ${n(p.postgres.afterDelete.total)} | ${n(p.postgres.afterVacuum.total)} | ${n(p.postgres.afterVacuumFull.total)} |`,
+      '',
+      '| git objects bytes | before prune | after prune | after `git gc` | after `git gc --prune=now` | what-if: branch + notes deleted, gc --prune=now |',
+      '| --- | --- | --- | --- | --- | --- |',
+      `| total (packs) | ${n(p.git.before.total)} (${p.git.before.packs}) | ${n(p.git.afterPrune.total)} (${p.git.afterPrune.packs}) | ${n(p.git.afterGc.total)} (${p.git.afterGc.packs}) | ${n(p.git.afterGcPruneNow.total)} (${p.git.afterGcPruneNow.packs}) | ${n(p.git.whatIfBranchAndNotesDeleted.total)} |`,
+      '',
+      `${p.autovacuum}; git gc ${p.gcSeconds.gc} s, gc --prune=now ${p.gcSeconds.gcPruneNow} s.`,
+    ].join('\n'),
+  );
+  return out.join('\n\n');
 }

@@ -1,5 +1,6 @@
 // The shape of bench/results.json, the targets of the issue judged on it, and the printed tables
 // (markdown, so docs/benchmarks.md can quote them as printed).
+import { longRunTargets, renderLongRun, type LongRunResult } from './long-run.ts';
 import type { MissionControlLevel } from './mission-control.ts';
 import type { ThroughputResult } from './throughput.ts';
 import { remoteTargets, renderRemote, type RemoteFigure } from './remote-results.ts';
@@ -95,6 +96,8 @@ export interface BenchResults {
   throughput: ThroughputResult[];
   /** Issue 13's many-hosts bench (checkpoint remote, cross-host resume), when it ran. */
   remote?: RemoteFigure[];
+  /** Issue 14's long run (with its prune phase), when it ran. */
+  longRun?: LongRunResult;
   targets: Target[];
 }
 
@@ -146,6 +149,7 @@ export function evaluateTargets(r: Omit<BenchResults, 'targets'>): Target[] {
     measured: r.missionControlRatio !== null ? r.missionControl.map((m) => `${m.rows}: ${ms(m.convoyDetail.median)} ms`).join(', ') + ` → ${x(r.missionControlRatio)}` : 'not measured',
     met: r.missionControlRatio !== null && r.missionControl.some((m) => m.rows >= 1_000_000) ? r.missionControlRatio <= 2 : null,
   });
+  if (r.longRun) targets.push(...longRunTargets(r.longRun));
   targets.push(...remoteTargets(r.remote));
   return targets;
 }
@@ -211,6 +215,7 @@ export function renderTables(r: BenchResults): string {
     ));
     for (const t of r.throughput) if (t.failed) out.push(`${t.workers} worker(s): ${t.failed} of ${t.runs} runs failed${t.failures?.length ? `: ${t.failures.join(' | ')}` : ''}.`);
   }
+  if (r.longRun) out.push(renderLongRun(r.longRun));
   if (r.remote?.length) out.push(renderRemote(r.remote));
   out.push('### Targets');
   out.push(table(['target', 'measured', 'met'], r.targets.map((t) => [t.goal, t.measured, t.met === null ? 'not measured' : t.met ? 'yes' : 'NO'])));
