@@ -13,7 +13,7 @@ import { EchodoError } from '../core/errors.ts';
 import { runGit } from './git.ts';
 import type { Logger } from './log.ts';
 import { notedCommits, writeCheckpointNotes } from './checkpoints/notes.ts';
-import { fetchRun, runNotesRef } from './checkpoints/remote.ts';
+import { fetchBase, fetchRun, runNotesRef } from './checkpoints/remote.ts';
 import { noteForRow } from './resume.ts';
 import { worktreePathFor } from './worktrees.ts';
 
@@ -55,12 +55,17 @@ export async function prepareRemoteResume(args: { config: Config; run: RunRow; c
   const notesRef = runNotesRef(run.workspace_id, run.id);
   const otherHost = !!run.host_id && run.host_id !== config.WORKER_HOST_ID;
   const here = otherHost ? { ...run, worktree_path: worktreePathFor(config.WORKER_WORKTREE_BASE, run.workspace_id, run.id) } : run;
-  const target = args.chain.at(-1)?.commit_oid;
-  // Nothing checkpointed yet: nothing to fetch (the worktree starts again at the branch base).
+  const latest = args.chain.at(-1)?.commit_oid;
+  // Nothing checkpointed yet: the worktree starts again at the run's base, which a clone that is
+  // behind the host that started the run may lack (only then is it fetched).
+  const target = latest ?? run.base_oid;
   if (!target || !run.branch) return { run: here, notesRef };
   const present = (await runGit(args.repoPath, ['cat-file', '-e', `${target}^{commit}`], { allowExitCodes: [1, 128] })).exitCode === 0;
-  if (!otherHost && present) return { run: here, notesRef };
-  const { fetchedBytes } = await fetchRun({ repoPath: args.repoPath, remote: config.WORKER_CHECKPOINT_REMOTE!, branch: run.branch, notesRef });
+  if (present && (!otherHost || !latest)) return { run: here, notesRef };
+  const remote = config.WORKER_CHECKPOINT_REMOTE!;
+  const { fetchedBytes } = latest
+    ? await fetchRun({ repoPath: args.repoPath, remote, branch: run.branch, notesRef })
+    : await fetchBase({ repoPath: args.repoPath, remote, oid: target, branch: run.branch });
   args.log.info({ fromHost: run.host_id, toHost: config.WORKER_HOST_ID, branch: run.branch, fetchedBytes }, 'fetched the run\'s checkpoints from the checkpoint remote');
   return { run: here, notesRef, fetched: { fromHost: run.host_id ?? null, toHost: config.WORKER_HOST_ID, fetchedBytes, recloned: false } };
 }

@@ -163,3 +163,26 @@ export async function fetchRun(args: { repoPath: string; remote: string; branch:
   for (const [name, size] of await packs(commonDir)) if (!before.has(name)) fetchedBytes += size;
   return { fetchedBytes };
 }
+
+/**
+ * Fetches a run's base commit by its oid into the run's branch, for a run resumed before its first
+ * checkpoint on a host whose clone is behind (the remote may hold no branch for the run yet). Into
+ * the branch, so the objects are referenced at once; the worktree is then added on it. Fetching a
+ * reachable oid needs protocol v2 (git's default) or uploadpack.allowReachableSHA1InWant on the remote.
+ */
+export async function fetchBase(args: { repoPath: string; remote: string; oid: string; branch: string }): Promise<{ fetchedBytes: number }> {
+  const commonDir = await repoCommonDir(args.repoPath);
+  const before = await packs(commonDir);
+  try {
+    await runGit(args.repoPath, [
+      '-c', 'fetch.unpackLimit=1', 'fetch', '--quiet', '--no-tags', '--no-write-fetch-head', '--update-head-ok', args.remote,
+      `+${args.oid}:refs/heads/${args.branch}`,
+    ]);
+  } catch (err) {
+    const detail = err instanceof GitError ? err.stderr.trim().slice(0, 400) : (err as Error).message;
+    throw new CheckpointRemoteError(`could not fetch the run's base ${args.oid} from the checkpoint remote: ${detail}`, { cause: err });
+  }
+  let fetchedBytes = 0;
+  for (const [name, size] of await packs(commonDir)) if (!before.has(name)) fetchedBytes += size;
+  return { fetchedBytes };
+}

@@ -1,0 +1,134 @@
+// Many "hosts" on this machine (issue 13): each a clone of one bare remote served by a real
+// `git daemon` on 127.0.0.1 (its WORKER_REPO_ROOT), its own WORKER_WORKTREE_BASE and WORKER_HOST_ID;
+// one Postgres for all (the scenario's). And the checks every many-host test makes of a finished
+// run against the remote: every row's commit reachable from the run's branch there, every note there.
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { mkdtemp, realpath, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { parseConfig, type Config } from '../../core/config.ts';
+import { runNotesRef } from '../../worker/checkpoints/remote.ts';
+import { checkRunIntegrity } from '../../worker/integrity.ts';
+import { startGitDaemon, type GitDaemon } from './git-daemon.ts';
+import { git } from './git.ts';
+import type { Scenario } from './scenario.ts';
+
+export interface Host {
+  name: string;
+  /** WORKER_HOST_ID */
+  id: string;
+  repo: string;
+  worktreeBase: string;
+  env: Record<string, string>;
+}
+
+export interface Hosts {
+  root: string;
+  remoteDir: string;
+  remoteUrl: string;
+  daemon: GitDaemon;
+  byName: Record<string, Host>;
+  /** The host whose WORKER_HOST_ID is `id`. */
+  byId(id: string): Host;
+  /** parseConfig of the scenario's environment as seen on `host`. */
+  config(host: Host): Config;
+  close(): Promise<void>;
+}
+
+/** A bare remote made from `sourceRepo`, served by git daemon, and one clone of it per host name. */
+export async function setUpHosts(s: Scenario, names: string[]): Promise<Hosts> {
+  const root = await realpath(await mkdtemp(path.join(os.tmpdir(), 'echodo-hosts-')));
+  const remoteDir = path.join(root, 'remote.git');
+  await git(root, 'clone', '-q', '--bare', s.repo, remoteDir);
+  const daemon = await startGitDaemon(root);
+  const remoteUrl = daemon.url('remote.git');
+  const byName: Record<string, Host> = {};
+  for (const name of names) {
+    const repo = path.join(root, `host-${name}`);
+    await git(root, 'clone', '-q', remoteUrl, repo); // over the real transport
+    const worktreeBase = path.join(root, `worktrees-${name}`);
+    const id = `host-${name}`;
+    byName[name] = { name, id, repo, worktreeBase, env: { WORKER_REPO_ROOT: repo, WORKER_WORKTREE_BASE: worktreeBase, WORKER_HOST_ID: id, WORKER_CHECKPOINT_REMOTE: remoteUrl } };
+  }
+  return {
+    root,
+    remoteDir,
+    remoteUrl,
+    daemon,
+    byName,
+    byId(id) {
+      const host = Object.values(byName).find((h) => h.id === id);
+      if (!host) throw new Error(`no host with WORKER_HOST_ID ${id}`);
+      return host;
+    },
+    config: (host) => parseConfig({ ...s.env, ...host.env }),
+    async close() {
+      await daemon.stop();
+      await rm(root, { recursive: true, force: true });
+    },
+  };
+}
+
+/**
+ * The repository moves on after the other hosts cloned it: `count` commits on the remote's main,
+ * pulled by `repo` only (the last one restores the tree, so runs still end at the same tree).
+ */
+export async function moveOn(hosts: Hosts, repo: string, count: number): Promise<void> {
+  const mover = path.join(hosts.root, `mover-${Date.now()}`);
+  await git(hosts.root, 'clone', '-q', hosts.remoteUrl, mover);
+  const script: string[] = [];
+  for (let i = 1; i <= count; i++) {
+    const msg = `move on ${i}`;
+    script.push('commit refs/heads/main', `committer Mover <mover@echodo.invalid> ${1_700_000_000 + i} +0000`, `data ${msg.length}`, msg);
+    if (i === 1) script.push('from refs/heads/main^0');
+    if (i < count) script.push('M 100644 inline moving.txt', `data ${String(i).length + 1}`, `${i}`);
+    else script.push('D moving.txt');
+    script.push('');
+  }
+  execFileSync('git', ['fast-import', '--quiet'], { cwd: mover, input: script.join('\n') + '\n' });
+  await git(mover, 'push', '-q', 'origin', 'main');
+  await git(repo, 'fetch', '-q', 'origin');
+  await git(repo, 'merge', '-q', '--ff-only', 'origin/main');
+}
+
+/** Each commit on the remote's copy of `branch`, with its note in `notesRef` there (or ''). */
+async function remoteLog(hosts: Hosts, branch: string, notesRef: string): Promise<Map<string, string>> {
+  const out = await git(hosts.remoteDir, 'log', `--notes=${notesRef}`, '--format=%H%x00%N%x01', `refs/heads/${branch}`);
+  const notes = new Map<string, string>();
+  for (const entry of out.split('\x01')) {
+    const [oid, note] = entry.trim().split('\x00');
+    if (oid) notes.set(oid, (note ?? '').trim());
+  }
+  return notes;
+}
+
+/**
+ * A finished run as the many-host tests require it: completed, seqs 1..rounds without a gap or a
+ * duplicate, the final tree `baselineTree` on the finishing host and on the remote, the worktree
+ * under the finishing host's own base, every row's commit reachable from the run's branch on the
+ * remote with its note (seq and hash) in the run's notes ref there, integrity intact on that host.
+ * Returns the host that finished it.
+ */
+export async function assertFinishedOnRemote(s: Scenario, hosts: Hosts, agentRunId: string, rounds: number, baselineTree: string, context = ''): Promise<Host> {
+  const run = await s.run(agentRunId);
+  assert.equal(run.status, 'completed', `run ${agentRunId}: ${run.failure_reason ?? ''}${context ? `\n${context}` : ''}`);
+  const host = hosts.byId(run.host_id);
+  assert.ok(run.worktree_path.startsWith(host.worktreeBase + path.sep), `run ${agentRunId} on ${host.id} records a worktree under its own base: ${run.worktree_path}`);
+  const rows = await s.checkpoints(agentRunId);
+  assert.deepEqual(rows.map((r) => r.checkpoint_seq), Array.from({ length: rounds }, (_, i) => i + 1), `seqs of ${agentRunId}: 1..n, no gap or duplicate`);
+  assert.equal(await git(host.repo, 'rev-parse', `refs/heads/${run.branch}^{tree}`), baselineTree, `final tree of ${agentRunId} on ${host.id}`);
+  assert.equal(await git(hosts.remoteDir, 'rev-parse', `refs/heads/${run.branch}^{tree}`), baselineTree, `final tree of ${agentRunId} on the remote`);
+  const onRemote = await remoteLog(hosts, run.branch, runNotesRef(s.workspaceId, agentRunId));
+  for (const row of rows) {
+    const note = onRemote.get(row.commit_oid);
+    assert.ok(note !== undefined, `seq ${row.checkpoint_seq} of ${agentRunId}: commit ${row.commit_oid} reachable from the remote branch`);
+    assert.ok(note, `seq ${row.checkpoint_seq} of ${agentRunId}: its note is on the remote`);
+    const parsed = JSON.parse(note) as { checkpointSeq: number; hash: string };
+    assert.equal(parsed.checkpointSeq, row.checkpoint_seq, `remote note of ${agentRunId} seq ${row.checkpoint_seq}`);
+    assert.equal(parsed.hash, row.hash, `remote note hash of ${agentRunId} seq ${row.checkpoint_seq}`);
+  }
+  const report = await checkRunIntegrity(s.t.db, hosts.config(host), s.workspaceId, agentRunId);
+  assert.deepEqual(report?.findings, [], `integrity of ${agentRunId} on ${host.id}`);
+  return host;
+}
