@@ -4,11 +4,11 @@ import { existsSync } from 'node:fs';
 import path from 'node:path';
 import type { CheckpointRow, ManifestEntry } from '../../store/checkpoints.ts';
 import type { RunRow } from '../../store/runs.ts';
-import { resolveCommit, runGit } from '../git.ts';
+import { resolveCommit, runGit, type GitResult } from '../git.ts';
 import { inspectWorktree, repoCommonDir, type WorktreeState } from '../worktrees.ts';
 import { describeFiles } from './content.ts';
 import { ManifestDigest, verifyChain, type ChainVerdict } from '../../core/checkpoint-hash.ts';
-import { notedCommits, readCheckpointNote } from './notes.ts';
+import { lookupNotes } from './note-lookup.ts';
 
 export type FindingKind =
   | 'hash_chain_broken'
@@ -53,6 +53,11 @@ export async function inspectRun(args: {
   manifest?: ManifestEntry[];
   repoRoot: string;
   notesRef: string;
+  /**
+   * `git status` already started on `path` (STATUS_ARGS) by a caller that guessed the worktree
+   * before the run row arrived: used only when the row names that same path.
+   */
+  prefetchedStatus?: { path: string; result: Promise<GitResult> };
 }): Promise<Inspection> {
   const findings: Finding[] = [];
   const latest = args.chain.at(-1);
@@ -122,16 +127,17 @@ export async function inspectRun(args: {
 
   // The git reads and the file hashes are independent: they run side by side, and the hash
   // chain is verified (CPU) while the git processes work.
+  const prefetched = args.prefetchedStatus?.path === args.run.worktree_path ? args.prefetchedStatus.result : undefined;
   const reads = Promise.all([
-    runGit(args.run.worktree_path, ['status', '--porcelain=v2', '--branch', '-z', '--untracked-files=all', '--no-renames'], { allowExitCodes: [128] }),
-    compareNotes(args.run.worktree_path, args.notesRef, args.chain),
+    prefetched ?? gitStatus(args.run.worktree_path),
+    compareNotes(args.run.worktree_path, args.notesRef, args.chain, latest?.tree_oid ? (targetOid ?? undefined) : undefined),
     latest ? compareFiles(args.run.worktree_path, manifest) : Promise.resolve([]),
-    latest?.tree_oid && targetOid ? runGit(args.run.worktree_path, ['rev-parse', '--verify', '--quiet', `${targetOid}^{tree}`], { allowExitCodes: [1, 128] }) : undefined,
   ]);
   findings.push(...chainFindings());
-  const [status, noteFindings, fileFindings, tree] = await reads;
-  if (tree?.exitCode === 0 && tree.stdout.trim() !== latest!.tree_oid) {
-    findings.push({ kind: 'tree_mismatch', detail: `commit ${targetOid} has tree ${tree.stdout.trim()}, checkpoint ${latest!.checkpoint_seq} recorded ${latest!.tree_oid}` });
+  const [status, noteFindings, fileFindings] = await reads;
+  const tree = noteFindings.tree;
+  if (tree && tree !== latest!.tree_oid) {
+    findings.push({ kind: 'tree_mismatch', detail: `commit ${targetOid} has tree ${tree}, checkpoint ${latest!.checkpoint_seq} recorded ${latest!.tree_oid}` });
   }
   const entries = status.stdout.split('\0').filter(Boolean);
   const tip = entries.find((e) => e.startsWith('# branch.oid '))?.slice('# branch.oid '.length);
@@ -149,11 +155,27 @@ export async function inspectRun(args: {
   return { targetOid, worktree: wt, findings, notesToRewrite: noteFindings.seqs };
 }
 
-/** Every checkpoint commit must carry a note; the latest one's must match its row. */
-async function compareNotes(cwd: string, notesRef: string, chain: CheckpointRow[]): Promise<{ findings: Finding[]; seqs: number[] }> {
+/**
+ * The status the verification reads: the branch tip and every path that differs, untracked
+ * included. Without optional locks: a read-only check must not take index.lock (which a
+ * concurrent stale-lock check, or the run's own checkpoint, would then trip over).
+ */
+export const STATUS_ARGS: readonly string[] = ['--no-optional-locks', 'status', '--porcelain=v2', '--branch', '-z', '--untracked-files=all', '--no-renames'];
+
+/** `git status` of a worktree (exit 128: not a worktree, judged by the caller). */
+export function gitStatus(worktree: string): Promise<GitResult> {
+  return runGit(worktree, [...STATUS_ARGS], { allowExitCodes: [128] });
+}
+
+/**
+ * Every checkpoint commit must carry a note; the latest one's must match its row. With
+ * `treeOf`, the same git process also reads that commit's tree (the tree_mismatch check).
+ */
+async function compareNotes(cwd: string, notesRef: string, chain: CheckpointRow[], treeOf?: string): Promise<{ findings: Finding[]; seqs: number[]; tree?: string }> {
   const latest = chain.at(-1);
   if (!latest?.commit_oid) return { findings: [], seqs: [] };
-  const [noted, note] = await Promise.all([notedCommits(cwd, notesRef), readCheckpointNote(cwd, notesRef, latest.commit_oid)]);
+  const commits = chain.map((row) => row.commit_oid).filter((oid): oid is string => !!oid);
+  const { noted, note, tree } = await lookupNotes(cwd, notesRef, commits, latest.commit_oid, treeOf);
   const findings: Finding[] = [];
   const missing = chain.filter((row) => row !== latest && row.commit_oid && !noted.has(row.commit_oid)).map((row) => row.checkpoint_seq);
   if (!note) missing.push(latest.checkpoint_seq);
@@ -161,7 +183,7 @@ async function compareNotes(cwd: string, notesRef: string, chain: CheckpointRow[
     findings.push({ kind: 'note_mismatch', detail: `note says seq ${note.checkpointSeq} hash ${String(note.hash).slice(0, 12)}, Postgres says seq ${latest.checkpoint_seq} hash ${latest.hash.slice(0, 12)}` });
   }
   if (missing.length) findings.push({ kind: 'note_missing', detail: `no note under ${notesRef} for checkpoint(s) ${missing.join(', ')}` });
-  return { findings, seqs: findings.some((f) => f.kind === 'note_mismatch') ? [...missing, latest.checkpoint_seq] : missing };
+  return { findings, seqs: findings.some((f) => f.kind === 'note_mismatch') ? [...missing, latest.checkpoint_seq] : missing, tree };
 }
 
 /**
