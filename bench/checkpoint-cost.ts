@@ -3,7 +3,8 @@
 // replay its exact sequence (the same functions, same order, same state update) with a timer
 // around each part. Floors are measured between them on the same database and repository:
 // a bare one-row INSERT transaction with the same payload, and `git add <paths>` + `git commit`
-// of the same change in a second worktree of the same repo.
+// of the same change in a second worktree of the same repo; and, on that worktree, the peers'
+// git snapshots of the same change (peers-git.ts: Cline-style and OpenCode-style).
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { appendCheckpoint } from '../store/checkpoints.ts';
@@ -16,6 +17,7 @@ import { redactOrDrop } from '../core/redact.ts';
 import { runGit } from '../worker/git.ts';
 import type { BenchEnv } from './env.ts';
 import type { RunFixture } from './fixture.ts';
+import { measureGitPeers, type GitPeers } from './peers-git.ts';
 import { fileContent } from './repos.ts';
 import { Samples } from './stats.ts';
 
@@ -41,7 +43,8 @@ export interface RowPayload {
   bytes: number;
 }
 
-const digests = new WeakMap<object, ManifestDigest>();
+/** The writer's running manifest digest (private there): the replay continues it and hands it back. */
+type WithDigest = { digest: ManifestDigest | undefined };
 
 /**
  * CheckpointWriter.write(), step by step with a timer on each part. Mirrors writer.ts exactly
@@ -62,9 +65,10 @@ export async function writeCheckpointInParts(env: BenchEnv, f: RunFixture, s: Sa
     commitTouchedPaths({ worktree: f.worktree, branch: f.branch, parentOid: state.headOid!, paths, message: `echodo checkpoint ${seq} (run ${ident.agentRunId})` }),
   );
   const hashStart = performance.now();
-  // A running digest, as the writer keeps it: O(changed) per checkpoint.
-  const digest = digests.get(state) ?? ManifestDigest.of([...manifest].map(([p, sha256]) => ({ path: p, sha256 })));
-  digests.set(state, digest);
+  // The writer's running digest, continued as the writer does (O(changed) per checkpoint): the
+  // whole and replayed checkpoints alternate on one run, so both must fold every change.
+  const writer = f.writer as unknown as WithDigest;
+  const digest = (writer.digest ?? ManifestDigest.of([...manifest].map(([p, sha256]) => ({ path: p, sha256 })))).clone();
   const changed: FileTouched[] = [];
   for (const file of await describeFiles(f.worktree, paths)) {
     const sha256 = file.deleted ? null : file.sha256;
@@ -106,6 +110,7 @@ export async function writeCheckpointInParts(env: BenchEnv, f: RunFixture, s: Sa
   if (!inserted) throw new Error('bench checkpoint was fenced off');
   f.lease.renewed();
   Object.assign(state, { seq, prevHash: hash, headOid: commitOid, history });
+  writer.digest = digest;
   const noteStart = performance.now();
   await s.time(`${key}.note`, () =>
     writeCheckpointNote(f.worktree, env.config.WORKER_NOTES_REF, commitOid, {
@@ -152,7 +157,7 @@ export interface CheckpointCostResult {
  * `samples` checkpoints timed whole and `samples` in parts, with both floors each round, on
  * fixture `f` touching `paths` every round. Samples land in `s` under `key`.
  */
-export async function measureCheckpointCost(env: BenchEnv, f: RunFixture, floor: FloorWorktree, paths: string[], samples: number, s: Samples, key: string): Promise<CheckpointCostResult> {
+export async function measureCheckpointCost(env: BenchEnv, f: RunFixture, floor: FloorWorktree, paths: string[], samples: number, s: Samples, key: string, peers?: GitPeers): Promise<CheckpointCostResult> {
   const warm = new Samples();
   let payload: RowPayload | undefined;
   // Warm-up: caches, pools, JIT; not recorded.
@@ -162,12 +167,16 @@ export async function measureCheckpointCost(env: BenchEnv, f: RunFixture, floor:
     await f.playRound(paths);
     payload = await writeCheckpointInParts(env, f, warm, 'warm');
     await bareGitCommit(floor, paths, f.round, warm, 'warm');
+    if (peers) await measureGitPeers(peers, warm, 'warm', false);
     await bareInsert(env, payload, warm, 'warm');
   }
   for (let i = 0; i < samples; i++) {
     await f.playRound(paths);
     await s.time(`${key}.total`, () => f.writer.write());
     await bareGitCommit(floor, paths, f.round, s, key);
+    // The peers snapshot the floor worktree, which now holds the same change (their own index
+    // and object store: the floor's commit is invisible to them).
+    if (peers) await measureGitPeers(peers, s, key);
     await f.playRound(paths);
     payload = await writeCheckpointInParts(env, f, s, key);
     await bareInsert(env, payload, s, key);

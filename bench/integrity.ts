@@ -6,7 +6,8 @@ import { getRun } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { describeFiles } from '../worker/checkpoints/content.ts';
 import { verifyChain } from '../core/checkpoint-hash.ts';
-import { readCheckpointNote } from '../worker/checkpoints/notes.ts';
+import { lookupNotes } from '../worker/checkpoints/note-lookup.ts';
+import { STATUS_ARGS } from '../worker/checkpoints/verify.ts';
 import { runGit } from '../worker/git.ts';
 import { checkRunIntegrity } from '../worker/integrity.ts';
 import type { BenchEnv } from './env.ts';
@@ -70,10 +71,10 @@ export async function profileIntegrity(env: BenchEnv, f: RunFixture, samples: nu
       withWorkspace(env.db.app, env.workspaceId, async (tx) => [await getRun(tx, f.run.id), await checkpointChain(tx, f.run.id), await runManifest(tx, f.run.id), await anchorOf(tx, f.run.id)]),
     );
     await s.time(`${key}.profile.verifyChain`, async () => verifyChain(chain, anchor));
-    await s.time(`${key}.profile.revParse`, () => runGit(f.repo, ['rev-parse', '--path-format=absolute', '--git-common-dir']));
-    await s.time(`${key}.profile.catFile`, () => runGit(f.repo, ['cat-file', '-e', `${latest.commit_oid}^{commit}`]));
-    await s.time(`${key}.profile.statusV2`, () => runGit(f.worktree, ['status', '--porcelain=v2', '--branch', '-z', '--untracked-files=all', '--no-renames']));
-    await s.time(`${key}.profile.note`, () => readCheckpointNote(f.worktree, env.config.WORKER_NOTES_REF, latest.commit_oid!));
+    await s.time(`${key}.profile.statusV2`, () => runGit(f.worktree, [...STATUS_ARGS]));
+    // Every chain commit's note, the latest note's text and the commit's tree: one cat-file process.
+    const commits = chain.map((row) => row.commit_oid!).filter(Boolean);
+    await s.time(`${key}.profile.notesBatch`, () => lookupNotes(f.worktree, env.config.WORKER_NOTES_REF, commits, latest.commit_oid!, latest.commit_oid!));
     await s.time(`${key}.profile.hashFiles`, () => describeFiles(f.worktree, manifest.map((x) => x.path)));
   }
 }

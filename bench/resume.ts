@@ -6,8 +6,8 @@
 // resumed tool call touches the worktree (inotify sees write_file's temp file appear).
 // Everything between is the product's resume: chain load, verification (worktree, git status,
 // notes, file hashes), worktree reuse, watcher start, model setup, the fenced tool call.
-// Starting over: `git clone --no-local file://repo` (objects really copied, files checked out)
-// plus redoing the ROUNDS rounds' writes. Model time for redone rounds is left out, which
+// Starting over: `git clone --no-local file://repo` (objects really copied, files checked out;
+// the repo has HISTORY_COMMITS commits of history, bench/repos.ts) plus redoing the ROUNDS rounds' writes. Model time for redone rounds is left out, which
 // flatters starting over.
 import { watch } from 'node:fs';
 import { Writable } from 'node:stream';
@@ -70,7 +70,11 @@ export function stampingLogger(): { log: Logger; lines: { at: number; msg: strin
   return { log: pino({ level: 'debug' }, sink), lines };
 }
 
-export async function measureResume(env: BenchEnv, repo: string, files: number, samples: number, s: Samples, key: string): Promise<ResumeResult> {
+/**
+ * `flat`: the same files with one commit of history; cloned too in each sample (under
+ * `${key}.cloneNoHistory`), to show what the history costs a clone.
+ */
+export async function measureResume(env: BenchEnv, repo: string, files: number, samples: number, s: Samples, key: string, flat?: string): Promise<ResumeResult> {
   const dir = path.join(env.workDir, 'resume', String(files));
   await mkdir(dir, { recursive: true });
   const transcriptPath = path.join(dir, 'transcript.json');
@@ -159,6 +163,7 @@ export async function measureResume(env: BenchEnv, repo: string, files: number, 
       await s.time(`${key}.clone`, () => runGit(dir, ['clone', '-q', '--no-local', pathToFileURL(repo).href, cloneDir]));
       for (const [r, p] of roundPaths.entries()) await writeFile(path.join(cloneDir, p), fileContent(r, 1));
     });
+    if (flat) await s.time(`${key}.cloneNoHistory`, () => runGit(dir, ['clone', '-q', '--no-local', pathToFileURL(flat).href, path.join(dir, `clone-${clones++}`)]));
   };
 
   const outcomes: Record<string, number> = {};

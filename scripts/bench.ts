@@ -15,7 +15,8 @@ import { measureLongRun, type LongRunResult } from '../bench/long-run.ts';
 import { machineInfo, versions } from '../bench/machine.ts';
 import { measureMissionControl } from '../bench/mission-control.ts';
 import { measurePeers } from '../bench/peers.ts';
-import { BENCH_TMP, ensurePristineRepo, spreadPaths, workingRepo } from '../bench/repos.ts';
+import { createGitPeers } from '../bench/peers-git.ts';
+import { BENCH_TMP, ensurePristineRepo, HISTORY_COMMITS, spreadPaths, workingRepo } from '../bench/repos.ts';
 import { measureRemote } from '../bench/remote.ts';
 import { measureResume } from '../bench/resume.ts';
 import { evaluateTargets, renderTables, type BenchResults, type CheckpointFigure, type IntegrityFigure, type MissionControlFigure, type ResumeFigure } from '../bench/results.ts';
@@ -24,6 +25,7 @@ import { measureThroughput, type ThroughputResult } from '../bench/throughput.ts
 import { PROJECT_ROOT } from '../core/config.ts';
 import { runGit } from '../worker/git.ts';
 
+const PROFILE_PARTS = ['load', 'verifyChain', 'statusV2', 'notesBatch', 'hashFiles'] as const;
 const GIT_PARTS = ['updateIndex', 'writeTree', 'commitTree', 'updateRef', 'noteCommonDir', 'noteRefLookup'] as const;
 const BENCHES = ['checkpoint', 'integrity', 'resume', 'peers', 'throughput', 'mission-control', 'long-run', 'remote'] as const;
 type BenchName = (typeof BENCHES)[number];
@@ -49,6 +51,14 @@ const plan = quick
   ? { sizes: [1_000, 10_000], touches: [1, 10], samples: 5, remoteResumeSamples: 5, mcRows: [10_000, 100_000], workers: [1, 2], rounds: 10, runsPerWorker: 1, longRun: { files: 1_000, checkpoints: 200, changed: 10 } }
   : { sizes: [1_000, 10_000, 50_000], touches: [1, 10, 100], samples: 30, remoteResumeSamples: 30, mcRows: [10_000, 100_000, 1_000_000], workers: [1, 2, 4], rounds: 50, runsPerWorker: 2, longRun: { files: 10_000, checkpoints: 2_000, changed: 10 } };
 
+// Issue 14's repository sizes, for the checkpoint, integrity and resume benches: the plan's and
+// 250k files (where Cline users report 20 s per checkpoint), with fewer samples there (one
+// `git status` is ~0.5 s, one clone a minute). --sizes=1000,10000 picks some.
+const sizesArg = args.find((a) => a.startsWith('--sizes='));
+const repoSizes = sizesArg ? sizesArg.slice('--sizes='.length).split(',').map(Number) : quick ? plan.sizes : [...plan.sizes, 250_000];
+const SAMPLES_AT: Record<number, { checkpoint: number; resume: number }> = { 250_000: { checkpoint: 10, resume: 5 } };
+const samplesAt = (files: number, kind: 'checkpoint' | 'resume') => Math.min(plan.samples, SAMPLES_AT[files]?.[kind] ?? plan.samples);
+
 const log = (line: string) => process.stdout.write(`${line}\n`);
 /** Between phases: flush Postgres' and the kernel's dirty pages so one phase's writeback is not charged to the next. */
 const settle = async () => {
@@ -69,9 +79,9 @@ let payload: RowPayload | undefined;
 let peerFixture: Awaited<ReturnType<typeof createRunFixture>> | undefined;
 let results: BenchResults | undefined;
 
-/** A working clone of the cached repo with `files` files, for one phase of the bench. */
-async function freshRepo(files: number, phase: string): Promise<string> {
-  const repo = await workingRepo(await ensurePristineRepo(files, log), path.join(env.workDir, `repo-${files}-${phase}`));
+/** A working clone of the cached repo with `files` files (and `history` commits), for one phase of the bench. */
+async function freshRepo(files: number, phase: string, history = HISTORY_COMMITS): Promise<string> {
+  const repo = await workingRepo(await ensurePristineRepo(files, log, { history }), path.join(env.workDir, `repo-${files}-${phase}`));
   // Loose objects pile up over hundreds of commits; an auto gc in the middle of a sample would
   // measure git's housekeeping, not a commit.
   await runGit(repo, ['config', 'gc.auto', '0']);
@@ -80,7 +90,7 @@ async function freshRepo(files: number, phase: string): Promise<string> {
 
 try {
   await ensureFloorTable(env);
-  for (const files of plan.sizes) {
+  for (const files of repoSizes) {
     const repo = await freshRepo(files, 'checkpoint');
     repos.set(files, repo);
     if (only.has('checkpoint') || only.has('integrity')) {
@@ -88,10 +98,13 @@ try {
       // exactly the touched count in each phase.
       const f = await createRunFixture(env, repo);
       const floor = await createFloorWorktree(env, repo, `f${files}`);
+      // Cline-style and OpenCode-style snapshots of the floor worktree (bench/peers-git.ts).
+      const gitPeers = only.has('checkpoint') ? await createGitPeers(repo, floor.path, path.join(env.workDir, 'peers-git', String(files))) : undefined;
+      const samples = samplesAt(files, 'checkpoint');
       for (const touched of plan.touches) {
         const key = `cp.${files}.${touched}`;
         const paths = spreadPaths(files, touched);
-        const cost = await measureCheckpointCost(env, f, floor, paths, plan.samples, s, key);
+        const cost = await measureCheckpointCost(env, f, floor, paths, samples, s, key, gitPeers);
         if (files === 10_000 && touched === 10) payload = cost.lastPayload;
         payload ??= cost.lastPayload;
         peerFixture = f;
@@ -99,6 +112,8 @@ try {
           const insert = s.summary(`${key}.floorInsert`);
           const gitCommit = s.summary(`${key}.floorGit`);
           const total = s.summary(`${key}.total`);
+          const cline = s.summary(`${key}.cline`);
+          const opencode = s.summary(`${key}.opencode`);
           checkpoint.push({
             files,
             touched,
@@ -111,21 +126,23 @@ try {
             gitSpawn: s.summary(`${key}.gitSpawn`),
             ratioToFloors: ratio(total.median, insert.median + gitCommit.median),
             withoutNoteRatioToFloors: ratio(s.summary(`${key}.withoutNote`).median, insert.median + gitCommit.median),
+            samples,
+            gitPeers: { cline, opencode, oursOverCline: ratio(total.median, cline.median), oursOverOpencode: ratio(total.median, opencode.median) },
           });
-          log(`checkpoint ${files} files / ${touched} touched: ${total.median.toFixed(1)} ms vs floors ${(insert.median + gitCommit.median).toFixed(1)} ms (${since()})`);
+          log(`checkpoint ${files} files / ${touched} touched: ${total.median.toFixed(1)} ms vs floors ${(insert.median + gitCommit.median).toFixed(1)} ms, Cline-style ${cline.median.toFixed(1)} ms, OpenCode-style ${opencode.median.toFixed(1)} ms (${since()})`);
         }
         if (only.has('integrity')) {
           const ikey = `int.${files}.${touched}`;
-          const report = await measureIntegrity(env, f, plan.samples, s, ikey);
-          await profileIntegrity(env, f, Math.min(10, plan.samples), s, ikey);
+          const report = await measureIntegrity(env, f, samples, s, ikey);
+          await profileIntegrity(env, f, Math.min(10, samples), s, ikey);
           const check = s.summary(`${ikey}.check`);
           const gitStatus = s.summary(`${ikey}.gitStatus`);
-          const profile = Object.fromEntries(['load', 'verifyChain', 'revParse', 'catFile', 'statusV2', 'note', 'hashFiles'].map((p) => [p, s.summary(`${ikey}.profile.${p}`)]));
+          const profile = Object.fromEntries(PROFILE_PARTS.map((p) => [p, s.summary(`${ikey}.profile.${p}`)]));
           integrity.push({ files, touched: report.filesTouched, checkpoints: report.checkpoints, intact: report.intact, findings: report.findings, check, gitStatus, ratioToGitStatus: ratio(check.median, gitStatus.median), profile });
           log(`integrity ${files} files / ${report.filesTouched} touched: ${check.median.toFixed(1)} ms vs git status ${gitStatus.median.toFixed(1)} ms (${since()})`);
         }
         if (only.has('checkpoint')) {
-          await profileGitParts(env, f, paths, plan.samples, s, key);
+          await profileGitParts(env, f, paths, samples, s, key);
           checkpoint.at(-1)!.gitParts = Object.fromEntries(GIT_PARTS.map((p) => [p, s.summary(`${key}.git.${p}`)]));
         }
       }
@@ -135,7 +152,7 @@ try {
   // The payload of a steady-state checkpoint (10k files / 10 touched when measured), for the
   // peers and the mission-control rows; made now if the checkpoint bench did not run.
   if ((only.has('peers') || only.has('mission-control')) && (!payload || !peerFixture)) {
-    const files = plan.sizes.includes(10_000) ? 10_000 : plan.sizes[0]!;
+    const files = repoSizes.includes(10_000) ? 10_000 : repoSizes[0]!;
     peerFixture = await createRunFixture(env, repos.get(files)!);
     await peerFixture.playRound(spreadPaths(files, 10));
     payload = await writeCheckpointInParts(env, peerFixture, new Samples(), 'payload');
@@ -178,13 +195,16 @@ try {
 
   await settle();
   // Resume after the latency figures: its clones write gigabytes, whose writeback would disturb them.
-  for (const files of plan.sizes) {
+  for (const files of repoSizes) {
     if (only.has('resume')) {
       // A fresh clone of the cached repo: the checkpoint bench left thousands of loose objects in
       // the shared one, which `git clone --no-local` would have to pack, slowing the baseline.
       const repo = await freshRepo(files, 'resume');
       const key = `resume.${files}`;
-      const r = await measureResume(env, repo, files, plan.samples, s, key);
+      // The same repo with one commit of history (the layout of the first benches): its clone,
+      // interleaved with the others, shows what history costs a clone. Not at 250k (minutes per clone).
+      const flat = files < 250_000 ? await freshRepo(files, 'resume-flat', 0) : undefined;
+      const r = await measureResume(env, repo, files, samplesAt(files, 'resume'), s, key, flat);
       const fig: ResumeFigure = {
         files,
         rounds: r.rounds,
@@ -194,6 +214,9 @@ try {
         verifyOnly: s.summary(`${key}.verifyOnly`),
         clone: s.summary(`${key}.clone`),
         cloneAndRedo: s.summary(`${key}.cloneAndRedo`),
+        history: HISTORY_COMMITS,
+        samples: samplesAt(files, 'resume'),
+        ...(flat ? { cloneNoHistory: s.summary(`${key}.cloneNoHistory`) } : {}),
         speedupVsClone: 0,
         speedupVsCloneAndRedo: 0,
         speedupNoWatcherVsClone: 0,
@@ -202,6 +225,7 @@ try {
       fig.speedupVsClone = ratio(fig.clone.median, fig.resume.median);
       fig.speedupVsCloneAndRedo = ratio(fig.cloneAndRedo.median, fig.resume.median);
       fig.speedupNoWatcherVsClone = ratio(fig.clone.median, fig.resumeNoWatcher.median);
+      if (fig.cloneNoHistory) fig.speedupVsCloneNoHistory = ratio(fig.cloneNoHistory.median, fig.resume.median);
       resume.push(fig);
       log(`resume ${files} files: ${fig.resume.median.toFixed(1)} ms vs clone ${fig.clone.median.toFixed(1)} ms (${since()})`);
     }
@@ -238,7 +262,7 @@ try {
     machine: { ...machineAtStart, loadAverageAtEnd: machineInfo().loadAverage },
     versions: versions(env.serverVersion),
     database: { embedded: env.embedded, server: env.serverVersion },
-    plan: { ...plan, only: [...only] },
+    plan: { ...plan, repoSizes, samplesAt: SAMPLES_AT, historyCommits: HISTORY_COMMITS, only: [...only] },
     checkpoint,
     integrity,
     resume,
