@@ -253,11 +253,11 @@ export function renderLongRun(r: LongRunResult): string {
       `| checkpoint_manifest | ${n(p.postgres.before.manifest)} | ${n(p.postgres.afterDelete.manifest)} | ${n(p.postgres.afterVacuum.manifest)} | ${n(p.postgres.afterVacuumFull.manifest)} |`,
       `| total (with anchors) | ${n(p.postgres.before.total)} | ${n(p.postgres.afterDelete.total)} | ${n(p.postgres.afterVacuum.total)} | ${n(p.postgres.afterVacuumFull.total)} |`,
       '',
-      '| git objects bytes | before prune | after prune | after `git gc` | after `git gc --prune=now` | what-if: branch + notes deleted, gc --prune=now |',
-      '| --- | --- | --- | --- | --- | --- |',
-      `| total (packs) | ${n(p.git.before.total)} (${p.git.before.packs}) | ${n(p.git.afterPrune.total)} (${p.git.afterPrune.packs}) | ${n(p.git.afterGc.total)} (${p.git.afterGc.packs}) | ${n(p.git.afterGcPruneNow.total)} (${p.git.afterGcPruneNow.packs}) | ${n(p.git.whatIfBranchAndNotesDeleted.total)} |`,
+      '| git objects bytes | before prune | after prune | after `git gc` | after `git gc --prune=now` | what-if: branch + notes deleted, gc --prune=now | what-if: and notes history squashed |',
+      '| --- | --- | --- | --- | --- | --- | --- |',
+      `| total (packs) | ${n(p.git.before.total)} (${p.git.before.packs}) | ${n(p.git.afterPrune.total)} (${p.git.afterPrune.packs}) | ${n(p.git.afterGc.total)} (${p.git.afterGc.packs}) | ${n(p.git.afterGcPruneNow.total)} (${p.git.afterGcPruneNow.packs}) | ${n(p.git.whatIfBranchAndNotesDeleted.total)} | ${p.git.whatIfNotesHistorySquashed ? n(p.git.whatIfNotesHistorySquashed.total) : 'n/a'} |`,
       '',
-      `${p.autovacuum}; git gc ${p.gcSeconds.gc} s, gc --prune=now ${p.gcSeconds.gcPruneNow} s.`,
+      `The objects directory held ${n(r.git.before.total)} bytes before the run. ${p.autovacuum}; git gc ${p.gcSeconds.gc} s, gc --prune=now ${p.gcSeconds.gcPruneNow} s.`,
     ].join('\n'),
   );
   return out.join('\n\n');

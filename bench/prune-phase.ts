@@ -9,7 +9,8 @@
 //    repository's normal `git gc` (unreachable objects kept for gc.pruneExpire, 2 weeks); after
 //    `git gc --prune=now`. The prune keeps the run's branch (the run's result lives there), so
 //    these figures say what gc does with a pruned run's objects while the branch stays; a what-if
-//    then deletes the branch and the run's notes and runs `git gc --prune=now` again.
+//    then deletes the branch and the run's notes and runs `git gc --prune=now` again, and a second
+//    one squashes the notes ref's history (which still holds every note ever written) to its tip.
 import { readdir, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { completeRun } from '../store/runs.ts';
@@ -42,7 +43,7 @@ export interface PruneResult {
   worktreeRemoved: boolean;
   postgres: { before: PgBytes; afterDelete: PgBytes; afterVacuum: PgBytes; afterVacuumFull: PgBytes };
   autovacuum: string;
-  git: { before: GitBytes; afterPrune: GitBytes; afterGc: GitBytes; afterGcPruneNow: GitBytes; whatIfBranchAndNotesDeleted: GitBytes };
+  git: { before: GitBytes; afterPrune: GitBytes; afterGc: GitBytes; afterGcPruneNow: GitBytes; whatIfBranchAndNotesDeleted: GitBytes; whatIfNotesHistorySquashed?: GitBytes };
   gcSeconds: { gc: number; gcPruneNow: number };
 }
 
@@ -122,13 +123,22 @@ export async function measurePrune(env: BenchEnv, f: RunFixture, objects: string
   await runGit(f.repo, ['gc', '--quiet', '--prune=now']);
   const whatIf = await gitBytes(objects);
   log(`  prune what-if (branch and notes deleted, gc --prune=now): git ${whatIf.total} bytes (${checkpoints} checkpoints)`);
+  // The notes ref's history still holds every note ever written: squashed to one commit of its tree.
+  const notesRef = env.config.WORKER_NOTES_REF;
+  const tip = (await runGit(f.repo, ['rev-parse', notesRef])).stdout.trim();
+  const squashed = (await runGit(f.repo, ['commit-tree', `${tip}^{tree}`, '-m', 'echodo checkpoint notes (history squashed)'])).stdout.trim();
+  await runGit(f.repo, ['update-ref', notesRef, squashed, tip]);
+  await runGit(f.repo, ['reflog', 'expire', '--expire=now', '--all']);
+  await runGit(f.repo, ['gc', '--quiet', '--prune=now']);
+  const whatIfSquashed = await gitBytes(objects);
+  log(`  prune what-if, notes history squashed too: git ${whatIfSquashed.total} bytes`);
 
   return {
     rowsDeleted: report.rowsDeleted,
     worktreeRemoved: report.worktreesRemoved.length > 0,
     postgres: { before: pgBefore, afterDelete: pgAfterDelete, afterVacuum: pgAfterVacuum, afterVacuumFull: pgAfterVacuumFull },
     autovacuum: `autovacuum=${av!.on}, vacuum threshold ${av!.threshold} + ${av!.scale} × rows`,
-    git: { before: gitBefore, afterPrune: gitAfterPrune, afterGc: gitAfterGc, afterGcPruneNow: gitAfterGcPruneNow, whatIfBranchAndNotesDeleted: whatIf },
+    git: { before: gitBefore, afterPrune: gitAfterPrune, afterGc: gitAfterGc, afterGcPruneNow: gitAfterGcPruneNow, whatIfBranchAndNotesDeleted: whatIf, whatIfNotesHistorySquashed: whatIfSquashed },
     gcSeconds: { gc: Math.round(gcSeconds * 10) / 10, gcPruneNow: Math.round(gcPruneNowSeconds * 10) / 10 },
   };
 }
