@@ -3,7 +3,7 @@
 // there too. A bare remote behind a real `git daemon` on 127.0.0.1; a host's own clone as
 // WORKER_REPO_ROOT; real workers, real Postgres, the real CLIs as child processes.
 import assert from 'node:assert/strict';
-import { mkdtemp, realpath } from 'node:fs/promises';
+import { mkdtemp, realpath, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -11,11 +11,12 @@ import { runNotesRef } from '../worker/checkpoints/remote.ts';
 import { spawnNode, type Child } from './support/child.ts';
 import { startGitDaemon, type GitDaemon } from './support/git-daemon.ts';
 import { git } from './support/git.ts';
-import { createScenario, sampleSteps, type Scenario } from './support/scenario.ts';
+import { createScenario, sampleSteps, type Scenario, type TranscriptStep } from './support/scenario.ts';
 
 const ROUNDS = 4;
 let s: Scenario;
 let daemon: GitDaemon;
+let root: string;
 let remoteDir: string;
 let hostRepo: string;
 let hostEnv: Record<string, string>;
@@ -77,7 +78,7 @@ async function remoteObjects(branch: string, notesRef: string): Promise<{ count:
 
 before(async () => {
   s = await createScenario({ steps: sampleSteps(20, ROUNDS), env: { WORKER_LEASE_MS: '8000', WORKER_HEARTBEAT_MS: '500' } });
-  const root = await realpath(await mkdtemp(path.join(os.tmpdir(), 'echodo-hosts-retention-')));
+  root = await realpath(await mkdtemp(path.join(os.tmpdir(), 'echodo-hosts-retention-')));
   remoteDir = path.join(root, 'remote.git');
   await git(root, 'clone', '-q', '--bare', s.repo, remoteDir);
   daemon = await startGitDaemon(root);
@@ -314,5 +315,54 @@ describe('prune on the remote', () => {
     }
     assert.equal((await s.checkpoints(id)).length, 1);
     assert.equal((await integrity(id)).code, 0);
+  });
+
+  test('a pruned failed run retried on its host, pruned from another: its notes ref is forced past the pruned one', { timeout: 400_000 }, async () => {
+    // Three rounds, then a write on a full disk fails the run; retried without the fault, it completes.
+    const steps: TranscriptStep[] = [
+      { toolCalls: [{ toolName: 'grep', input: { pattern: 'answer' } }] },
+      { toolCalls: [{ toolName: 'read_file', input: { path: 'README.md' } }] },
+      { toolCalls: [{ toolName: 'run_command', input: { command: 'git status' } }] },
+      { toolCalls: [{ toolName: 'write_file', input: { path: 'x.txt', content: 'x\n' } }] },
+      { text: 'Done.' },
+    ];
+    const model = path.join(root, 'failing.json');
+    await writeFile(model, JSON.stringify({ steps }));
+    const { agentRunId: id } = await s.dispatch({ repoPath: undefined, model: `replay:${model}` });
+    const full = s.spawnWorker({ ...hostEnv, ECHODO_FAULT_ERRNO: 'write-file:ENOSPC' });
+    children.push(full);
+    await s.waitForStatus(id, 'failed', 180_000);
+    await full.stop('SIGTERM', 8000);
+    const rows = await s.checkpoints(id);
+    assert.ok(rows.length >= 2, `${rows.length} checkpoints before the failure`);
+    const notesRef = runNotesRef(s.workspaceId, id);
+    const hostA = await git(hostRepo, 'rev-parse', notesRef);
+
+    // Pruned from host B: the remote's notes ref is replaced; host A keeps its own (older) copy.
+    const hostB = path.join(root, 'host-b');
+    await git(root, 'clone', '-q', daemon.url('remote.git'), hostB);
+    await age(id);
+    try {
+      const r = await prune([], { WORKER_REPO_ROOT: hostB, WORKER_HOST_ID: 'host-b' });
+      assert.equal(r.exit.code, 0, r.output);
+      assert.equal(r.report.rowsDeleted, rows.length - 1);
+    } finally {
+      await unage(id);
+    }
+    assert.equal((await remoteNotes(notesRef)).size, 1);
+    assert.equal(await git(hostRepo, 'rev-parse', notesRef), hostA, 'host A\'s copy predates the prune');
+
+    const retried = await cli('scripts/retry.ts', ['--workspace', s.workspaceId, '--run', id]);
+    assert.equal(retried.exit.code, 0, retried.output);
+    const worker = s.spawnWorker(hostEnv);
+    children.push(worker);
+    await s.waitForStatus(id, 'completed', 180_000);
+    await worker.stop('SIGTERM', 8000);
+    const now = await s.checkpoints(id);
+    assert.ok(now.length >= 2 && now.at(-1)!.checkpoint_seq > rows.at(-1)!.checkpoint_seq, 'checkpoints written after the retry');
+    const notes = await remoteNotes(notesRef);
+    for (const row of now) assert.equal(notes.get(row.commit_oid)?.hash, row.hash, `seq ${row.checkpoint_seq}: its note on the remote`);
+    const r = await integrity(id);
+    assert.equal(r.code, 0, r.output);
   });
 });

@@ -103,22 +103,36 @@ export class RemotePusher {
     if (!branch || branch.flag === '!') {
       throw new CheckpointRemoteError(`the checkpoint remote refused ${branchRef} at ${commitOid}: ${branch?.summary ?? 'no answer for the branch'}`);
     }
-    this.warnNotes(refs);
+    await this.settleRefusedNotes(refs);
   }
 
   /** The run's notes ref alone (at completion or release: the latest note follows its commit). */
   async pushNotes(): Promise<void> {
     const notes = await this.notesRefspec();
     if (!notes.length) return;
-    this.warnNotes(await push(this.deps.cwd, this.deps.remote, notes));
+    await this.settleRefusedNotes(await push(this.deps.cwd, this.deps.remote, notes));
   }
 
-  private warnNotes(refs: PushedRef[]): void {
-    const notes = refs.find((r) => r.to === this.deps.notesRef);
-    if (notes?.flag === '!') {
-      // The mirror never blocks the run; the next resume on any host rewrites missing notes from Postgres.
-      this.deps.log.warn({ notesRef: this.deps.notesRef, summary: notes.summary }, 'the checkpoint remote refused the run\'s notes ref');
+  /**
+   * A refused notes ref: the remote's copy does not descend from ours. Prune replaced it with a
+   * parentless commit holding the kept checkpoint's note while this host kept the old history (a
+   * pruned failed run re-dispatched here), or a fenced worker pushed. With the lease confirmed,
+   * ours is forced (it holds every note the rows need: resume rewrote the missing ones from
+   * Postgres). The mirror never blocks the run: anything else is a warning, and the next resume
+   * on any host rewrites missing notes from Postgres.
+   */
+  private async settleRefusedNotes(refs: PushedRef[]): Promise<void> {
+    const ref = this.deps.notesRef;
+    const notes = refs.find((r) => r.to === ref);
+    if (notes?.flag !== '!') return;
+    try {
+      await this.deps.assertHeld();
+      const forced = (await push(this.deps.cwd, this.deps.remote, [`+${ref}:${ref}`])).find((r) => r.to === ref);
+      if (forced && forced.flag !== '!') return;
+    } catch (err) {
+      this.deps.log.warn({ notesRef: ref, error: (err as Error).message }, 'could not force the run\'s notes ref on the checkpoint remote');
     }
+    this.deps.log.warn({ notesRef: ref, summary: notes.summary }, 'the checkpoint remote refused the run\'s notes ref');
   }
 }
 
