@@ -3,7 +3,7 @@
 // there too. A bare remote behind a real `git daemon` on 127.0.0.1; a host's own clone as
 // WORKER_REPO_ROOT; real workers, real Postgres, the real CLIs as child processes.
 import assert from 'node:assert/strict';
-import { mkdtemp, realpath, writeFile } from 'node:fs/promises';
+import { mkdtemp, realpath, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -100,6 +100,7 @@ after(async () => {
   await Promise.all(children.map((c) => c.stop('SIGKILL', 100)));
   await daemon?.stop();
   await s?.close();
+  if (root) await rm(root, { recursive: true, force: true });
 });
 
 describe('integrity-check --remote', () => {
