@@ -14,7 +14,7 @@ import { redactString } from '../core/redact.ts';
 import { faultPoint } from './faults.ts';
 import { runGit } from './git.ts';
 import type { Logger } from './log.ts';
-import { pruneRemoteRefs, remoteRefs } from './checkpoints/remote-retention.ts';
+import { pruneRemoteRefs, remoteRefs, type RemotePrunePlan } from './checkpoints/remote-retention.ts';
 import { runNotesRef } from './checkpoints/remote.ts';
 
 export interface PruneReport {
@@ -56,7 +56,14 @@ interface Plan {
 
 export async function pruneFinishedRuns(db: Database, options: PruneOptions): Promise<PruneReport> {
   const report: PruneReport = {
-    runs: 0, rowsDeleted: 0, worktreesRemoved: [], worktreesKept: [], branchesDeleted: [], remoteRefsUpdated: [], remotePending: [], dryRun: options.dryRun,
+    runs: 0,
+    rowsDeleted: 0,
+    worktreesRemoved: [],
+    worktreesKept: [],
+    branchesDeleted: [],
+    remoteRefsUpdated: [],
+    remotePending: [],
+    dryRun: options.dryRun,
   };
   const runs = await db.admin<{ workspace_id: string; agent_run_id: string }[]>`
     select * from echodo_prunable_runs(make_interval(days => ${options.olderThanDays}))`;
@@ -65,17 +72,21 @@ export async function pruneFinishedRuns(db: Database, options: PruneOptions): Pr
     const plan = await withWorkspace(db.app, workspace_id, async (tx) => {
       const run = await getRun(tx, agent_run_id);
       if (!run) return undefined;
-      return { run, toDelete: await pruneRunCheckpoints(tx, agent_run_id, true), kept: await latestCheckpoint(tx, agent_run_id) };
+      const toDelete = await pruneRunCheckpoints(tx, agent_run_id, true); // dry: counts only
+      return { run, toDelete, kept: await latestCheckpoint(tx, agent_run_id) };
     });
     if (!plan) continue;
     const repoPath = plan.run.job.repoPath ?? options.repoRoot;
-    plans.push({ workspaceId: workspace_id, ...plan, repoPath, worktreeKept: await worktreeKeptReason(plan.run.worktree_path) });
+    const worktreeKept = await worktreeKeptReason(plan.run.worktree_path);
+    plans.push({ workspaceId: workspace_id, ...plan, repoPath, worktreeKept });
   }
   const remote = await listRemote(plans, options);
   for (const plan of plans) {
     report.runs++;
     if (remote && !(await pruneRemote(plan, remote, options, report))) continue;
-    const deleted = options.dryRun ? plan.toDelete : await withWorkspace(db.app, plan.workspaceId, (tx) => pruneRunCheckpoints(tx, plan.run.id, false));
+    const deleted = options.dryRun
+      ? plan.toDelete
+      : await withWorkspace(db.app, plan.workspaceId, (tx) => pruneRunCheckpoints(tx, plan.run.id, false));
     report.rowsDeleted += deleted;
     const wt = plan.run.worktree_path;
     if (plan.worktreeKept) report.worktreesKept.push({ path: wt!, reason: plan.worktreeKept });
@@ -113,13 +124,16 @@ interface RemoteState {
  */
 async function listRemote(plans: Plan[], options: PruneOptions): Promise<RemoteState | undefined> {
   if (!options.remote) return undefined;
-  const names = plans.filter((p) => wantsRemote(p, options)).flatMap((p) => [`refs/heads/${p.run.branch}`, runNotesRef(p.workspaceId, p.run.id)]);
+  const names = plans
+    .filter((p) => wantsRemote(p, options))
+    .flatMap((p) => [`refs/heads/${p.run.branch}`, runNotesRef(p.workspaceId, p.run.id)]);
   const cwd = options.repoRoot && existsSync(options.repoRoot) ? options.repoRoot : process.cwd();
   try {
     return { present: await remoteRefs(cwd, options.remote, names) };
   } catch (err) {
     const reason = redactString((err as Error).message);
-    options.log.warn({ error: reason }, 'prune: the checkpoint remote cannot be reached; runs with refs there are left for the next prune');
+    const what = 'prune: the checkpoint remote cannot be reached; runs with refs there are left for the next prune';
+    options.log.warn({ error: reason }, what);
     return { present: new Map(), unreachable: reason };
   }
 }
@@ -129,7 +143,8 @@ async function pruneRemote(plan: Plan, remote: RemoteState, options: PruneOption
   if (!wantsRemote(plan, options)) return true;
   const pending = (reason: string) => {
     report.remotePending.push({ agentRunId: plan.run.id, reason });
-    options.log.warn({ agentRunId: plan.run.id, reason }, 'prune: the run\'s refs on the checkpoint remote could not be pruned; its rows are kept for the next prune');
+    const what = 'prune: the run\'s refs on the checkpoint remote could not be pruned; its rows are kept for the next prune';
+    options.log.warn({ agentRunId: plan.run.id, reason }, what);
     return false;
   };
   if (remote.unreachable) return pending(remote.unreachable);
@@ -158,7 +173,7 @@ async function pruneRemote(plan: Plan, remote: RemoteState, options: PruneOption
   }
 }
 
-function describeDryRun(plan: { notesRef: string; branch: string; rewriteNotes: boolean; deleteBranch: boolean; present: Map<string, string> }): string[] {
+function describeDryRun(plan: Omit<RemotePrunePlan, 'repoPath' | 'remote' | 'kept'>): string[] {
   const branchRef = `refs/heads/${plan.branch}`;
   if (plan.deleteBranch) return [branchRef, plan.notesRef].filter((r) => plan.present.has(r)).map((r) => `${r} -> deleted`);
   return plan.rewriteNotes && plan.present.has(plan.notesRef) ? [`${plan.notesRef} -> (the kept checkpoint's note only)`] : [];

@@ -3,6 +3,7 @@
 // of the run's branch and notes ref into a private scratch namespace of the local repository
 // (refs/echodo-verify/<nonce>/…, removed afterwards), and every read is local from there.
 import { randomUUID } from 'node:crypto';
+import { existsSync } from 'node:fs';
 import { EchodoError } from '../../core/errors.ts';
 import { redactString } from '../../core/redact.ts';
 import type { CheckpointRow } from '../../store/checkpoints.ts';
@@ -114,7 +115,9 @@ async function readBlobs(repoPath: string, oids: string[]): Promise<Map<string, 
  */
 async function reachableSince(repoPath: string, tip: string, rows: CheckpointRow[]): Promise<Set<string>> {
   const oids = rows.map((r) => r.commit_oid!);
-  const check = await runGit(repoPath, ['cat-file', '--batch-check=%(objectname) %(objecttype)'], { input: `${oids.join('\n')}\n` });
+  const check = await runGit(repoPath, ['cat-file', '--batch-check=%(objectname) %(objecttype)'], {
+    input: `${oids.join('\n')}\n`,
+  });
   const present = new Set(check.stdout.split('\n').filter((l) => l.endsWith(' commit')).map((l) => l.split(' ')[0]!));
   const oldest = oids.find((oid) => present.has(oid));
   if (!oldest) return new Set();
@@ -134,31 +137,51 @@ export async function inspectRemote(args: {
   const notesRef = runNotesRef(run.workspace_id, run.id);
   const rows = args.chain.filter((row) => row.commit_oid);
   const inspection: RemoteInspection = {
-    remote: redactString(remote), branch: run.branch, notesRef, branchTip: null, aheadOfCheckpoint: 0, rowsChecked: rows.length, findings: [],
+    remote: redactString(remote),
+    branch: run.branch,
+    notesRef,
+    branchTip: null,
+    aheadOfCheckpoint: 0,
+    rowsChecked: rows.length,
+    findings: [],
   };
   // A doc-writer run has no branch and pushes nothing; a run with no checkpoint has nothing to compare.
   if (!run.branch || !rows.length) return inspection;
+  // The objects are fetched into a local repository; without one that would be a clone.
+  if (!existsSync(repoPath)) throw new RemoteVerifyError(`no local repository at ${repoPath} to fetch the run's refs into`);
   const branchRef = `refs/heads/${run.branch}`;
   const there = await lsRemote(repoPath, remote, [branchRef, notesRef]);
   const scratch = `refs/echodo-verify/${randomUUID()}`;
-  const specs = [...(there.has(branchRef) ? [`+${branchRef}:${scratch}/branch`] : []), ...(there.has(notesRef) ? [`+${notesRef}:${scratch}/notes`] : [])];
+  const specs = [
+    ...(there.has(branchRef) ? [`+${branchRef}:${scratch}/branch`] : []),
+    ...(there.has(notesRef) ? [`+${notesRef}:${scratch}/notes`] : []),
+  ];
   try {
     if (specs.length) {
       await runGit(repoPath, ['fetch', '--quiet', '--no-tags', '--no-write-fetch-head', remote, ...specs]).catch((err: unknown) => {
-        throw new RemoteVerifyError(`could not fetch ${branchRef} and ${notesRef} from the checkpoint remote: ${gitDetail(err)}`, { cause: err });
+        const what = `could not fetch ${branchRef} and ${notesRef} from the checkpoint remote`;
+        throw new RemoteVerifyError(`${what}: ${gitDetail(err)}`, { cause: err });
       });
     }
     // What was fetched, not what ls-remote said a moment before: the refs may have moved since.
-    const fetched = async (name: string) => (await runGit(repoPath, ['rev-parse', '--verify', '--quiet', `${scratch}/${name}`], { allowExitCodes: [1] })).stdout.trim() || null;
+    const fetched = async (name: string) => {
+      const r = await runGit(repoPath, ['rev-parse', '--verify', '--quiet', `${scratch}/${name}`], { allowExitCodes: [1] });
+      return r.stdout.trim() || null;
+    };
     const [tip, notesTip] = await Promise.all([fetched('branch'), fetched('notes')]);
     inspection.branchTip = tip;
     if (tip) await compareCommits(repoPath, tip, rows, inspection);
     else {
-      inspection.findings.push({ kind: 'remote_branch_missing', detail: `${branchRef} is not on the checkpoint remote` });
-      inspection.findings.push({ kind: 'remote_commit_missing', detail: `checkpoint(s) ${seqList(rows)}: no branch on the remote holds their commits` });
+      inspection.findings.push(
+        { kind: 'remote_branch_missing', detail: `${branchRef} is not on the checkpoint remote` },
+        { kind: 'remote_commit_missing', detail: `checkpoint(s) ${seqList(rows)}: no branch on the remote holds their commits` },
+      );
     }
     if (notesTip) await compareNotes(repoPath, notesTip, rows, inspection);
-    else inspection.findings.push({ kind: 'remote_note_missing', detail: `${notesRef} is not on the checkpoint remote: no note for checkpoint(s) ${seqList(rows)}` });
+    else {
+      const detail = `${notesRef} is not on the checkpoint remote: no note for checkpoint(s) ${seqList(rows)}`;
+      inspection.findings.push({ kind: 'remote_note_missing', detail });
+    }
   } finally {
     await removeScratch(repoPath, scratch);
   }
@@ -169,29 +192,33 @@ export async function inspectRemote(args: {
 async function compareCommits(repoPath: string, tip: string, rows: CheckpointRow[], inspection: RemoteInspection): Promise<void> {
   const reachable = await reachableSince(repoPath, tip, rows);
   const missing = rows.filter((row) => !reachable.has(row.commit_oid!));
+  const on = `${inspection.branch} on the remote`;
   if (missing.length) {
-    inspection.findings.push({ kind: 'remote_commit_missing', detail: `checkpoint(s) ${seqList(missing)}: commit not reachable from ${inspection.branch} on the remote (tip ${tip})` });
+    const detail = `checkpoint(s) ${seqList(missing)}: commit not reachable from ${on} (tip ${tip})`;
+    inspection.findings.push({ kind: 'remote_commit_missing', detail });
   }
   const last = rows.at(-1)!.commit_oid!;
   if (tip === last) return;
   if (reachable.has(last)) {
     // A push acknowledged before its row (a worker killed at after-push): the next holder's push
     // replaces it. Every row is still on the remote, which is the invariant; so not a finding.
-    inspection.aheadOfCheckpoint = Number((await runGit(repoPath, ['rev-list', '--count', `${last}..${tip}`])).stdout.trim());
+    const count = await runGit(repoPath, ['rev-list', '--count', `${last}..${tip}`]);
+    inspection.aheadOfCheckpoint = Number(count.stdout.trim());
     return;
   }
   const behind = await runGit(repoPath, ['merge-base', '--is-ancestor', tip, last], { allowExitCodes: [1, 128] });
   inspection.findings.push(
     behind.exitCode === 0
-      ? { kind: 'remote_branch_behind', detail: `${inspection.branch} on the remote is at ${tip}, behind the last checkpoint ${last}` }
-      : { kind: 'remote_branch_diverged', detail: `${inspection.branch} on the remote is at ${tip}, which does not descend from the last checkpoint ${last}` },
+      ? { kind: 'remote_branch_behind', detail: `${on} is at ${tip}, behind the last checkpoint ${last}` }
+      : { kind: 'remote_branch_diverged', detail: `${on} is at ${tip}, which does not descend from the last checkpoint ${last}` },
   );
 }
 
 /** Every row has its note in the run's notes ref on the remote, saying what the row says. */
 async function compareNotes(repoPath: string, notesCommit: string, rows: CheckpointRow[], inspection: RemoteInspection): Promise<void> {
   const notes = await notesIn(repoPath, notesCommit);
-  const blobs = await readBlobs(repoPath, [...new Set(rows.map((r) => notes.get(r.commit_oid!)).filter((b): b is string => !!b))]);
+  const wanted = new Set(rows.map((r) => notes.get(r.commit_oid!)).filter((b): b is string => !!b));
+  const blobs = await readBlobs(repoPath, [...wanted]);
   const missing: CheckpointRow[] = [];
   const wrong: string[] = [];
   for (const row of rows) {
@@ -201,23 +228,36 @@ async function compareNotes(repoPath: string, notesCommit: string, rows: Checkpo
       missing.push(row);
       continue;
     }
-    let note: CheckpointNote | undefined;
-    try {
-      note = JSON.parse(text) as CheckpointNote;
-    } catch {
-      note = undefined;
-    }
+    const note = parseNote(text);
     if (!note || claims(note) !== rowClaims(row)) {
-      const says = note ? `seq ${note.checkpointSeq} hash ${String(note.hash).slice(0, 12)}, ${note.files?.length ?? 0} file(s)` : 'not a checkpoint note';
-      wrong.push(`seq ${row.checkpoint_seq} (remote note: ${says}; Postgres: hash ${row.hash.slice(0, 12)}, ${row.files_touched.length} file(s))`);
+      const says = note
+        ? `seq ${note.checkpointSeq} hash ${String(note.hash).slice(0, 12)}, ${note.files?.length ?? 0} file(s)`
+        : 'not a checkpoint note';
+      const truth = `hash ${row.hash.slice(0, 12)}, ${row.files_touched.length} file(s)`;
+      wrong.push(`seq ${row.checkpoint_seq} (remote note: ${says}; Postgres: ${truth})`);
     }
   }
-  if (missing.length) inspection.findings.push({ kind: 'remote_note_missing', detail: `no note under ${inspection.notesRef} on the remote for checkpoint(s) ${seqList(missing)}` });
-  if (wrong.length) inspection.findings.push({ kind: 'remote_note_mismatch', detail: `the remote note differs from the row (paths, sha256, seq or hash) for ${wrong.join('; ')}` });
+  if (missing.length) {
+    const detail = `no note under ${inspection.notesRef} on the remote for checkpoint(s) ${seqList(missing)}`;
+    inspection.findings.push({ kind: 'remote_note_missing', detail });
+  }
+  if (wrong.length) {
+    const detail = `the remote note differs from the row (paths, sha256, seq or hash) for ${wrong.join('; ')}`;
+    inspection.findings.push({ kind: 'remote_note_mismatch', detail });
+  }
+}
+
+function parseNote(text: string): CheckpointNote | undefined {
+  try {
+    return JSON.parse(text) as CheckpointNote;
+  } catch {
+    return undefined;
+  }
 }
 
 /** The scratch refs go; the fetched objects stay unreferenced until the local repo's gc. */
 async function removeScratch(repoPath: string, scratch: string): Promise<void> {
-  const refs = (await runGit(repoPath, ['for-each-ref', '--format=%(refname)', `${scratch}/`], { allowExitCodes: [128] })).stdout.split('\n').filter(Boolean);
+  const listed = await runGit(repoPath, ['for-each-ref', '--format=%(refname)', `${scratch}/`], { allowExitCodes: [128] });
+  const refs = listed.stdout.split('\n').filter(Boolean);
   if (refs.length) await runGit(repoPath, ['update-ref', '--stdin'], { input: refs.map((r) => `delete ${r}\n`).join('') });
 }
