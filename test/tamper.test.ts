@@ -23,7 +23,7 @@ before(async () => {
   s = await createScenario({ steps: sampleSteps(20, 8) });
   const { agentRunId } = await s.dispatch();
   const w = s.spawnWorker();
-  await s.waitForStatus(agentRunId, 'completed');
+  await s.waitForStatus(agentRunId, 'completed', 120_000); // generous: a loaded 2-core machine
   await w.stop('SIGTERM');
   baselineTree = await s.branchTree(agentRunId);
 });
@@ -55,7 +55,7 @@ const tampers: { name: string; kinds: string[]; repairable: boolean; apply(run: 
   },
 ];
 
-test('integrity-check reports every tamper and resume repairs what it can', { timeout: 120_000 }, async () => {
+test('integrity-check reports every tamper and resume repairs what it can', { timeout: 400_000 }, async () => {
   const ids: string[] = [];
   for (const _ of tampers) ids.push((await s.dispatch()).agentRunId);
   const crashed = tampers.map(() => s.spawnWorker({ ECHODO_FAULT: 'after-note@4' }));
