@@ -57,6 +57,9 @@ const plan = quick
 const sizesArg = args.find((a) => a.startsWith('--sizes='));
 const repoSizes = sizesArg ? sizesArg.slice('--sizes='.length).split(',').map(Number) : quick ? plan.sizes : [...plan.sizes, 250_000];
 const SAMPLES_AT: Record<number, { checkpoint: number; resume: number }> = { 250_000: { checkpoint: 10, resume: 5 } };
+// --samples=N: fewer samples everywhere, for a machine too loaded to run the full plan in time.
+const samplesArg = args.find((a) => a.startsWith('--samples='));
+if (samplesArg) plan.samples = Number(samplesArg.slice('--samples='.length));
 const samplesAt = (files: number, kind: 'checkpoint' | 'resume') => Math.min(plan.samples, SAMPLES_AT[files]?.[kind] ?? plan.samples);
 
 const log = (line: string) => process.stdout.write(`${line}\n`);
