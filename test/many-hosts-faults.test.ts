@@ -9,6 +9,9 @@ import assert from 'node:assert/strict';
 import { writeFile } from 'node:fs/promises';
 import { after, before, describe, test } from 'node:test';
 import { verifyChain } from '../core/checkpoint-hash.ts';
+import { LeaseLostError } from '../core/errors.ts';
+import { RemotePusher } from '../worker/checkpoints/remote.ts';
+import { createLogger } from '../worker/log.ts';
 import type { Child } from './support/child.ts';
 import { git } from './support/git.ts';
 import { assertFinishedOnRemote, moveOn, setUpHosts, type Host, type Hosts } from './support/hosts.ts';
@@ -191,5 +194,39 @@ describe('killed on A, killed again on B, finished back on A', () => {
     assert.deepEqual(resumed.map((e) => [e.metadata.fromHost, e.metadata.toHost, e.metadata.fromSeq]), [[a.id, b.id, 1], [b.id, a.id, 2]]);
     const run = await s.run(agentRunId);
     assert.equal(run.attempt, 3);
+  });
+});
+
+describe('a fenced worker\'s late force', () => {
+  test('a newer holder\'s push landing between the fencing check and the force is never overwritten', { timeout: 60_000 }, async () => {
+    // The remote branch holds X, a commit no row names (a push killed before its row): the old
+    // holder's fast-forward is refused, it confirms its lease, and forces. Between its check and
+    // its force, the run is taken over and the new holder pushes its counted checkpoint N.
+    const branch = `fence-race-${Date.now()}`;
+    const ref = `refs/heads/${branch}`;
+    const tree = await git(a.repo, 'rev-parse', 'main^{tree}');
+    const commit = (msg: string, parent: string) => git(a.repo, 'commit-tree', tree, '-p', parent, '-m', msg);
+    const base = await git(a.repo, 'rev-parse', 'main');
+    const row1 = await commit('checkpoint 1', base);
+    const killed = await commit('checkpoint 2 (killed before its row)', row1);
+    const newer = await commit('checkpoint 2 (the new holder, counted)', row1);
+    const mine = await commit('checkpoint 2 (the old holder, fenced)', row1);
+    await git(a.repo, 'push', '-q', hosts.remoteUrl, `${killed}:${ref}`);
+    let checks = 0;
+    const pusher = new RemotePusher({
+      cwd: a.repo,
+      remote: hosts.remoteUrl,
+      branch,
+      notesRef: `refs/notes/echodo-runs/acme/${branch}`,
+      assertHeld: async () => {
+        if (++checks > 1) throw new LeaseLostError('lease epoch is no longer current');
+        // The check passes (the epoch was still ours), then the takeover and the new holder's push.
+        await git(a.repo, 'push', '-q', '--force', hosts.remoteUrl, `${newer}:${ref}`);
+      },
+      log: createLogger({ level: 'silent' }),
+    });
+    await assert.rejects(pusher.pushCheckpoint(mine), LeaseLostError);
+    assert.equal(await git(hosts.remoteDir, 'rev-parse', ref), newer, 'the counted checkpoint stays on the remote branch');
+    assert.equal(checks, 2, 'the lease was checked again after the refused force');
   });
 });

@@ -43,8 +43,8 @@ function parsePorcelain(stdout: string): PushedRef[] {
     });
 }
 
-export async function push(cwd: string, remote: string, refspecs: string[]): Promise<PushedRef[]> {
-  const r = await runGit(cwd, ['push', '--porcelain', '--no-verify', remote, ...refspecs], { allowExitCodes: [1, 128] }).catch((err: unknown) => {
+export async function push(cwd: string, remote: string, refspecs: string[], options: string[] = []): Promise<PushedRef[]> {
+  const r = await runGit(cwd, ['push', '--porcelain', '--no-verify', ...options, remote, ...refspecs], { allowExitCodes: [1, 128] }).catch((err: unknown) => {
     throw new CheckpointRemoteError(`git push to the checkpoint remote failed: ${(err as Error).message}`, { cause: err });
   });
   const refs = parsePorcelain(r.stdout);
@@ -75,6 +75,14 @@ export class RemotePusher {
     },
   ) {}
 
+  /** The oid the remote's branch points at ('' when it has none: a lease that expects no branch). */
+  private async remoteBranchOid(branchRef: string): Promise<string> {
+    const r = await runGit(this.deps.cwd, ['ls-remote', this.deps.remote, branchRef]).catch((err: unknown) => {
+      throw new CheckpointRemoteError(`git ls-remote of the checkpoint remote failed: ${(err as Error).message}`, { cause: err });
+    });
+    return r.stdout.split('\n').find((l) => l.endsWith(`\t${branchRef}`))?.split('\t')[0] ?? '';
+  }
+
   /** The local run notes ref now exists (a note was written to it). */
   notesWritten(): void {
     this.notesRefExists = true;
@@ -94,10 +102,15 @@ export class RemotePusher {
     const notes = await this.notesRefspec();
     let refs = await push(this.deps.cwd, this.deps.remote, [`${commitOid}:${branchRef}`, ...notes]);
     let branch = refs.find((r) => r.to === branchRef);
-    if (branch?.flag === '!') {
+    // The force replaces exactly what the remote held when the lease was confirmed, read before the
+    // check: a newer lease holder's push landing between the check and the force (this worker fenced
+    // meanwhile) makes the force fail, and the next check then stops this worker. A plain force would
+    // take a counted checkpoint's commit off the remote branch.
+    for (let attempt = 1; branch?.flag === '!' && attempt <= 3; attempt++) {
+      const seen = await this.remoteBranchOid(branchRef);
       await this.deps.assertHeld();
       this.deps.log.warn({ branch: this.deps.branch, summary: branch.summary }, 'remote branch is past the last checkpoint (a killed or fenced push); forcing it to the checkpoint');
-      refs = await push(this.deps.cwd, this.deps.remote, [`+${commitOid}:${branchRef}`]);
+      refs = await push(this.deps.cwd, this.deps.remote, [`${commitOid}:${branchRef}`], [`--force-with-lease=${branchRef}:${seen}`]);
       branch = refs.find((r) => r.to === branchRef);
     }
     if (!branch || branch.flag === '!') {
