@@ -162,11 +162,10 @@ export async function measureCrossHostResume(env: BenchEnv, setup: RemoteSetup, 
 
   const outcomes: Record<string, number> = {};
   try {
-    for (let i = 0; i < 2; i++) {
-      const warm = await resumeOnce(); // warm-up
-      if (warm.ms === null) throw new Error(`cross-host resume warm-up failed: ${warm.result}`);
-      await startOver();
-    }
+    // One warm-up of each (a resume and the clones are seconds each: one is enough to warm caches).
+    const warm = await resumeOnce();
+    if (warm.ms === null) throw new Error(`cross-host resume warm-up failed: ${warm.result}`);
+    await startOver();
     for (let tries = 0, ok = 0; ok < samples && tries < samples + 10; tries++) {
       const { ms, result, fetchedBytes } = await resumeOnce();
       outcomes[result] = (outcomes[result] ?? 0) + 1;

@@ -20,6 +20,11 @@ import { ensurePristineRepo, spreadPaths, workingRepo } from './repos.ts';
 import { ratio, round, Samples } from './stats.ts';
 
 export const REMOTE_TOUCHED = 10;
+/**
+ * Cross-host resume samples per size, at most: each sample is a resume plus three clones of the
+ * repository, a minute or more at 50k files on a loaded 2-core machine.
+ */
+const RESUME_SAMPLES_AT: Record<number, number> = { 50_000: 5 };
 
 /** A size's remote and host A's repository. */
 export interface RemoteSetup {
@@ -119,7 +124,7 @@ export async function measureRemote(
       const off = s.summary(`${key}.off`);
       const on = s.summary(`${key}.on`);
       log(`remote ${files} files: checkpoint ${on.median.toFixed(1)} ms with the remote vs ${off.median.toFixed(1)} ms without (${since()})`);
-      const r = await measureCrossHostResume(env, setup, plan.remoteResumeSamples, s, key);
+      const r = await measureCrossHostResume(env, setup, Math.min(plan.samples, plan.remoteResumeSamples, RESUME_SAMPLES_AT[files] ?? Infinity), s, key);
       const resume = s.summary(`${key}.resume`);
       const fetched = s.summary(`${key}.fetchedBytes`);
       const fig: RemoteFigure = {
