@@ -59,7 +59,9 @@ export function stampingLogger(): { log: Logger; lines: { at: number; msg: strin
       const at = performance.now();
       for (const line of chunk.toString('utf8').split('\n').filter(Boolean)) {
         try {
-          lines.push({ at, msg: String((JSON.parse(line) as { msg?: string }).msg) });
+          const entry = JSON.parse(line) as { msg?: string; error?: string };
+          // A failure's reason goes with it into the timeline: a failed resume says why.
+          lines.push({ at, msg: entry.error ? `${entry.msg} (${String(entry.error).slice(0, 300)})` : String(entry.msg) });
         } catch {
           lines.push({ at, msg: line.slice(0, 80) });
         }
@@ -99,6 +101,9 @@ export async function measureResume(env: BenchEnv, repo: string, files: number, 
   /** Back to the state a crash after round ROUNDS leaves, requeued as the stall detector does. */
   const crash = async () => {
     await env.su`delete from worker_checkpoints where agent_run_id = ${f.run.id} and checkpoint_seq > ${RESUME_ROUNDS}`;
+    // The run's manifest as of checkpoint ROUNDS: the resumed rounds only add FIRST_CALL_FILE, a
+    // new path, so dropping the entries written after it restores it exactly.
+    await env.su`delete from checkpoint_manifest where agent_run_id = ${f.run.id} and seq > ${RESUME_ROUNDS}`;
     await env.su`update agent_runs set status = 'queued', lease_epoch = lease_epoch + 1, worker_id = null, lease_expires_at = null,
                    attempt = 2, step = ${RESUME_ROUNDS}, finished_at = null, available_at = now(),
                    job = job || '{"resumeFromCheckpoint": true}'::jsonb
