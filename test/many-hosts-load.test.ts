@@ -17,10 +17,10 @@ const HOSTS = ['a', 'b', 'c'];
 const WORKERS_PER_HOST = 2;
 const RUNS = 20;
 const ROUNDS = 20;
-const KILL_EVERY_MS = [3000, 6000] as const;
+const KILL_EVERY_MS = [4000, 7000] as const;
 // And at least this many checkpoints written (by any worker) since the last kill: on a quiet machine
 // the clock decides; on a loaded one the kills slow down with the runs instead of outpacing them.
-const CHECKPOINTS_PER_KILL = 12;
+const CHECKPOINTS_PER_KILL = 20;
 // Leases: a killed worker's run is handed on within seconds, while a worker slowed by the load (six
 // workers, their git and the detector on two cores) still heartbeats well inside its lease.
 const LEASE = { WORKER_LEASE_MS: '6000', WORKER_HEARTBEAT_MS: '500', STALL_CHECK_MS: '500' };
@@ -116,7 +116,7 @@ test(`many hosts under load: ${HOSTS.length} hosts × ${WORKERS_PER_HOST} worker
     const rows = await s.su<{ status: string }[]>`select status from agent_runs where id in ${s.su(ids)}`;
     if (rows.every((r) => r.status === 'completed' || r.status === 'failed')) break;
     const [{ n: checkpoints }] = await s.su<{ n: number }[]>`select count(*)::int as n from worker_checkpoints where agent_run_id in ${s.su(ids)}`;
-    if (Date.now() - started > 540_000) assert.fail(`not finished after ${checkpoints} checkpoints: ${JSON.stringify(rows.map((r) => r.status))}`);
+    if (Date.now() - started > 560_000) assert.fail(`not finished after ${checkpoints} checkpoints: ${JSON.stringify(rows.map((r) => r.status))}`);
     if (!alive(detector)) assert.fail(`the stall detector exited:\n${detector.lines.slice(-20).join('\n')}`);
     if (Date.now() >= nextKill && checkpoints - checkpointsAtKill >= CHECKPOINTS_PER_KILL) {
       // A random host with a worker to kill (see pickVictim), then a random such worker on it.
