@@ -132,7 +132,7 @@ async function main(argv: string[]): Promise<number> {
     env.ECHODO_TEST_REDIS_BIN = redisBin;
     say(`Redis on ${redis.url}`);
 
-    const args = ['--import', 'tsx', '--test', '--test-concurrency=2', ...(load ? [] : ['--test-timeout=600000']), ...files];
+    const args = ['--import', 'tsx', '--test', '--test-concurrency=2', ...(load ? [] : ['--test-timeout=900000']), ...files];
     runner = spawn(process.execPath, args, { cwd: PROJECT_ROOT, env, stdio: 'inherit' });
     const code = await new Promise<number>((resolve) => {
       runner!.on('error', (err) => {

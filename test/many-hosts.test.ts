@@ -3,7 +3,6 @@
 // `git daemon` on 127.0.0.1. A worker on host A is SIGKILLed mid-brief; a worker on host B
 // resumes the run by fetching its checkpoints from the remote (never cloning) and finishes it.
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtemp, realpath, writeFile } from 'node:fs/promises';
 import os from 'node:os';
@@ -16,6 +15,7 @@ import { checkRunIntegrity } from '../worker/integrity.ts';
 import type { Child } from './support/child.ts';
 import { startGitDaemon, type GitDaemon } from './support/git-daemon.ts';
 import { git } from './support/git.ts';
+import { moveOn } from './support/hosts.ts';
 import { createScenario, sampleSteps, type Scenario } from './support/scenario.ts';
 
 const ROUNDS = 6;
@@ -77,28 +77,6 @@ async function assertFinished(agentRunId: string, host: Host) {
 
 const hostA = () => hosts.a.repo;
 
-/**
- * The repository moves on after host B cloned it: `count` commits on the remote's main, pulled by
- * host A only (the last one restores the tree, so every run still ends at the same tree).
- */
-async function moveOn(repoA: string, count: number): Promise<void> {
-  const mover = path.join(root, 'mover');
-  await git(root, 'clone', '-q', remoteUrl, mover);
-  const script: string[] = [];
-  for (let i = 1; i <= count; i++) {
-    const msg = `move on ${i}`;
-    script.push('commit refs/heads/main', `committer Mover <mover@echodo.invalid> ${1_700_000_000 + i} +0000`, `data ${msg.length}`, msg);
-    if (i === 1) script.push('from refs/heads/main^0');
-    if (i < count) script.push('M 100644 inline moving.txt', `data ${String(i).length + 1}`, `${i}`);
-    else script.push('D moving.txt');
-    script.push('');
-  }
-  execFileSync('git', ['fast-import', '--quiet'], { cwd: mover, input: script.join('\n') + '\n' });
-  await git(mover, 'push', '-q', 'origin', 'main');
-  await git(repoA, 'fetch', '-q', 'origin');
-  await git(repoA, 'merge', '-q', '--ff-only', 'origin/main');
-}
-
 before(async () => {
   // Enough content that a clone is clearly bigger than what a resume fetches.
   const files = { 'README.md': '# sample\n', 'src/index.ts': 'export const answer = 42;\n', 'vendor/data.txt': randomBytes(240_000).toString('base64') };
@@ -116,7 +94,7 @@ before(async () => {
       env: { WORKER_REPO_ROOT: repo, WORKER_WORKTREE_BASE: path.join(root, `worktrees-${host}`), WORKER_HOST_ID: `host-${host}`, WORKER_CHECKPOINT_REMOTE: remoteUrl },
     };
   }
-  await moveOn(hostA(), 100);
+  await moveOn({ root, remoteUrl }, hostA(), 100);
   // Host C has no copy of the repository at all.
   hosts.c = {
     repo: path.join(root, 'host-c', 'repo'),

@@ -74,7 +74,7 @@ export async function setUpHosts(s: Scenario, names: string[]): Promise<Hosts> {
  * The repository moves on after the other hosts cloned it: `count` commits on the remote's main,
  * pulled by `repo` only (the last one restores the tree, so runs still end at the same tree).
  */
-export async function moveOn(hosts: Hosts, repo: string, count: number): Promise<void> {
+export async function moveOn(hosts: Pick<Hosts, 'root' | 'remoteUrl'>, repo: string, count: number): Promise<void> {
   const mover = path.join(hosts.root, `mover-${Date.now()}`);
   await git(hosts.root, 'clone', '-q', hosts.remoteUrl, mover);
   const script: string[] = [];
