@@ -27,7 +27,7 @@ import type { BenchEnv } from './env.ts';
 import { createRunFixture, silentLog } from './fixture.ts';
 import { remoteWriter, type RemoteSetup } from './remote.ts';
 import { fileContent, spreadPaths } from './repos.ts';
-import { RESUME_ROUNDS, stampingLogger } from './resume.ts';
+import { RESUME_ROUNDS, resumeTimeline, stampingLogger } from './resume.ts';
 import { Samples } from './stats.ts';
 
 const FIRST_CALL_FILE = 'bench-first-resumed-call-on-host-b.txt';
@@ -177,11 +177,7 @@ export async function measureCrossHostResume(env: BenchEnv, setup: RemoteSetup, 
     }
     const trace = stampingLogger();
     const traced = await resumeOnce(trace.log);
-    const timeline = trace.lines
-      .filter((l) => l.at >= traced.claimedAt - 1)
-      .map((l) => ({ msAfterClaim: Math.round((l.at - traced.claimedAt) * 10) / 10, msg: l.msg }));
-    if (traced.ms !== null) timeline.push({ msAfterClaim: Math.round(traced.ms * 10) / 10, msg: '(first resumed tool call touches host B\'s worktree)' });
-    timeline.sort((a, b) => a.msAfterClaim - b.msAfterClaim);
+    const timeline = resumeTimeline(trace.lines, traced, '(first resumed tool call touches host B\'s worktree)');
     return { rounds: RESUME_ROUNDS, outcomes, cloneGitBytes: bytes.cloneGit, partialCloneBytes: bytes.partialClone, timeline };
   } finally {
     await rm(dir, { recursive: true, force: true });

@@ -51,6 +51,19 @@ export interface ResumeResult {
   timeline: { msAfterClaim: number; msg: string }[];
 }
 
+/** A traced resume's log lines as ms after its claim, with the first tool call (`firstCall`) placed among them. */
+export function resumeTimeline(
+  lines: { at: number; msg: string }[],
+  traced: { claimedAt: number; ms: number | null },
+  firstCall: string,
+): { msAfterClaim: number; msg: string }[] {
+  const timeline = lines
+    .filter((l) => l.at >= traced.claimedAt - 1)
+    .map((l) => ({ msAfterClaim: Math.round((l.at - traced.claimedAt) * 10) / 10, msg: l.msg }));
+  if (traced.ms !== null) timeline.push({ msAfterClaim: Math.round(traced.ms * 10) / 10, msg: firstCall });
+  return timeline.sort((a, b) => a.msAfterClaim - b.msAfterClaim);
+}
+
 /** A logger that stamps each line the worker logs with performance.now(), to see where resume's time goes. */
 export function stampingLogger(): { log: Logger; lines: { at: number; msg: string }[] } {
   const lines: { at: number; msg: string }[] = [];
@@ -212,11 +225,7 @@ export async function measureResume(env: BenchEnv, repo: string, files: number, 
   await crash();
   const trace = stampingLogger();
   const traced = await resumeOnce(trace.log);
-  const timeline = trace.lines
-    .filter((l) => l.at >= traced.claimedAt - 1)
-    .map((l) => ({ msAfterClaim: Math.round((l.at - traced.claimedAt) * 10) / 10, msg: l.msg }));
-  if (traced.ms !== null) timeline.push({ msAfterClaim: Math.round(traced.ms * 10) / 10, msg: '(first resumed tool call touches the worktree)' });
-  timeline.sort((a, b) => a.msAfterClaim - b.msAfterClaim);
+  const timeline = resumeTimeline(trace.lines, traced, '(first resumed tool call touches the worktree)');
 
   return { files, rounds: RESUME_ROUNDS, outcomes, timeline };
 }

@@ -6,7 +6,6 @@
 // finished back on A (whose stale worktree is reused). Every run: no lost or duplicated checkpoint,
 // the uncrashed run's final tree, every row's commit and note on the remote, integrity intact.
 import assert from 'node:assert/strict';
-import { writeFile } from 'node:fs/promises';
 import { after, before, describe, test } from 'node:test';
 import { verifyChain } from '../core/checkpoint-hash.ts';
 import { LeaseLostError } from '../core/errors.ts';
@@ -14,7 +13,7 @@ import { RemotePusher } from '../worker/checkpoints/remote.ts';
 import { createLogger } from '../worker/log.ts';
 import type { Child } from './support/child.ts';
 import { git } from './support/git.ts';
-import { assertFinishedOnRemote, moveOn, setUpHosts, type Host, type Hosts } from './support/hosts.ts';
+import { assertFinishedOnRemote, moveOn, setUpHosts, stopProcesses, type Host, type Hosts } from './support/hosts.ts';
 import { createScenario, sampleSteps, type Scenario } from './support/scenario.ts';
 
 const ROUNDS = 6;
@@ -101,11 +100,7 @@ before(async () => {
 });
 
 after(async () => {
-  await Promise.all(workers.map((w) => w.stop('SIGKILL', 100)));
-  // Debugging a failure: every worker's log, in spawn order.
-  if (process.env.ECHODO_DUMP_WORKERS) {
-    await writeFile(process.env.ECHODO_DUMP_WORKERS, workers.map((w, i) => `=== worker ${i}\n${w.output()}`).join('\n'));
-  }
+  await stopProcesses(workers);
   await hosts?.close();
   await s?.close();
 });

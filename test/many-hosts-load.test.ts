@@ -7,10 +7,9 @@
 // final tree is the one the transcript's writes make; integrity is intact on the host that finished it.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { writeFile } from 'node:fs/promises';
 import { after, before, test } from 'node:test';
 import type { Child } from './support/child.ts';
-import { assertFinishedOnRemote, setUpHosts, type Host, type Hosts } from './support/hosts.ts';
+import { assertFinishedOnRemote, setUpHosts, stopProcesses, type Host, type Hosts } from './support/hosts.ts';
 import { createScenario, type Scenario, type TranscriptStep } from './support/scenario.ts';
 
 const HOSTS = ['a', 'b', 'c'];
@@ -78,10 +77,7 @@ before(async () => {
 });
 
 after(async () => {
-  await Promise.all(children.map((c) => c.stop('SIGKILL', 100)));
-  if (process.env.ECHODO_DUMP_WORKERS) {
-    await writeFile(process.env.ECHODO_DUMP_WORKERS, children.map((w, i) => `=== process ${i}\n${w.output()}`).join('\n'));
-  }
+  await stopProcesses(children);
   await hosts?.close();
   await s?.close();
 });

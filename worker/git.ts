@@ -4,6 +4,10 @@ import { spawn } from 'node:child_process';
 import { readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 
+/** What to say of a failed git call: git's own stderr when it ran, else the error's message. */
+export const gitErrorDetail = (err: unknown): string =>
+  err instanceof GitError ? err.stderr.trim().slice(0, 400) : (err as Error).message;
+
 export class GitError extends Error {
   constructor(
     readonly args: string[],

@@ -4,7 +4,7 @@
 // run against the remote: every row's commit reachable from the run's branch there, every note there.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdtemp, realpath, rm } from 'node:fs/promises';
+import { mkdtemp, realpath, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { parseConfig, type Config } from '../../core/config.ts';
@@ -13,6 +13,7 @@ import { checkRunIntegrity } from '../../worker/integrity.ts';
 import { startGitDaemon, type GitDaemon } from './git-daemon.ts';
 import { git } from './git.ts';
 import type { Scenario } from './scenario.ts';
+import type { Child } from './child.ts';
 
 export interface Host {
   name: string;
@@ -131,4 +132,12 @@ export async function assertFinishedOnRemote(s: Scenario, hosts: Hosts, agentRun
   const report = await checkRunIntegrity(s.t.db, hosts.config(host), s.workspaceId, agentRunId);
   assert.deepEqual(report?.findings, [], `integrity of ${agentRunId} on ${host.id}`);
   return host;
+}
+
+/** Kills every process a test started; ECHODO_DUMP_WORKERS=file keeps their logs, in spawn order, for debugging. */
+export async function stopProcesses(children: Child[]): Promise<void> {
+  await Promise.all(children.map((c) => c.stop('SIGKILL', 100)));
+  if (process.env.ECHODO_DUMP_WORKERS) {
+    await writeFile(process.env.ECHODO_DUMP_WORKERS, children.map((c, i) => `=== process ${i}\n${c.output()}`).join('\n'));
+  }
 }

@@ -7,9 +7,9 @@
 import { EchodoError } from '../../core/errors.ts';
 import { redactString } from '../../core/redact.ts';
 import type { CheckpointRow } from '../../store/checkpoints.ts';
-import { GitError, runGit } from '../git.ts';
+import { gitErrorDetail, runGit } from '../git.ts';
 import { noteForRow } from '../resume.ts';
-import { push } from './remote.ts';
+import { lsRemote, push } from './remote.ts';
 
 /** A pruned run's refs could not be updated on the remote: its rows stay, the next prune retries. */
 export class RemoteRetentionError extends EchodoError {
@@ -19,21 +19,11 @@ export class RemoteRetentionError extends EchodoError {
   }
 }
 
-const detail = (err: unknown) => (err instanceof GitError ? err.stderr.trim().slice(0, 400) : (err as Error).message);
-
 /** Which of these refs the remote has (one `git ls-remote`): name → oid. */
 export async function remoteRefs(cwd: string, remote: string, names: string[]): Promise<Map<string, string>> {
-  const found = new Map<string, string>();
-  if (!names.length) return found;
-  const wanted = new Set(names);
-  const r = await runGit(cwd, ['ls-remote', remote, ...wanted]).catch((err: unknown) => {
-    throw new RemoteRetentionError(`could not reach the checkpoint remote: ${detail(err)}`, { cause: err });
+  return lsRemote(cwd, remote, names).catch((err: unknown) => {
+    throw new RemoteRetentionError(`could not reach the checkpoint remote: ${gitErrorDetail(err)}`, { cause: err });
   });
-  for (const line of r.stdout.split('\n').filter(Boolean)) {
-    const [oid, name] = line.split('\t');
-    if (wanted.has(name!)) found.set(name!, oid!); // ls-remote matches patterns by their tail: keep exact names
-  }
-  return found;
 }
 
 /**

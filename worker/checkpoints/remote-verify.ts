@@ -7,9 +7,9 @@ import { existsSync } from 'node:fs';
 import { EchodoError } from '../../core/errors.ts';
 import { redactString } from '../../core/redact.ts';
 import type { CheckpointRow } from '../../store/checkpoints.ts';
-import { GitError, runGit } from '../git.ts';
+import { gitErrorDetail, runGit } from '../git.ts';
 import type { CheckpointNote } from './notes.ts';
-import { runNotesRef } from './remote.ts';
+import { lsRemote, runNotesRef } from './remote.ts';
 
 export type RemoteFindingKind =
   | 'remote_branch_missing' // the run's branch is not on the remote at all
@@ -45,7 +45,6 @@ export class RemoteVerifyError extends EchodoError {
   }
 }
 
-const gitDetail = (err: unknown) => (err instanceof GitError ? err.stderr.trim().slice(0, 400) : (err as Error).message);
 
 /** The note's claims, reduced to what a row vouches for (files as a sorted path → sha256 list). */
 function claims(n: Pick<CheckpointNote, 'workspaceId' | 'agentRunId' | 'checkpointSeq' | 'hash' | 'files'>): string {
@@ -63,18 +62,6 @@ function rowClaims(row: CheckpointRow): string {
   });
 }
 
-/** `git ls-remote` of exactly these refs: name → oid (absent refs are not listed). */
-async function lsRemote(repoPath: string, remote: string, refs: string[]): Promise<Map<string, string>> {
-  const r = await runGit(repoPath, ['ls-remote', remote, ...refs]).catch((err: unknown) => {
-    throw new RemoteVerifyError(`could not reach the checkpoint remote: ${gitDetail(err)}`, { cause: err });
-  });
-  const found = new Map<string, string>();
-  for (const line of r.stdout.split('\n').filter(Boolean)) {
-    const [oid, name] = line.split('\t');
-    if (refs.includes(name!)) found.set(name!, oid!);
-  }
-  return found;
-}
 
 /** Blob oid of every note in a notes tree, by the annotated object (the fanout's slashes removed). */
 async function notesIn(repoPath: string, notesCommit: string): Promise<Map<string, string>> {
@@ -150,7 +137,9 @@ export async function inspectRemote(args: {
   // The objects are fetched into a local repository; without one that would be a clone.
   if (!existsSync(repoPath)) throw new RemoteVerifyError(`no local repository at ${repoPath} to fetch the run's refs into`);
   const branchRef = `refs/heads/${run.branch}`;
-  const there = await lsRemote(repoPath, remote, [branchRef, notesRef]);
+  const there = await lsRemote(repoPath, remote, [branchRef, notesRef]).catch((err: unknown) => {
+    throw new RemoteVerifyError(`could not reach the checkpoint remote: ${gitErrorDetail(err)}`, { cause: err });
+  });
   const scratch = `refs/echodo-verify/${randomUUID()}`;
   const specs = [
     ...(there.has(branchRef) ? [`+${branchRef}:${scratch}/branch`] : []),
@@ -160,7 +149,7 @@ export async function inspectRemote(args: {
     if (specs.length) {
       await runGit(repoPath, ['fetch', '--quiet', '--no-tags', '--no-write-fetch-head', remote, ...specs]).catch((err: unknown) => {
         const what = `could not fetch ${branchRef} and ${notesRef} from the checkpoint remote`;
-        throw new RemoteVerifyError(`${what}: ${gitDetail(err)}`, { cause: err });
+        throw new RemoteVerifyError(`${what}: ${gitErrorDetail(err)}`, { cause: err });
       });
     }
     // What was fetched, not what ls-remote said a moment before: the refs may have moved since.

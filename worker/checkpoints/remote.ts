@@ -5,7 +5,7 @@
 import { readdir, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { EchodoError } from '../../core/errors.ts';
-import { GitError, runGit } from '../git.ts';
+import { gitErrorDetail, runGit } from '../git.ts';
 import type { Logger } from '../log.ts';
 import { repoCommonDir } from '../worktrees.ts';
 import { redactString } from '../../core/redact.ts';
@@ -77,10 +77,10 @@ export class RemotePusher {
 
   /** The oid the remote's branch points at ('' when it has none: a lease that expects no branch). */
   private async remoteBranchOid(branchRef: string): Promise<string> {
-    const r = await runGit(this.deps.cwd, ['ls-remote', this.deps.remote, branchRef]).catch((err: unknown) => {
-      throw new CheckpointRemoteError(`git ls-remote of the checkpoint remote failed: ${(err as Error).message}`, { cause: err });
+    const refs = await lsRemote(this.deps.cwd, this.deps.remote, [branchRef]).catch((err: unknown) => {
+      throw new CheckpointRemoteError(`git ls-remote of the checkpoint remote failed: ${gitErrorDetail(err)}`, { cause: err });
     });
-    return r.stdout.split('\n').find((l) => l.endsWith(`\t${branchRef}`))?.split('\t')[0] ?? '';
+    return refs.get(branchRef) ?? '';
   }
 
   /** The local run notes ref now exists (a note was written to it). */
@@ -172,23 +172,38 @@ async function packs(commonDir: string): Promise<Map<string, number>> {
  * resets it to the checkpoint.
  */
 export async function fetchRun(args: { repoPath: string; remote: string; branch: string; notesRef: string }): Promise<{ fetchedBytes: number }> {
-  // What was fetched is measured exactly: the received pack is kept as it came (unpackLimit=1,
-  // like every checkpoint object here: packed, never loose), and its size is the bytes fetched.
-  const commonDir = await repoCommonDir(args.repoPath);
-  const before = await packs(commonDir);
   const branchRef = `refs/heads/${args.branch}`;
-  try {
-    await runGit(args.repoPath, [
-      '-c', 'fetch.unpackLimit=1', 'fetch', '--quiet', '--no-tags', '--no-write-fetch-head', '--update-head-ok', args.remote,
-      `+${branchRef}:${branchRef}`, `+${args.notesRef}*:${args.notesRef}*`,
-    ]);
-  } catch (err) {
-    const detail = err instanceof GitError ? err.stderr.trim().slice(0, 400) : (err as Error).message;
-    throw new CheckpointRemoteError(`could not fetch ${branchRef} from the checkpoint remote: ${detail}`, { cause: err });
-  }
+  return fetchMeasured(args.repoPath, args.remote, [`+${branchRef}:${branchRef}`, `+${args.notesRef}*:${args.notesRef}*`], branchRef);
+}
+
+/**
+ * One fetch from the checkpoint remote, measured exactly: the received pack is kept as it came
+ * (unpackLimit=1, like every checkpoint object here: packed, never loose), and its size is the
+ * bytes fetched.
+ */
+async function fetchMeasured(repoPath: string, remote: string, refspecs: string[], what: string): Promise<{ fetchedBytes: number }> {
+  const commonDir = await repoCommonDir(repoPath);
+  const before = await packs(commonDir);
+  await runGit(repoPath, ['-c', 'fetch.unpackLimit=1', 'fetch', '--quiet', '--no-tags', '--no-write-fetch-head', '--update-head-ok', remote, ...refspecs])
+    .catch((err: unknown) => {
+      throw new CheckpointRemoteError(`could not fetch ${what} from the checkpoint remote: ${gitErrorDetail(err)}`, { cause: err });
+    });
   let fetchedBytes = 0;
   for (const [name, size] of await packs(commonDir)) if (!before.has(name)) fetchedBytes += size;
   return { fetchedBytes };
+}
+
+/** `git ls-remote` of exactly these refs: name → oid; absent refs are not listed (ls-remote matches by tail). */
+export async function lsRemote(cwd: string, remote: string, refs: string[]): Promise<Map<string, string>> {
+  const found = new Map<string, string>();
+  if (!refs.length) return found;
+  const wanted = new Set(refs);
+  const r = await runGit(cwd, ['ls-remote', remote, ...wanted]);
+  for (const line of r.stdout.split('\n').filter(Boolean)) {
+    const [oid, name] = line.split('\t');
+    if (wanted.has(name!)) found.set(name!, oid!);
+  }
+  return found;
 }
 
 /**
@@ -198,18 +213,5 @@ export async function fetchRun(args: { repoPath: string; remote: string; branch:
  * reachable oid needs protocol v2 (git's default) or uploadpack.allowReachableSHA1InWant on the remote.
  */
 export async function fetchBase(args: { repoPath: string; remote: string; oid: string; branch: string }): Promise<{ fetchedBytes: number }> {
-  const commonDir = await repoCommonDir(args.repoPath);
-  const before = await packs(commonDir);
-  try {
-    await runGit(args.repoPath, [
-      '-c', 'fetch.unpackLimit=1', 'fetch', '--quiet', '--no-tags', '--no-write-fetch-head', '--update-head-ok', args.remote,
-      `+${args.oid}:refs/heads/${args.branch}`,
-    ]);
-  } catch (err) {
-    const detail = err instanceof GitError ? err.stderr.trim().slice(0, 400) : (err as Error).message;
-    throw new CheckpointRemoteError(`could not fetch the run's base ${args.oid} from the checkpoint remote: ${detail}`, { cause: err });
-  }
-  let fetchedBytes = 0;
-  for (const [name, size] of await packs(commonDir)) if (!before.has(name)) fetchedBytes += size;
-  return { fetchedBytes };
+  return fetchMeasured(args.repoPath, args.remote, [`+${args.oid}:refs/heads/${args.branch}`], `the run's base ${args.oid}`);
 }
