@@ -8,6 +8,10 @@ import { errorMessage } from '../core/errors.ts';
 import type { Logger } from './log.ts';
 import type { JobQueue } from './queue/types.ts';
 import { processDelivery, type JobResult } from './run-job.ts';
+import { removeSpareWorktrees, SpareKeeper } from './spare-keeper.ts';
+
+/** A spare taken by a run is made again this long after: not while the run starts its first round. */
+const SPARE_REPLENISH_DELAY_MS = 3_000;
 
 export const LEASE_LOST_EXIT = 3;
 
@@ -31,6 +35,28 @@ export class WorkerDaemon {
 
   /** Runs until stop() or a lost lease; resolves with the exit code. */
   async run(options: { maxJobs?: number } = {}): Promise<number> {
+    const spares = this.keepSpares();
+    try {
+      return await this.serve(options);
+    } finally {
+      await spares?.stop();
+    }
+  }
+
+  /** The warm spare worktree (worker/spare-keeper.ts): made in the background, never in the way. */
+  private keepSpares(): SpareKeeper | undefined {
+    const { config, log } = this.deps;
+    const repo = { repoPath: config.WORKER_REPO_ROOT, worktreeBase: config.WORKER_WORKTREE_BASE, log };
+    if (!config.WORKER_SPARE_WORKTREE) {
+      void removeSpareWorktrees(repo).catch((err) => log.warn({ error: errorMessage(err) }, 'could not remove the spare worktree'));
+      return undefined;
+    }
+    const keeper = new SpareKeeper({ worktreeBase: config.WORKER_WORKTREE_BASE, log, delayMs: SPARE_REPLENISH_DELAY_MS });
+    keeper.start(config.WORKER_REPO_ROOT);
+    return keeper;
+  }
+
+  private async serve(options: { maxJobs?: number }): Promise<number> {
     const { config, queue, log } = this.deps;
     let handled = 0;
     while (!this.shutdown.signal.aborted) {

@@ -17,6 +17,9 @@ export type FaultPoint =
   | 'before-tool-call'
   | 'after-worktree-admin' // `git worktree add --no-checkout` done (admin folder, .git file), not yet checked out
   | 'after-worktree-checkout' // worktree checked out (index written), not yet recorded
+  | 'after-spare-admin' // a spare worktree's `git worktree add --no-checkout` done, not yet checked out
+  | 'after-spare-checkout' // a spare worktree checked out and its index settled: complete
+  | 'after-spare-move' // a spare taken: its index set aside, its folder renamed to the run's path, admin pointer not yet fixed
   | 'before-branch-recorded' // worktree ready, branch and path not yet recorded on the run in Postgres
   | 'after-cancel-request' // a cancel seen and the last round checkpointed, the run not yet marked cancelled
   | 'before-remote-prune' // prune: the run's refs on the checkpoint remote not yet pruned, its rows not yet deleted

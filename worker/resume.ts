@@ -9,7 +9,7 @@ import { EchodoError } from '../core/errors.ts';
 import { runGit } from './git.ts';
 import type { Logger } from './log.ts';
 import { writeCheckpointNotes } from './checkpoints/notes.ts';
-import { inspectRun, UNREPAIRABLE, type Finding } from './checkpoints/verify.ts';
+import { inspectRun, UNREPAIRABLE, type Finding, type PrefetchedStatus } from './checkpoints/verify.ts';
 import { prepareWorktree, type PreparedWorktree } from './worktrees.ts';
 
 export interface ResumeReport {
@@ -42,11 +42,21 @@ export async function verifyAndRepair(args: {
   repoRoot: string;
   worktreeBase: string;
   notesRef: string;
+  /** `git status` of the recorded worktree, started by the caller while Postgres answered. */
+  prefetchedStatus?: PrefetchedStatus;
   log: Logger;
 }): Promise<ResumeReport> {
   const { run, chain, log } = args;
   const latest = chain.at(-1);
-  const inspection = await inspectRun({ run, chain, anchor: args.anchor, manifest: args.manifest, repoRoot: args.repoRoot, notesRef: args.notesRef });
+  const inspection = await inspectRun({
+    run,
+    chain,
+    anchor: args.anchor,
+    manifest: args.manifest,
+    repoRoot: args.repoRoot,
+    notesRef: args.notesRef,
+    prefetchedStatus: args.prefetchedStatus,
+  });
   const fatal = inspection.findings.filter((f) => UNREPAIRABLE.has(f.kind));
   if (fatal.length) {
     throw new EchodoError('worktree_unrecoverable', `cannot resume run ${run.id}: ${fatal.map((f) => f.detail).join('; ')}`);
@@ -73,6 +83,8 @@ export async function verifyAndRepair(args: {
     // The recorded branch and path: the run's own (run-job checked the branch's owner first).
     branch: run.branch,
     worktreePath: run.worktree_path,
+    // A worktree made now (from the host's spare) is checked out at the checkpoint directly.
+    checkoutOid: target ?? undefined,
     log,
   });
   report.worktree = worktree;
@@ -80,7 +92,8 @@ export async function verifyAndRepair(args: {
   report.repairs.push(...worktree.repairs);
   if (worktree.created) {
     const at = target ? ` at checkpoint commit ${target.slice(0, 12)}` : '';
-    report.repairs.push(`worktree re-added with git worktree add from ${repoPath}${at} (no clone)`);
+    const how = worktree.fromSpare ? '; the host\'s spare worktree, made with git worktree add, taken' : '';
+    report.repairs.push(`worktree re-added with git worktree add from ${repoPath}${at} (no clone${how})`);
   }
 
   if (kinds.has('stale_index_lock') && inspection.worktree?.gitDir) {
@@ -93,7 +106,9 @@ export async function verifyAndRepair(args: {
     report.repairs.push(`put HEAD back on ${run.branch}`);
   }
   const drift = ['branch_moved', 'uncommitted_changes', 'file_changed', 'file_missing', 'wrong_branch'].some((k) => kinds.has(k as never));
-  if (drift || worktree.created) {
+  // A worktree made just now at the checkpoint commit is clean there: nothing to reset or clean.
+  const madeAtTarget = worktree.created && !!target && worktree.headOid === target;
+  if (drift || (worktree.created && !madeAtTarget)) {
     // Inside the worktree only: back to the last checkpoint, dropping the interrupted round.
     await runGit(worktree.path, ['reset', '--hard', '--quiet', target]);
     await runGit(worktree.path, ['clean', '-fd', '--quiet']);

@@ -1,5 +1,6 @@
 // Worktrees: one per code run, on branch echodo/<briefId>-<first 8 of agentRunId>, made with
-// `git worktree add` from the local repo (never a clone), reused when it is healthy.
+// `git worktree add` from the local repo (never a clone), or taken from the host's warm spare
+// worktree of the repo (spare-worktrees.ts), reused when it is healthy.
 import { existsSync } from 'node:fs';
 import { readFile, realpath, rm } from 'node:fs/promises';
 import path from 'node:path';
@@ -8,6 +9,7 @@ import { faultPoint } from './faults.ts';
 import { resolveCommit, runGit } from './git.ts';
 import { withRepoLock } from './repo-lock.ts';
 import { adminFolderProblem, ensurePrivateDir, pointerOf, repairAdminFolders } from './worktree-repair.ts';
+import { spareWanted, takeSpareLocked, worktreeLockPath, WORKTREE_LOCK_OPTIONS } from './spare-worktrees.ts';
 import { branchName } from '../core/job.ts';
 import type { Logger } from './log.ts';
 
@@ -65,6 +67,10 @@ export interface PreparedWorktree {
   branch: string;
   baseOid: string;
   created: boolean;
+  /** When created: the commit it was checked out at (clean). */
+  headOid?: string;
+  /** When created: made from the host's spare worktree (spare-worktrees.ts), not by `git worktree add`. */
+  fromSpare?: boolean;
   /** What creation had to clean up first (half-made admin folders, the run's own half-made worktree). */
   repairs: string[];
 }
@@ -85,6 +91,8 @@ export async function prepareWorktree(args: {
   branch?: string;
   /** The run's recorded worktree (a resume keeps it); default: worktreePathFor. */
   worktreePath?: string;
+  /** A worktree made here is checked out at this commit (resume: the checkpoint's); default the branch tip. */
+  checkoutOid?: string;
   log: Logger;
 }): Promise<PreparedWorktree> {
   const commonDir = await repoCommonDir(args.repoPath);
@@ -100,9 +108,9 @@ export async function prepareWorktree(args: {
   await ensurePrivateDir(path.dirname(wtPath), 'the workspace worktree folder');
   // One creator per repository at a time, across processes: the repair below must never take a
   // folder another worker is making for half made. A dead or paused holder is taken over.
-  return withRepoLock(
-    path.join(commonDir, 'echodo-worktrees.lock'),
-    async () => {
+  const prepared = await withRepoLock(
+    worktreeLockPath(commonDir),
+    async (): Promise<PreparedWorktree> => {
       const repairs = await repairAdminFolders({ commonDir, worktreeBase: args.worktreeBase, ownRunId: path.basename(wtPath), log: args.log });
       const state = await inspectWorktree(wtPath, commonDir);
       if (healthy(state)) return { path: wtPath, branch, baseOid, created: false, repairs };
@@ -114,13 +122,19 @@ export async function prepareWorktree(args: {
         await rm(wtPath, { recursive: true, force: true });
         repairs.push(`removed the run's worktree ${wtPath}${state.halfMade ? ` (half made: ${state.halfMade})` : ''}${admin ? ` and its admin folder ${admin}` : ''}`);
       }
-      await addWorktree({ repoPath: args.repoPath, wtPath, branch, baseOid, log: args.log });
+      // The host's warm spare when there is one (only the files that differ are written), else
+      // `git worktree add` and a checkout of every file.
+      const spare = await takeSpareLocked({ commonDir, worktreeBase: args.worktreeBase, wtPath, branch, baseOid, checkoutOid: args.checkoutOid, log: args.log });
+      const headOid = spare?.headOid ?? (await addWorktree({ repoPath: args.repoPath, wtPath, branch, baseOid, log: args.log }));
       worktreeMetrics.created += 1;
-      args.log.info({ worktreePath: wtPath, branch, worktreesCreated: worktreeMetrics.created, repairs }, 'worktree created');
-      return { path: wtPath, branch, baseOid, created: true, repairs };
+      args.log.info({ worktreePath: wtPath, branch, fromSpare: !!spare, worktreesCreated: worktreeMetrics.created, repairs }, 'worktree created');
+      return { path: wtPath, branch, baseOid, created: true, headOid, fromSpare: !!spare, repairs };
     },
-    { staleMs: 10_000, timeoutMs: 120_000, what: 'worktree creation' },
+    { ...WORKTREE_LOCK_OPTIONS, what: 'worktree creation' },
   );
+  // A worker keeping spares (the daemon, spare-keeper.ts) makes the next one in the background.
+  if (prepared.created) spareWanted(args.repoPath);
+  return prepared;
 }
 
 /**
@@ -128,7 +142,7 @@ export async function prepareWorktree(args: {
  * and the `.git` file (--no-checkout), then the checkout, which writes the index last. A worktree
  * without an index is half made (inspectWorktree) and made again.
  */
-async function addWorktree(args: { repoPath: string; wtPath: string; branch: string; baseOid: string; log: Logger }): Promise<void> {
+async function addWorktree(args: { repoPath: string; wtPath: string; branch: string; baseOid: string; log: Logger }): Promise<string> {
   const branchTip = await resolveCommit(args.repoPath, `refs/heads/${args.branch}`);
   if (branchTip) await runGit(args.repoPath, ['worktree', 'add', '--quiet', '--no-checkout', args.wtPath, args.branch]);
   else await runGit(args.repoPath, ['worktree', 'add', '--quiet', '--no-checkout', '-b', args.branch, args.wtPath, args.baseOid]);
@@ -140,4 +154,5 @@ async function addWorktree(args: { repoPath: string; wtPath: string; branch: str
     args.log.warn({ error: (err as Error).message }, 'could not enable the untracked cache / split index; continuing without'),
   );
   faultPoint('after-worktree-checkout');
+  return branchTip ?? args.baseOid;
 }

@@ -1,0 +1,263 @@
+// Warm spare worktrees (docs/checkpoints.md "Spare worktree"): one registered, fully checked-out,
+// detached worktree per repository per host, under WORKER_WORKTREE_BASE/.spare/<repo key>/, made
+// off the critical path. A run that needs a new worktree takes it instead of `git worktree add` +
+// a checkout of every file: the folder is renamed into place (every file keeps its inode and
+// ctime, so the index's stat data stays valid), HEAD is put on the run's branch and one
+// `git reset --hard` rewrites only the files that differ from the target commit.
+//
+// Everything here runs under the repository's worktree lock (the one worktrees.ts creates
+// worktrees under): a spare is made, refreshed, repaired and taken by one process at a time.
+// Crash safety rests on the rule inspectWorktree already applies: a worktree without an index in
+// its admin folder is half made. A spare being refreshed or taken has its index renamed aside
+// (index.taking) until its checkout is complete, so a kill at any point leaves either a complete
+// spare, a half-made spare (removed when the next one is made) or a half-made run worktree
+// (removed and made again by prepareWorktree).
+import { createHash, randomInt } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { lstat, readdir, readFile, realpath, rename, rm, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { EchodoError } from '../core/errors.ts';
+import { faultPoint } from './faults.ts';
+import { resolveCommit, runGit } from './git.ts';
+import type { Logger } from './log.ts';
+import { adminFolderProblem, ensurePrivateDir, pointerOf, repairAdminFolders } from './worktree-repair.ts';
+
+/** The folder of spares under WORKER_WORKTREE_BASE; never a workspace id (those cannot start with a dot). */
+export const SPARE_FOLDER = '.spare';
+/** The repository's worktree lock: worktree creation, repair and everything about spares. */
+export const worktreeLockPath = (commonDir: string) => path.join(commonDir, 'echodo-worktrees.lock');
+export const WORKTREE_LOCK_OPTIONS = { staleMs: 10_000, timeoutMs: 120_000 };
+
+const HIDDEN_INDEX = 'index.taking';
+const OID = /^[0-9a-f]{40}([0-9a-f]{24})?$/;
+
+/** A short, stable key per repository: one host's base can serve many repositories. */
+function repoKey(commonDir: string): string {
+  return createHash('sha256').update(commonDir).digest('hex').slice(0, 16);
+}
+
+/** Spare names end in digits only, so repairAdminFolders' "named after the owner" rule covers them. */
+const sparePrefix = (commonDir: string) => `echodo-spare-${repoKey(commonDir)}-`;
+
+export function spareFolderFor(worktreeBase: string, commonDir: string): string {
+  return path.join(worktreeBase, SPARE_FOLDER, repoKey(commonDir));
+}
+
+/** Atomic small-file write: a kill leaves the old content or the new, never an empty file. */
+async function writeAtomically(file: string, content: string): Promise<void> {
+  const temp = `${file}.echodo-${process.pid}`;
+  await writeFile(temp, content);
+  await rename(temp, file);
+}
+
+interface Spare {
+  dir: string;
+  admin: string;
+  head: string;
+}
+
+/** Why `dir` is not a complete spare of this repository, or the spare. */
+async function inspectSpare(dir: string, commonDir: string): Promise<Spare | string> {
+  const admin = await pointerOf(dir);
+  if (!admin) return 'no .git file';
+  if (!existsSync(admin)) return `its .git file points at a missing admin folder ${admin}`;
+  const adminParent = await realpath(path.dirname(admin)).catch(() => '');
+  if (adminParent !== path.join(commonDir, 'worktrees')) return 'its admin folder is not in this repository';
+  const problem = await adminFolderProblem(admin, commonDir);
+  if (problem) return problem;
+  const gitdir = (await readFile(path.join(admin, 'gitdir'), 'utf8').catch(() => '')).trim();
+  const [registered, here] = await Promise.all([realpath(path.dirname(gitdir)).catch(() => ''), realpath(dir)]);
+  if (registered !== here) return `its admin folder is registered for ${gitdir || 'nothing'}`;
+  const head = (await readFile(path.join(admin, 'HEAD'), 'utf8')).trim();
+  if (!OID.test(head)) return 'HEAD is not detached';
+  if (!existsSync(path.join(admin, 'index'))) return 'never checked out (no index)';
+  return { dir, admin, head };
+}
+
+/** Removes a spare folder and, when it points back at it, its admin folder. */
+async function removeSpare(dir: string): Promise<void> {
+  const admin = await pointerOf(dir);
+  if (admin) {
+    const gitdir = (await readFile(path.join(admin, 'gitdir'), 'utf8').catch(() => '')).trim();
+    if (!gitdir || path.dirname(gitdir) === dir || (await realpath(path.dirname(gitdir)).catch(() => '')) === (await realpath(dir).catch(() => dir))) {
+      await rm(admin, { recursive: true, force: true });
+    }
+  }
+  await rm(dir, { recursive: true, force: true });
+}
+
+/**
+ * The repository's spares: half-made ones (a worker killed while making, refreshing or taking
+ * one) and any beyond the first removed; the complete one, if any, returned. Under the lock.
+ */
+async function tidySpares(args: { commonDir: string; worktreeBase: string; log: Logger }): Promise<{ spare?: Spare; repairs: string[] }> {
+  const folder = spareFolderFor(args.worktreeBase, args.commonDir);
+  // Admin folders of spares that a kill inside `git worktree add` left without even a gitdir file.
+  const repairs = await repairAdminFolders({ commonDir: args.commonDir, worktreeBase: args.worktreeBase, ownRunId: sparePrefix(args.commonDir), log: args.log });
+  let spare: Spare | undefined;
+  for (const name of await readdir(folder).catch(() => [] as string[])) {
+    const dir = path.join(folder, name);
+    const found = (await lstat(dir)).isDirectory() ? await inspectSpare(dir, args.commonDir) : 'not a folder';
+    if (typeof found !== 'string' && !spare) {
+      spare = found;
+      continue;
+    }
+    await removeSpare(dir);
+    const why = typeof found === 'string' ? `half made: ${found}` : 'one spare per repository is enough';
+    args.log.warn({ spare: dir, problem: why }, 'removed a spare worktree');
+    repairs.push(`removed the spare worktree ${dir} (${why})`);
+  }
+  return { spare, repairs };
+}
+
+export interface SpareOutcome {
+  path: string | null;
+  /** made: a new one; refreshed: brought to the repository's HEAD; ready: already there; none: nothing to check out. */
+  action: 'made' | 'refreshed' | 'ready' | 'none';
+  repairs: string[];
+}
+
+/**
+ * Makes (or refreshes to the repository's HEAD) the repository's spare. Call it holding the
+ * repository's worktree lock (spare-keeper.ts makeSpareWorktree does).
+ */
+export async function makeSpareLocked(args: { repoPath: string; commonDir: string; worktreeBase: string; log: Logger }): Promise<SpareOutcome> {
+  const folder = spareFolderFor(args.worktreeBase, args.commonDir);
+  await ensurePrivateDir(args.worktreeBase, 'WORKER_WORKTREE_BASE');
+  await ensurePrivateDir(path.dirname(folder), 'the spare worktree folder');
+  await ensurePrivateDir(folder, 'the spare worktree folder');
+  const { spare, repairs } = await tidySpares(args);
+  const headOid = await resolveCommit(args.repoPath, 'HEAD');
+  if (!headOid) return { path: spare?.dir ?? null, action: 'none', repairs };
+  if (spare) {
+    if (spare.head === headOid) return { path: spare.dir, action: 'ready', repairs };
+    // Behind the repository: brought forward, its index hidden meanwhile (a kill: half made).
+    const hidden = path.join(spare.admin, HIDDEN_INDEX);
+    await rename(path.join(spare.admin, 'index'), hidden);
+    await runGit(spare.dir, ['reset', '--hard', '--quiet', headOid], { env: { GIT_INDEX_FILE: hidden } });
+    await settleIndex(spare.dir, hidden);
+    await rename(hidden, path.join(spare.admin, 'index'));
+    return { path: spare.dir, action: 'refreshed', repairs };
+  }
+  const dir = path.join(folder, `${sparePrefix(args.commonDir)}${Date.now()}${randomInt(1_000_000)}`);
+  await runGit(args.repoPath, ['worktree', 'add', '--quiet', '--no-checkout', '--detach', dir, headOid]);
+  faultPoint('after-spare-admin');
+  // As addWorktree: the checkout writes the index last; untracked cache and split index on.
+  await runGit(dir, ['read-tree', '--reset', '-u', 'HEAD']);
+  await runGit(dir, ['update-index', '--untracked-cache', '--split-index']).catch((err) =>
+    args.log.warn({ error: (err as Error).message }, 'could not enable the untracked cache / split index on the spare; continuing without'),
+  );
+  await settleIndex(dir);
+  faultPoint('after-spare-checkout');
+  return { path: dir, action: 'made', repairs };
+}
+
+/**
+ * Racy-git: an index entry whose file was written in the same clock tick as the index is
+ * "smudged" and its file would be rewritten by the reset that takes the spare. One refresh a
+ * tick later stores every file's real stat data, so that reset only rewrites what differs.
+ */
+async function settleIndex(dir: string, indexFile?: string): Promise<void> {
+  await sleep(30);
+  await runGit(dir, ['update-index', '-q', '--refresh'], { allowExitCodes: [1], env: indexFile ? { GIT_INDEX_FILE: indexFile } : undefined });
+}
+
+/** Removes every spare of the repository (spares switched off). Under the lock. */
+export async function removeSparesLocked(args: { commonDir: string; worktreeBase: string; log: Logger }): Promise<number> {
+  const folder = spareFolderFor(args.worktreeBase, args.commonDir);
+  const names = await readdir(folder).catch(() => [] as string[]);
+  for (const name of names) await removeSpare(path.join(folder, name));
+  if (names.length) args.log.info({ folder, removed: names.length }, 'spare worktrees switched off: removed');
+  return names.length;
+}
+
+/** git refuses to check one branch out in two worktrees; so does taking a spare. */
+async function assertBranchFree(commonDir: string, branch: string, exceptAdmin: string): Promise<void> {
+  const want = `ref: refs/heads/${branch}`;
+  const heads = [path.join(commonDir, 'HEAD')];
+  for (const name of await readdir(path.join(commonDir, 'worktrees')).catch(() => [] as string[])) {
+    const admin = path.join(commonDir, 'worktrees', name);
+    if (admin !== exceptAdmin) heads.push(path.join(admin, 'HEAD'));
+  }
+  for (const head of heads) {
+    if ((await readFile(head, 'utf8').catch(() => '')).trim() === want) {
+      throw new EchodoError('repo_invalid', `branch ${branch} is already checked out in another worktree (${path.dirname(head)})`);
+    }
+  }
+}
+
+export interface TakenSpare {
+  /** The commit the worktree is at, clean. */
+  headOid: string;
+  /** The spare's folder before it was moved. */
+  from: string;
+}
+
+/**
+ * Takes the repository's spare for a run, if there is a complete one: renamed to `wtPath` (which
+ * must not exist), HEAD on `branch` (created at baseOid when missing, as `git worktree add -b`
+ * does) and reset to `checkoutOid` (default: the branch tip). Under the lock; undefined: no spare.
+ */
+export async function takeSpareLocked(args: {
+  commonDir: string;
+  worktreeBase: string;
+  wtPath: string;
+  branch: string;
+  baseOid: string;
+  checkoutOid?: string;
+  log: Logger;
+}): Promise<TakenSpare | undefined> {
+  const { spare } = await tidySpares(args);
+  if (!spare) return undefined;
+  await assertBranchFree(args.commonDir, args.branch, spare.admin);
+  const hidden = path.join(spare.admin, HIDDEN_INDEX);
+  // The index goes aside first: from here until the checkout is complete, whatever a kill leaves
+  // (in .spare or at the run's path) is half made and is removed, never used.
+  await rename(path.join(spare.admin, 'index'), hidden);
+  try {
+    await rename(spare.dir, args.wtPath);
+  } catch (err) {
+    // Another filesystem (EXDEV) or the like: the spare stays a spare, the run adds its worktree.
+    await rename(hidden, path.join(spare.admin, 'index')).catch(() => {});
+    args.log.warn({ error: (err as Error).message }, 'could not move the spare worktree into place; adding one instead');
+    return undefined;
+  }
+  faultPoint('after-spare-move');
+  const dotGit = path.join(await realpath(path.dirname(args.wtPath)), path.basename(args.wtPath), '.git');
+  await writeAtomically(path.join(spare.admin, 'gitdir'), `${dotGit}\n`);
+  // git 2.39 writes an absolute .git file, which stays right; a relative one (newer git) is not.
+  if (!path.isAbsolute((await readFile(dotGit, 'utf8')).trim().replace(/^gitdir:\s*/, ''))) {
+    await writeAtomically(dotGit, `gitdir: ${spare.admin}\n`);
+  }
+  const tip = await resolveCommit(args.wtPath, `refs/heads/${args.branch}`);
+  if (!tip) {
+    // "" as the old value: created only if it still does not exist.
+    await runGit(args.wtPath, ['update-ref', '-m', `branch: Created from ${args.baseOid}`, `refs/heads/${args.branch}`, args.baseOid, '']);
+  }
+  await writeAtomically(path.join(spare.admin, 'HEAD'), `ref: refs/heads/${args.branch}\n`);
+  faultPoint('after-worktree-admin');
+  const target = args.checkoutOid ?? tip ?? args.baseOid;
+  // Two-way: the index's stat data still matches the files, so only the files that differ
+  // between the spare's commit and the target are written. The config keeps the untracked cache
+  // (its recorded location is now the run's path) and the split index, as addWorktree sets them.
+  await runGit(args.wtPath, ['-c', 'core.untrackedCache=true', '-c', 'core.splitIndex=true', 'reset', '--hard', '--quiet', target], {
+    env: { GIT_INDEX_FILE: hidden },
+  });
+  await rename(hidden, path.join(spare.admin, 'index'));
+  faultPoint('after-worktree-checkout');
+  args.log.info({ worktreePath: args.wtPath, spare: spare.dir, from: spare.head, to: target }, 'spare worktree taken');
+  return { headOid: target, from: spare.dir };
+}
+
+// The process's keeper of spares (spare-keeper.ts), told when a worktree was made here so that
+// the repository's spare is made again in the background. None outside the daemon.
+let spareListener: ((repoPath: string) => void) | undefined;
+
+export function setSpareListener(listener: ((repoPath: string) => void) | undefined): void {
+  spareListener = listener;
+}
+
+export function spareWanted(repoPath: string): void {
+  spareListener?.(repoPath);
+}
