@@ -9,7 +9,7 @@ import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { appendCheckpoint } from '../store/checkpoints.ts';
 import { withWorkspace } from '../store/workspace.ts';
-import { commitTouchedPaths, describeFiles } from '../worker/checkpoints/content.ts';
+import { commitTouchedPaths } from '../worker/checkpoints/content.ts';
 import { checkpointHash, DELTA_FORMAT, ManifestDigest, type CheckpointPayload, type FileTouched } from '../core/checkpoint-hash.ts';
 import { boundHistory } from '../worker/checkpoints/history.ts';
 import { writeCheckpointNote } from '../worker/checkpoints/notes.ts';
@@ -45,6 +45,8 @@ export interface RowPayload {
 
 /** The writer's running manifest digest (private there): the replay continues it and hands it back. */
 type WithDigest = { digest: ManifestDigest | undefined };
+/** The writer's note mirror (private there), written behind the run: awaited before a floor is timed. */
+type WithMirror = { mirroring: Promise<void> };
 
 /**
  * CheckpointWriter.write(), step by step with a timer on each part. Mirrors writer.ts exactly
@@ -61,7 +63,7 @@ export async function writeCheckpointInParts(env: BenchEnv, f: RunFixture, s: Sa
   const paths = await f.tracker.drain();
   const manifest = state.manifest ?? new Map<string, string | null>();
   state.manifest = manifest;
-  const { commitOid, treeOid } = await s.time(`${key}.content`, () =>
+  const { commitOid, treeOid, files } = await s.time(`${key}.content`, () =>
     commitTouchedPaths({ worktree: f.worktree, branch: f.branch, parentOid: state.headOid!, paths, message: `echodo checkpoint ${seq} (run ${ident.agentRunId})` }),
   );
   const hashStart = performance.now();
@@ -70,7 +72,7 @@ export async function writeCheckpointInParts(env: BenchEnv, f: RunFixture, s: Sa
   const writer = f.writer as unknown as WithDigest;
   const digest = (writer.digest ?? ManifestDigest.of([...manifest].map(([p, sha256]) => ({ path: p, sha256 })))).clone();
   const changed: FileTouched[] = [];
-  for (const file of await describeFiles(f.worktree, paths)) {
+  for (const file of files) {
     const sha256 = file.deleted ? null : file.sha256;
     const before = manifest.get(file.path);
     if (before === sha256) continue;
@@ -164,6 +166,7 @@ export async function measureCheckpointCost(env: BenchEnv, f: RunFixture, floor:
   for (let i = 0; i < 3; i++) {
     await f.playRound(paths);
     await f.writer.write();
+    await (f.writer as unknown as WithMirror).mirroring;
     await f.playRound(paths);
     payload = await writeCheckpointInParts(env, f, warm, 'warm');
     await bareGitCommit(floor, paths, f.round, warm, 'warm');
@@ -173,6 +176,8 @@ export async function measureCheckpointCost(env: BenchEnv, f: RunFixture, floor:
   for (let i = 0; i < samples; i++) {
     await f.playRound(paths);
     await s.time(`${key}.total`, () => f.writer.write());
+    // The note is written behind the run (while the model thinks): not during a floor's timing.
+    await (f.writer as unknown as WithMirror).mirroring;
     await bareGitCommit(floor, paths, f.round, s, key);
     // The peers snapshot the floor worktree, which now holds the same change (their own index
     // and object store: the floor's commit is invisible to them).

@@ -1,15 +1,20 @@
 // Step 1 of a checkpoint: commit the worktree's changes on the run's branch, in a pack.
-// The touched paths' contents go through one `git fast-import` (blobs, trees and the commit in
-// one pack, kept by a .keep file until the branch ref points at the commit: a concurrent
-// `git gc --prune=now` or `git repack -ad` can never see them unreferenced, and nothing is
-// written loose). fast-import refuses to move the branch unless its tip is the parent (a
-// compare-and-set). Then the worktree's index is brought to the same state: update-index of
-// the same paths finds every blob already packed, and write-tree (whose cache-tree makes
-// unchanged subtrees free) must give the commit's tree: if it does not (a clean filter or
-// end-of-line conversion changed what git stores), the commit is redone from the index.
+// The touched paths are read once (their sha256 for the row comes from the same bytes) and go
+// through one `git fast-import` (blobs, trees and the commit in one pack, kept by a .keep file
+// until the branch ref points at the commit: a concurrent `git gc --prune=now` or `git repack
+// -ad` can never see them unreferenced, and nothing is written loose). fast-import refuses to
+// move the branch unless its tip is the parent (a compare-and-set).
+// The worktree's index is brought to the same state at the same time, on a private copy (a hard
+// link: git replaces an index by rename, never in place): `update-index --info-only` there while
+// fast-import runs, then write-tree (whose cache-tree makes unchanged subtrees free) once the
+// pack is in place, and the copy is renamed over the index under index.lock. The real index
+// never names an object that is not there yet (a concurrent gc or repack would fail on it). If
+// the copy's tree is not the commit's (a clean filter or end-of-line conversion changed what git
+// stores), it is dropped and the index is updated in place as git would, and the commit is redone
+// from the index.
 import { createHash, randomBytes } from 'node:crypto';
-import { createReadStream, existsSync } from 'node:fs';
-import { lstat, mkdir, readFile, readlink, rename, unlink, writeFile } from 'node:fs/promises';
+import { closeSync, createReadStream, existsSync, fstatSync, lstatSync, openSync, readSync, readlinkSync, type Stats } from 'node:fs';
+import { link, mkdir, open, readdir, readFile, rename, stat, unlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { deflateSync } from 'node:zlib';
 import { GitError, runGit, type GitResult } from '../git.ts';
@@ -25,24 +30,75 @@ function fiPath(p: string): string {
   return /^"|[\n\\"]/.test(p) ? JSON.stringify(p) : p;
 }
 
+/** Files up to this size are read synchronously: one read is a few syscalls, far cheaper than the thread pool's hops. */
+const SYNC_READ_MAX = 1024 * 1024;
+
+/** A touched path as read for a checkpoint: what fast-import stores and what the row records. */
+interface TouchedFile {
+  rel: string;
+  /** 'D': gone (or not a file git tracks); 'skip': a directory, its files are reported one by one. */
+  mode: '100644' | '100755' | '120000' | 'D' | 'skip';
+  data?: Buffer;
+  /** sha256 of a regular file's bytes (the row's); null otherwise. */
+  sha256: string | null;
+}
+
+function readSmallFile(abs: string): Buffer {
+  const fd = openSync(abs, 'r');
+  try {
+    const size = fstatSync(fd).size;
+    const buf = Buffer.allocUnsafe(size);
+    let at = 0;
+    while (at < size) {
+      const n = readSync(fd, buf, at, size - at, at);
+      if (n === 0) break;
+      at += n;
+    }
+    return at === size ? buf : buf.subarray(0, at);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** Reads every touched path once: mode, bytes and sha256 (describeFiles' answer comes from the same bytes). */
+async function readTouched(worktree: string, paths: string[]): Promise<TouchedFile[]> {
+  return Promise.all(
+    paths.map(async (rel): Promise<TouchedFile> => {
+      const abs = path.join(worktree, rel);
+      let st: Stats;
+      try {
+        st = lstatSync(abs);
+      } catch {
+        return { rel, mode: 'D', sha256: null };
+      }
+      if (st.isSymbolicLink()) return { rel, mode: '120000', data: Buffer.from(readlinkSync(abs)), sha256: null };
+      if (!st.isFile()) return { rel, mode: 'skip', sha256: null };
+      let data: Buffer;
+      try {
+        data = st.size <= SYNC_READ_MAX ? readSmallFile(abs) : await readFile(abs);
+      } catch {
+        return { rel, mode: 'D', sha256: null }; // removed between lstat and read
+      }
+      return { rel, mode: st.mode & 0o111 ? '100755' : '100644', data, sha256: createHash('sha256').update(data).digest('hex') };
+    }),
+  );
+}
+
+/** What the row records of the files read (describeFiles' shape: anything not a regular file is deleted). */
+function describeTouched(files: TouchedFile[]): FileTouched[] {
+  return files.map((f) =>
+    f.sha256 !== null ? { path: f.rel, sha256: f.sha256, bytes: f.data!.length, deleted: false } : { path: f.rel, sha256: null, bytes: 0, deleted: true },
+  );
+}
+
 /** The fast-import stream of one checkpoint commit: changed files inline, deletions, then `ls` of the root. */
-async function checkpointStream(worktree: string, branch: string, parentOid: string, paths: string[], message: string, when: number): Promise<Buffer> {
+function checkpointStream(files: TouchedFile[], branch: string, parentOid: string, message: string, when: number): Buffer {
   const parts: Buffer[] = [];
   const text = (t: string) => parts.push(Buffer.from(t));
   const msg = Buffer.from(`${message}\n`);
   text(`commit refs/heads/${branch}\nmark :1\ncommitter ${IDENT} ${when} +0000\ndata ${msg.length}\n`);
   parts.push(msg);
   text(`from ${parentOid}\n`);
-  const files = await Promise.all(
-    paths.map(async (rel) => {
-      const abs = path.join(worktree, rel);
-      const st = await lstat(abs).catch(() => undefined);
-      if (!st) return { rel, mode: 'D' };
-      if (st.isSymbolicLink()) return { rel, mode: '120000', data: Buffer.from(await readlink(abs)) };
-      if (st.isFile()) return { rel, mode: st.mode & 0o111 ? '100755' : '100644', data: await readFile(abs) };
-      return { rel, mode: 'skip' }; // a directory: its files are reported one by one
-    }),
-  );
   for (const f of files) {
     if (f.mode === 'skip') continue;
     if (f.mode === 'D') {
@@ -57,28 +113,19 @@ async function checkpointStream(worktree: string, branch: string, parentOid: str
   return Buffer.concat(parts);
 }
 
-export async function commitTouchedPaths(args: {
-  worktree: string;
-  branch: string;
-  parentOid: string;
-  paths: string[];
-  message: string;
-}): Promise<{ commitOid: string; treeOid: string }> {
-  const commonDir = await commonDirOf(args.worktree);
-  const message = redactString(args.message); // a commit message is persisted: the one redactor
+/** The commit and its root tree, via fast-import (retried when a concurrent gc deleted its temporary pack). */
+async function importCommit(worktree: string, commonDir: string, files: TouchedFile[], branch: string, parentOid: string, message: string): Promise<{ commitOid: string; treeOid: string }> {
   const marks = path.join(commonDir, `echodo-marks-${process.pid}-${randomBytes(4).toString('hex')}`);
-  let commitOid: string;
-  let treeOid: string;
   try {
     const now = Math.floor(Date.now() / 1000);
     let out: GitResult;
     for (let attempt = 1; ; attempt++) {
       // Each attempt a second later: a failed one may leave its pack's .keep behind (with no pack),
       // and the same objects again would be the same pack name, which fast-import then refuses.
-      const stream = await checkpointStream(args.worktree, args.branch, args.parentOid, args.paths, message, now + attempt - 1);
+      const stream = checkpointStream(files, branch, parentOid, message, now + attempt - 1);
       try {
         // unpackLimit=1: even a one-object import stays a (kept) pack, never loose objects.
-        out = await runGit(args.worktree, ['-c', 'fastimport.unpackLimit=1', 'fast-import', '--quiet', `--export-marks=${marks}`], { input: stream });
+        out = await runGit(worktree, ['-c', 'fastimport.unpackLimit=1', 'fast-import', '--quiet', `--export-marks=${marks}`], { input: stream });
         break;
       } catch (err) {
         // `git gc --prune=now` deletes every tmp_pack_* file it finds, a pack being written
@@ -87,23 +134,138 @@ export async function commitTouchedPaths(args: {
         await sleep(attempt * 10);
       }
     }
-    commitOid = (await readFile(marks, 'utf8')).split('\n')[0]!.split(' ')[1]!;
-    treeOid = out.stdout.split('\n').find((l) => l.startsWith('040000 tree '))!.slice('040000 tree '.length, '040000 tree '.length + 40);
+    const commitOid = (await readFile(marks, 'utf8')).split('\n')[0]!.split(' ')[1]!;
+    const treeOid = out.stdout.split('\n').find((l) => l.startsWith('040000 tree '))!.slice('040000 tree '.length, '040000 tree '.length + 40);
+    return { commitOid, treeOid };
   } finally {
     await unlink(marks).catch(() => {});
   }
+}
+
+/** A worktree's own git dir (where its index lives), from its .git file or folder; cached. */
+const gitDirs = new Map<string, string>();
+async function gitDirOf(worktree: string): Promise<string> {
+  let dir = gitDirs.get(worktree);
+  if (!dir) {
+    const dotGit = path.join(worktree, '.git');
+    const st = await stat(dotGit);
+    dir = st.isDirectory() ? dotGit : path.resolve(worktree, (await readFile(dotGit, 'utf8')).trim().replace(/^gitdir:\s*/, ''));
+    gitDirs.set(worktree, dir);
+  }
+  return dir;
+}
+
+/** Index copies left by a killed worker (one per killed checkpoint): removed once per git dir and process. */
+const swept = new Set<string>();
+async function sweepIndexCopies(gitDir: string): Promise<void> {
+  if (swept.has(gitDir)) return;
+  swept.add(gitDir);
+  for (const name of await readdir(gitDir).catch(() => [] as string[])) {
+    if (!name.startsWith('echodo-index-')) continue;
+    const file = path.join(gitDir, name);
+    const st = await stat(file).catch(() => undefined);
+    if (st && Date.now() - st.mtimeMs > 60_000) await unlink(file).catch(() => {});
+  }
+}
+
+/**
+ * The index side of the checkpoint, run while fast-import writes the commit: update-index
+ * --info-only on a hard-linked copy of the index (no object written, the real index untouched).
+ * Resolves to a function that finishes it once the commit's pack is in place: write-tree on the
+ * copy and, when its tree is the commit's, the copy renamed over the index under index.lock.
+ * `finish` answers false when the copy was dropped (filters, an index changed meanwhile, a held
+ * lock): the caller then updates the real index the ordinary way.
+ */
+async function stageOnCopy(worktree: string, paths: string[]): Promise<{ finish: (treeOid: string) => Promise<boolean>; drop: () => Promise<void> } | undefined> {
+  const gitDir = await gitDirOf(worktree);
+  await sweepIndexCopies(gitDir);
+  const index = path.join(gitDir, 'index');
+  const before = await stat(index).catch(() => undefined);
+  if (!before) return undefined;
+  const copy = path.join(gitDir, `echodo-index-${process.pid}-${randomBytes(4).toString('hex')}`);
+  await link(index, copy);
+  const drop = () => unlink(copy).catch(() => {});
+  const env = { GIT_INDEX_FILE: copy };
+  try {
+    await runGit(worktree, ['update-index', '--add', '--remove', '--info-only', '-z', '--stdin'], { input: paths.join('\0'), env });
+  } catch (err) {
+    await drop();
+    throw err;
+  }
+  const finish = async (treeOid: string): Promise<boolean> => {
+    // Without --missing-ok: an entry whose object is not there (a filtered blob) fails it here,
+    // and no tree naming a missing object is written.
+    const written = await runGit(worktree, ['write-tree'], { env, allowExitCodes: [128] });
+    if (written.exitCode !== 0 || written.stdout.trim() !== treeOid) {
+      await drop();
+      return false;
+    }
+    const lock = `${index}.lock`;
+    const held = await open(lock, 'wx').catch(() => undefined);
+    if (!held) {
+      await drop();
+      return false;
+    }
+    try {
+      // git replaces the index by rename: the same inode, size and mtime mean nobody wrote it meanwhile.
+      const now = await stat(index).catch(() => undefined);
+      if (!now || now.ino !== before.ino || now.size !== before.size || now.mtimeMs !== before.mtimeMs) {
+        await drop();
+        return false;
+      }
+      await rename(copy, index);
+      return true;
+    } finally {
+      await held.close();
+      await unlink(lock).catch(() => {});
+    }
+  };
+  return { finish, drop };
+}
+
+export async function commitTouchedPaths(args: {
+  worktree: string;
+  branch: string;
+  parentOid: string;
+  paths: string[];
+  message: string;
+  /**
+   * Called as soon as fast-import has moved the branch to the commit, before the index is
+   * finished: a push can start then. The commit returned is another one only when it had to be
+   * redone from the index (filters, end-of-line conversion).
+   */
+  onCommitted?: (commitOid: string) => void;
+}): Promise<{ commitOid: string; treeOid: string; files: FileTouched[] }> {
+  const commonDir = await commonDirOf(args.worktree);
+  const message = redactString(args.message); // a commit message is persisted: the one redactor
+  const touched = await readTouched(args.worktree, args.paths);
+  const files = describeTouched(touched);
+  // Started first: its process start and its hashing overlap fast-import's.
+  const staging = args.paths.length ? stageOnCopy(args.worktree, args.paths).catch(() => undefined) : Promise.resolve(undefined);
+  let commitOid: string;
+  let treeOid: string;
+  try {
+    ({ commitOid, treeOid } = await importCommit(args.worktree, commonDir, touched, args.branch, args.parentOid, message));
+  } catch (err) {
+    await (await staging)?.drop();
+    throw err;
+  }
+  args.onCommitted?.(commitOid);
+  const staged = await staging;
+  if (staged && (await staged.finish(treeOid).catch(() => false))) return { commitOid, treeOid, files };
+  // The ordinary way, in place: the commit's pack is there, so update-index finds its blobs.
   if (args.paths.length) {
     await runGit(args.worktree, ['update-index', '--add', '--remove', '-z', '--stdin'], { input: args.paths.join('\0') });
   }
   const indexTree = (await runGit(args.worktree, ['write-tree'])).stdout.trim();
-  if (indexTree === treeOid) return { commitOid, treeOid };
+  if (indexTree === treeOid) return { commitOid, treeOid, files };
   // git stores something other than the bytes on disk here (filters, eol): the index is right.
   const redone =
     indexTree.length === 40 && args.parentOid.length === 40
       ? await writeCommitObject(path.join(commonDir, 'objects'), indexTree, args.parentOid, message)
       : (await runGit(args.worktree, ['commit-tree', indexTree, '-p', args.parentOid, '-m', message])).stdout.trim();
   await runGit(args.worktree, ['update-ref', `refs/heads/${args.branch}`, redone, commitOid]);
-  return { commitOid: redone, treeOid: indexTree };
+  return { commitOid: redone, treeOid: indexTree, files };
 }
 
 /**
@@ -138,19 +300,29 @@ async function writeCommitObject(objectsDir: string, tree: string, parent: strin
 /** sha256 of a file: one read for the usual small file, a stream for a large one. */
 export async function sha256File(file: string, size?: number): Promise<string> {
   const hash = createHash('sha256');
-  if (size !== undefined && size <= 1024 * 1024) return hash.update(await readFile(file)).digest('hex');
+  if (size !== undefined && size <= SYNC_READ_MAX) return hash.update(readSmallFile(file)).digest('hex');
   for await (const chunk of createReadStream(file)) hash.update(chunk as Buffer);
   return hash.digest('hex');
 }
 
 /** Path + sha256 + size of each touched path as it is on disk now (deleted when gone). */
 export async function describeFiles(root: string, paths: string[]): Promise<FileTouched[]> {
+  // The reads below are synchronous: whatever the caller started beside this (git processes to
+  // spawn, queries to send) goes first.
+  await new Promise<void>((resolve) => setImmediate(resolve));
   return Promise.all(
     paths.map(async (rel): Promise<FileTouched> => {
       const abs = path.join(root, rel);
-      const st = await lstat(abs).catch(() => undefined);
+      let st: Stats | undefined;
+      try {
+        st = lstatSync(abs);
+      } catch {
+        st = undefined;
+      }
       if (!st || !st.isFile()) return { path: rel, sha256: null, bytes: 0, deleted: true };
-      return { path: rel, sha256: await sha256File(abs, st.size), bytes: st.size, deleted: false };
+      const sha256 = await sha256File(abs, st.size).catch(() => null);
+      if (sha256 === null) return { path: rel, sha256: null, bytes: 0, deleted: true }; // removed between lstat and read
+      return { path: rel, sha256, bytes: st.size, deleted: false };
     }),
   );
 }

@@ -151,13 +151,28 @@ export class CheckpointWriter {
     // The previous note was written while the model worked on this round; it lands before this
     // checkpoint, so only the latest checkpoint can ever lack its note.
     await this.mirroring;
-    await lease.assertHeld();
+    // The fence, the manifest and the drain are reads: side by side. Nothing is written before
+    // the fence has answered.
+    const fenced = lease.assertHeld();
+    fenced.catch(() => {}); // awaited just below; no unhandled rejection meanwhile
+    const [manifest, paths] = await Promise.all([this.manifest(), this.deps.tracker.drain()]);
+    await fenced;
     const seq = this.state.seq + 1;
     const prevHash = this.state.prevHash;
-    const manifest = await this.manifest();
-    const paths = await this.deps.tracker.drain();
 
-    let commit: { commitOid: string; treeOid: string } | null = null;
+    // With the remote, the push starts as soon as fast-import has made the commit: it runs while
+    // the index is brought up to date and the row is built, and the row is written only once the
+    // push is acknowledged.
+    let pushed: Promise<void> | undefined;
+    let pushedOid: string | undefined;
+    const remote = this.deps.remote;
+    const push = (oid: string) => {
+      faultPoint('before-push');
+      pushedOid = oid;
+      pushed = remote!.pusher.pushCheckpoint(oid);
+      pushed.catch(() => {}); // awaited below; no unhandled rejection meanwhile
+    };
+    let commit: { commitOid: string; treeOid: string; files: FileTouched[] } | null = null;
     if (tree.git) {
       commit = await commitTouchedPaths({
         worktree: tree.root,
@@ -165,22 +180,23 @@ export class CheckpointWriter {
         parentOid: this.state.headOid!,
         paths,
         message: `echodo checkpoint ${seq} (run ${run.agentRunId})`,
+        onCommitted: remote ? push : undefined,
       });
       faultPoint('after-content-commit');
+      if (remote && commit.commitOid !== pushedOid) {
+        // Redone from the index (filters, eol): that commit is the checkpoint, pushed in its turn
+        // (the first one, if it landed, is a commit no row names: the branch is forced past it).
+        await pushed?.catch(() => {});
+        push(commit.commitOid);
+      }
     }
     const commitOid = commit?.commitOid ?? null;
-    // Pipelined with building the row below; the row is written only once the push is acknowledged.
-    let pushed: Promise<void> | undefined;
-    if (this.deps.remote && commitOid) {
-      faultPoint('before-push');
-      pushed = this.deps.remote.pusher.pushCheckpoint(commitOid);
-      pushed.catch(() => {}); // awaited below; no unhandled rejection while the row is built
-    }
 
     // This checkpoint's files: what differs from the manifest (paths redacted here, once each).
     const digest = this.digest!.clone();
     const changed: FileTouched[] = [];
-    for (const f of await describeFiles(tree.root, paths)) {
+    // The committed files' hashes come from the bytes fast-import stored (read once).
+    for (const f of commit?.files ?? (await describeFiles(tree.root, paths))) {
       const p = redactPath(f.path);
       const sha256 = f.deleted ? null : f.sha256;
       const before = manifest.get(p);
