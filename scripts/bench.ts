@@ -60,6 +60,9 @@ const SAMPLES_AT: Record<number, { checkpoint: number; resume: number }> = { 250
 // --samples=N: fewer samples everywhere, for a machine too loaded to run the full plan in time.
 const samplesArg = args.find((a) => a.startsWith('--samples='));
 if (samplesArg) plan.samples = Number(samplesArg.slice('--samples='.length));
+// --long-run-checkpoints=N: a shorter long run (same repository and changes), for iterating on it.
+const longRunArg = args.find((a) => a.startsWith('--long-run-checkpoints='));
+if (longRunArg) plan.longRun.checkpoints = Number(longRunArg.slice('--long-run-checkpoints='.length));
 const samplesAt = (files: number, kind: 'checkpoint' | 'resume') => Math.min(plan.samples, SAMPLES_AT[files]?.[kind] ?? plan.samples);
 
 const log = (line: string) => process.stdout.write(`${line}\n`);

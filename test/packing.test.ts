@@ -1,0 +1,119 @@
+// Packing a run's checkpoint objects (worker/checkpoints/packing.ts): the roll-ups keep the packs
+// few while the run goes on; settling consolidates everything but the largest pack into one
+// (one copy of each tree's base instead of one per pack); and neither loses an object while
+// someone runs `git gc --prune=now` or `git repack -ad` on the repository at the same time.
+import assert from 'node:assert/strict';
+import { readdir, stat } from 'node:fs/promises';
+import path from 'node:path';
+import { after, before, test } from 'node:test';
+import { checkpointChain } from '../store/checkpoints.ts';
+import { createWorkspace } from '../store/runs.ts';
+import { withWorkspace } from '../store/workspace.ts';
+import { notedCommits } from '../worker/checkpoints/notes.ts';
+import { ObjectPacker } from '../worker/checkpoints/packing.ts';
+import { checkRunIntegrity } from '../worker/integrity.ts';
+import { createTestDatabase, type TestDatabase } from './support/db.ts';
+import { git, makeRepo } from './support/git.ts';
+import { silentLog, startDrivenRun, type DrivenRun } from './support/checkpoint-run.ts';
+
+let t: TestDatabase;
+before(async () => {
+  t = await createTestDatabase();
+  await withWorkspace(t.db.app, 'acme', (tx) => createWorkspace(tx));
+});
+after(async () => {
+  await t?.drop();
+});
+
+/** A repository whose files sit two directories deep, so every change rewrites three trees. */
+async function nestedRepo(): Promise<string> {
+  const files: Record<string, string> = {};
+  for (let m = 0; m < 8; m++) for (let i = 0; i < 12; i++) files[`src/m${m}/f${i}.ts`] = `export const f${m}_${i} = 0;\n`;
+  return makeRepo(files);
+}
+
+/** A round that rewrites 3 files in 3 directories, different ones every round. */
+const change = (seq: number): Record<string, string> => {
+  const out: Record<string, string> = {};
+  for (let k = 0; k < 3; k++) out[`src/m${(seq + 3 * k) % 8}/f${(seq * 5 + k) % 12}.ts`] = `export const v = ${seq}; // ${k}\n`;
+  return out;
+};
+
+async function packFiles(repo: string): Promise<{ packs: number; bytes: number }> {
+  const dir = path.join(repo, '.git', 'objects', 'pack');
+  let packs = 0;
+  let bytes = 0;
+  for (const name of await readdir(dir)) {
+    if (name.endsWith('.pack')) packs++;
+    if (name.endsWith('.pack') || name.endsWith('.idx')) bytes += (await stat(path.join(dir, name))).size;
+  }
+  return { packs, bytes };
+}
+
+/** Every checkpoint's commit on the branch with its note, every object there, the worktree clean, integrity intact. */
+async function assertNothingLost(repo: string, r: DrivenRun): Promise<void> {
+  const chain = await withWorkspace(t.db.app, 'acme', (tx) => checkpointChain(tx, r.run.id));
+  const onBranch = new Set((await git(repo, 'rev-list', `refs/heads/${r.branch}`)).split('\n'));
+  const noted = await notedCommits(repo, t.config.WORKER_NOTES_REF);
+  for (const row of chain) {
+    assert.ok(onBranch.has(row.commit_oid!), `checkpoint ${row.checkpoint_seq}'s commit is on the branch`);
+    assert.ok(noted.has(row.commit_oid!), `checkpoint ${row.checkpoint_seq}'s note is there`);
+  }
+  await git(repo, 'fsck', '--connectivity-only', '--no-progress'); // throws on a missing object
+  assert.equal(await git(r.worktree, 'status', '--porcelain'), '', 'the worktree matches its index and the tip');
+  const report = await checkRunIntegrity(t.db, t.config, 'acme', r.run.id);
+  assert.deepEqual(report!.findings, [], 'integrity intact');
+}
+
+test('settling consolidates the packs the roll-ups left into one, smaller, and loses nothing', { timeout: 300_000 }, async () => {
+  const repo = await nestedRepo();
+  await git(repo, 'repack', '-a', '-d', '-q'); // the repository's own objects: one pack, the largest
+  const r = await startDrivenRun({ db: t.db, config: t.config, workspaceId: 'acme', repo, packEvery: 4 });
+  for (let seq = 1; seq <= 46; seq++) await r.round(change(seq));
+  // What the run leaves before its settle: the roll-ups' packs and the last checkpoints' small ones.
+  await new ObjectPacker(r.worktree, 4, silentLog).packNow();
+  for (let seq = 47; seq <= 50; seq++) await r.round(change(seq));
+  const before = await packFiles(repo);
+  assert.ok(before.packs >= 3, `${before.packs} packs before the settle: something to consolidate`);
+
+  await r.writer.settleNotes();
+  const after = await packFiles(repo);
+  assert.equal(after.packs, 2, 'the largest pack and one pack of everything else');
+  assert.ok(after.bytes < before.bytes, `consolidated: ${after.bytes} bytes of packs and indexes, ${before.bytes} before`);
+  assert.equal(await git(repo, 'count-objects'), '0 objects, 0 kilobytes', 'nothing loose');
+  await assertNothingLost(repo, r);
+  assert.equal(await new ObjectPacker(r.worktree, 4, silentLog).consolidate(), false, 'a second consolidation has nothing to do');
+});
+
+test('roll-ups and consolidations during git gc --prune=now and git repack -ad lose nothing', { timeout: 300_000 }, async () => {
+  const repo = await nestedRepo();
+  const r = await startDrivenRun({ db: t.db, config: t.config, workspaceId: 'acme', repo, packEvery: 2 });
+  const packer = new ObjectPacker(r.worktree, 1, silentLog);
+  let done = false;
+  const counts = { gc: 0, repack: 0, consolidated: 0, attempts: 0 };
+  const maintainer = (async () => {
+    while (!done) {
+      await git(repo, 'gc', '--prune=now', '--quiet');
+      counts.gc++;
+      await git(repo, 'repack', '-a', '-d', '-q');
+      counts.repack++;
+    }
+  })();
+  // Another settle (a second run of the same repository finishing) consolidating over and over.
+  const consolidator = (async () => {
+    while (!done) {
+      await packer.packNow();
+      counts.attempts++;
+      if (await packer.consolidate()) counts.consolidated++;
+    }
+  })();
+  try {
+    for (let seq = 1; seq <= 40 || (seq <= 400 && (counts.repack < 3 || counts.consolidated < 3)); seq++) await r.round(change(seq));
+    await r.writer.settleNotes();
+  } finally {
+    done = true;
+    await Promise.all([maintainer, consolidator]);
+  }
+  assert.ok(counts.gc >= 3 && counts.repack >= 3 && counts.consolidated >= 3, `all of them ran several times (${JSON.stringify(counts)})`);
+  await assertNothingLost(repo, r);
+});
