@@ -16,7 +16,7 @@ import { resolveHarnessForJob, type Harness } from './harnesses.ts';
 import { parseRawJob, type Job } from '../core/job.ts';
 import { Lease } from './lease.ts';
 import type { Logger } from './log.ts';
-import { resolveModel } from './models/resolve.ts';
+import { isReplayModel, resolveModel } from './models/resolve.ts';
 import { parseKeyVarGlobs } from '../core/key-vars.ts';
 import type { Delivery, JobQueue } from './queue/types.ts';
 import { redactString, registerSecretsFromEnv } from '../core/redact.ts';
@@ -24,6 +24,7 @@ import { TouchTracker } from './checkpoints/tracker.ts';
 import { loadResumeChain } from './checkpoints/resume-chain.ts';
 import { CheckpointWriter, stateFromChain, type WorkingTree } from './checkpoints/writer.ts';
 import { verifyAndRepair } from './resume.ts';
+import { gitStatus, type PrefetchedStatus } from './checkpoints/verify.ts';
 import { admitDelivery } from './delivery.ts';
 import { runSession } from './session.ts';
 import { sandboxFor, sandboxOptionsFromConfig } from './sandbox/index.ts';
@@ -99,19 +100,28 @@ async function executeRun(deps: JobDeps, run: RunRow, lease: Lease): Promise<Job
   const { config, db, log } = deps;
   const job = run.job;
   const scoped = inWorkspace(db.app, run.workspace_id, log);
-  const harness = await scoped((tx) => resolveHarnessForJob(tx, job, config));
-  registerSecretsFromEnv(process.env, await scoped(apiKeyEnvVars));
-
-  // The last rows (a bounded tail, resume-chain.ts) and the run's whole manifest, for verification.
-  const { chain, anchor, manifest } = await scoped(async (tx) => {
-    const [tail, manifest] = await Promise.all([loadResumeChain(tx, run.id, config.WORKER_CHECKPOINT_HISTORY_LIMIT), runManifest(tx, run.id)]);
-    return { ...tail, manifest };
+  // A resume's slowest read, `git status` of the worktree the row names on this host, starts now
+  // and runs while Postgres answers (verify.ts uses it only if the row still names that path).
+  const prefetchedStatus = prefetchStatus(run, config);
+  // Every read the run starts from, pipelined in one transaction: the harness, the API key
+  // variables to redact, the last rows (a bounded tail, resume-chain.ts), the run's whole
+  // manifest (for verification) and the model alias's provider row.
+  const { harness, keyVars, chain, anchor, manifest, provider } = await scoped(async (tx) => {
+    const [harness, keyVars, tail, manifest, provider] = await Promise.all([
+      resolveHarnessForJob(tx, job, config),
+      apiKeyEnvVars(tx),
+      loadResumeChain(tx, run.id, config.WORKER_CHECKPOINT_HISTORY_LIMIT),
+      runManifest(tx, run.id),
+      isReplayModel(job.model) ? undefined : modelProvider(tx, job.model),
+    ]);
+    return { harness, keyVars, ...tail, manifest, provider };
   });
+  registerSecretsFromEnv(process.env, keyVars);
   const resuming = chain.length > 0 || run.attempt > 1 || run.worktree_path !== null || job.resumeFromCheckpoint;
   // The model first: a run with an unknown model alias fails before any worktree is made.
   const { model, description } = await resolveModel({
     model: job.model,
-    lookupProvider: (alias) => scoped((tx) => modelProvider(tx, alias)),
+    lookupProvider: async (alias) => (alias === job.model ? provider : scoped((tx) => modelProvider(tx, alias))),
     startAt: chain.at(-1)?.step ?? run.fork_seed?.step ?? 0, // a fork continues after its source's step
     signal: deps.shutdown,
     keyVarGlobs: parseKeyVarGlobs(config.WORKER_PROVIDER_KEY_VARS),
@@ -121,7 +131,7 @@ async function executeRun(deps: JobDeps, run: RunRow, lease: Lease): Promise<Job
     await finishCancelledRun({ db, run, by: run.cancel_requested_by ?? 'unknown', seq: chain.at(-1)?.checkpoint_seq ?? 0, step: run.step, repoPath: job.repoPath ?? config.WORKER_REPO_ROOT, worktreePath: run.worktree_path, log });
     return 'released';
   }
-  const { tree, baseOid } = await prepareTree(deps, run, harness, chain, anchor, resuming, manifest);
+  const { tree, baseOid } = await prepareTree(deps, run, harness, chain, anchor, resuming, manifest, prefetchedStatus);
 
   // A fork's first attempt starts from its source's checkpoint (step, history, hash as anchor).
   const state = chain.length || !run.fork_seed ? stateFromChain(chain, baseOid, config.WORKER_CHECKPOINT_HISTORY_LIMIT, manifest) : forkStartState(run.fork_seed, baseOid);
@@ -196,19 +206,38 @@ async function executeRun(deps: JobDeps, run: RunRow, lease: Lease): Promise<Job
   }
 }
 
-async function prepareTree(deps: JobDeps, run: RunRow, harness: Harness, chain: CheckpointRow[], anchor: string | null, resuming: boolean, manifest?: ManifestEntry[]): Promise<{ tree: WorkingTree; baseOid: string | null }> {
+/** `git status` of the run's recorded worktree, when it is on this host and there: for verifyAndRepair. */
+function prefetchStatus(run: RunRow, config: Config): PrefetchedStatus | undefined {
+  const worktree = run.worktree_path;
+  if (!worktree || !run.branch || (run.host_id && run.host_id !== config.WORKER_HOST_ID) || !existsSync(worktree)) return undefined;
+  const result = gitStatus(worktree);
+  result.catch(() => {}); // unused when verification takes another path; its own reads then report
+  return { path: worktree, result };
+}
+
+async function prepareTree(
+  deps: JobDeps,
+  run: RunRow,
+  harness: Harness,
+  chain: CheckpointRow[],
+  anchor: string | null,
+  resuming: boolean,
+  manifest?: ManifestEntry[],
+  prefetchedStatus?: PrefetchedStatus,
+): Promise<{ tree: WorkingTree; baseOid: string | null }> {
   const { config, db, log } = deps;
   const scoped = inWorkspace(db.app, run.workspace_id, log);
   const job = run.job;
+  let resumed: ResumeEvent | undefined;
   if (!harness.needsWorktree) {
     const root = config.WORKER_REPO_ROOT;
     if (resuming) {
       // A write_file killed between its temp file and the rename leaves the temp behind.
       for (const prefix of harness.writePrefixes ?? ['']) await removeStaleTempFiles(path.join(root, prefix));
       const report = await verifyAndRepair({ run, chain, anchor, manifest, repoRoot: root, worktreeBase: config.WORKER_WORKTREE_BASE, notesRef: config.WORKER_NOTES_REF, log });
-      await recordResume(deps, run, report.fromSeq, report.findings.map((f) => f.detail), []);
+      resumed = resumeEvent(run, report.fromSeq, report.findings.map((f) => f.detail), []);
     }
-    await scoped((tx) => setRunWorkspace(tx, { agentRunId: run.id, leaseEpoch: run.lease_epoch, harnessAlias: harness.alias, branch: null, worktreePath: null, baseOid: null, hostId: config.WORKER_HOST_ID }));
+    await recordWorkspace(deps, run, harness.alias, null, resumed);
     return { tree: { root, git: null }, baseOid: null };
   }
 
@@ -223,7 +252,17 @@ async function prepareTree(deps: JobDeps, run: RunRow, harness: Harness, chain: 
   if (resuming && run.worktree_path) {
     // With a checkpoint remote: fetched from it when the run was last on another host (remote-resume.ts).
     const fromRemote = config.WORKER_CHECKPOINT_REMOTE ? await prepareRemoteResume({ config, run, chain, repoPath, log }) : undefined;
-    const report = await verifyAndRepair({ run: fromRemote?.run ?? run, chain, anchor, manifest, repoRoot: config.WORKER_REPO_ROOT, worktreeBase: config.WORKER_WORKTREE_BASE, notesRef: fromRemote?.notesRef ?? config.WORKER_NOTES_REF, log });
+    const report = await verifyAndRepair({
+      run: fromRemote?.run ?? run,
+      chain,
+      anchor,
+      manifest,
+      repoRoot: config.WORKER_REPO_ROOT,
+      worktreeBase: config.WORKER_WORKTREE_BASE,
+      notesRef: fromRemote?.notesRef ?? config.WORKER_NOTES_REF,
+      prefetchedStatus,
+      log,
+    });
     worktree = report.worktree!;
     if (fromRemote) {
       // Every checkpoint's note under the local notes ref, not only the tail's (git notes show on this host).
@@ -231,7 +270,8 @@ async function prepareTree(deps: JobDeps, run: RunRow, harness: Harness, chain: 
       await mirrorNotesLocally(worktree.path, config.WORKER_NOTES_REF, all, log);
     }
     log.info({ fromSeq: report.fromSeq, findings: report.findings, repairs: report.repairs }, 'worktree verified against Postgres and the git notes');
-    await recordResume(deps, run, report.fromSeq, report.findings.map((f) => `${f.kind}: ${f.detail}`), report.repairs, fromRemote?.fetched && (partialClone ? { ...fromRemote.fetched, partialClone: true } : fromRemote.fetched));
+    const fetched = fromRemote?.fetched && (partialClone ? { ...fromRemote.fetched, partialClone: true } : fromRemote.fetched);
+    resumed = resumeEvent(run, report.fromSeq, report.findings.map((f) => `${f.kind}: ${f.detail}`), report.repairs, fetched);
   } else {
     const knownBaseOid = run.base_oid ?? (await vetBaseRef({ repoPath, baseRef: job.baseRef, ownBranchesAmong: (names) => scoped((tx) => ownBranchesAmong(tx, repoDir, names)) }));
     const branch = run.branch ?? (await chooseBranch({ repoPath, workspaceId: run.workspace_id, briefId: run.brief_id, agentRunId: run.id, claim }));
@@ -251,15 +291,35 @@ async function prepareTree(deps: JobDeps, run: RunRow, harness: Harness, chain: 
     }
   }
   faultPoint('before-branch-recorded');
-  const ok = await scoped((tx) => setRunWorkspace(tx, { agentRunId: run.id, leaseEpoch: run.lease_epoch, harnessAlias: harness.alias, branch: worktree.branch, worktreePath: worktree.path, baseOid: worktree.baseOid, hostId: config.WORKER_HOST_ID }));
-  if (!ok) throw new LeaseLostError(`run ${run.id}: lease lost while preparing the worktree`);
+  await recordWorkspace(deps, run, harness.alias, worktree, resumed);
   return { tree: { root: worktree.path, git: { branch: worktree.branch, worktreePath: worktree.path } }, baseOid: run.base_oid ?? worktree.baseOid };
 }
 
-async function recordResume(deps: JobDeps, run: RunRow, fromSeq: number, findings: string[], repairs: string[], fetched?: Record<string, unknown>): Promise<void> {
-  await withWorkspace(deps.db.app, run.workspace_id, (tx) =>
-    appendEvent(tx, { convoyId: run.convoy_id, agentRunId: run.id, type: 'run_resumed', metadata: { fromSeq, attempt: run.attempt, findings, repairs, recloned: false, ...fetched } }),
-  );
+type ResumeEvent = Record<string, unknown>;
+
+function resumeEvent(run: RunRow, fromSeq: number, findings: string[], repairs: string[], fetched?: Record<string, unknown>): ResumeEvent {
+  return { fromSeq, attempt: run.attempt, findings, repairs, recloned: false, ...fetched };
+}
+
+/**
+ * The run's worktree (branch, path, base, host) and, on a resume, its run_resumed event: one
+ * transaction, fenced on the lease epoch (the event is recorded only by the lease holder).
+ */
+async function recordWorkspace(deps: JobDeps, run: RunRow, harnessAlias: string, worktree: PreparedWorktree | null, resumed?: ResumeEvent): Promise<void> {
+  const ok = await withWorkspace(deps.db.app, run.workspace_id, async (tx) => {
+    const set = await setRunWorkspace(tx, {
+      agentRunId: run.id,
+      leaseEpoch: run.lease_epoch,
+      harnessAlias,
+      branch: worktree?.branch ?? null,
+      worktreePath: worktree?.path ?? null,
+      baseOid: worktree?.baseOid ?? null,
+      hostId: deps.config.WORKER_HOST_ID,
+    });
+    if (set && resumed) await appendEvent(tx, { convoyId: run.convoy_id, agentRunId: run.id, type: 'run_resumed', metadata: resumed });
+    return set;
+  });
+  if (!ok) throw new LeaseLostError(`run ${run.id}: lease lost while preparing the ${worktree ? 'worktree' : 'run'}`);
 }
 
 async function deadLetter(deps: JobDeps, delivery: Delivery, reason: string, job?: Job): Promise<JobResult> {

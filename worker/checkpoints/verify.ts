@@ -45,6 +45,12 @@ export interface Inspection {
 /** Findings resume cannot repair: the run is failed with the finding as its reason. */
 export const UNREPAIRABLE: ReadonlySet<FindingKind> = new Set(['hash_chain_broken', 'repo_missing', 'commit_unreachable', 'manifest_mismatch', 'tree_mismatch']);
 
+/** `git status` (STATUS_ARGS) started early on `path` by a caller that knew the worktree. */
+export interface PrefetchedStatus {
+  path: string;
+  result: Promise<GitResult>;
+}
+
 export async function inspectRun(args: {
   run: Pick<RunRow, 'id' | 'status' | 'branch' | 'worktree_path' | 'base_oid' | 'job'>;
   chain: CheckpointRow[];
@@ -57,7 +63,7 @@ export async function inspectRun(args: {
    * `git status` already started on `path` (STATUS_ARGS) by a caller that guessed the worktree
    * before the run row arrived: used only when the row names that same path.
    */
-  prefetchedStatus?: { path: string; result: Promise<GitResult> };
+  prefetchedStatus?: PrefetchedStatus;
 }): Promise<Inspection> {
   const findings: Finding[] = [];
   const latest = args.chain.at(-1);

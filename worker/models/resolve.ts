@@ -10,6 +10,9 @@ import { loadTranscript } from './transcript.ts';
 
 export const REPLAY_PREFIX = 'replay:';
 
+/** A `replay:` model needs no model_providers row. */
+export const isReplayModel = (model: string): boolean => model.startsWith(REPLAY_PREFIX);
+
 /** A row of model_providers (workspace_id left out: the lookup is already workspace-scoped). */
 export interface ProviderRow {
   alias: string;
@@ -40,7 +43,7 @@ export interface ResolvedModel {
 }
 
 export async function resolveModel(args: ResolveModelArgs): Promise<ResolvedModel> {
-  if (args.model.startsWith(REPLAY_PREFIX)) {
+  if (isReplayModel(args.model)) {
     const path = args.model.slice(REPLAY_PREFIX.length);
     if (!isAbsolute(path)) {
       throw new EchodoError('model_unknown', `replay model path "${path}" must be absolute`);
