@@ -18,8 +18,10 @@ export interface RemoteFigure {
   rounds: number;
   /** How the timed cross-host resumes ended (processDelivery's result). */
   outcomes: Record<string, number>;
-  /** Host B, an older clone and an empty worktree base: claim → first resumed tool call. */
+  /** Host B, an older clone, its warm spare worktree made before the claim: claim → first resumed tool call. */
   crossHostResume: Summary;
+  /** Host B cold: an older clone and an empty worktree base (no spare), interleaved with the above. */
+  crossHostResumeCold: Summary;
   /** run_resumed's fetchedBytes: the pack host B received. */
   fetchedBytes: Summary;
   /** `git clone` of the remote over git:// (full, checked out). */
@@ -34,10 +36,13 @@ export interface RemoteFigure {
   speedupVsClone: number;
   speedupVsCloneFile: number;
   speedupVsPartial: number;
+  /** cloneGit.median / crossHostResumeCold.median */
+  speedupColdVsClone: number;
   /** fetchedBytes.median / repoPackedBytes */
   fetchedShareOfRepo: number;
   /** The worker's own log lines during one traced cross-host resume, ms after the claim. */
   timeline: { msAfterClaim: number; msg: string }[];
+  timelineCold: { msAfterClaim: number; msg: string }[];
 }
 
 interface Target {
@@ -83,14 +88,16 @@ export function renderRemote(r: RemoteFigure[]): string {
     r.map((f) => [f.files, f.touched, mp(f.checkpointOff), mp(f.checkpointOn), mp(f.push), x(f.checkpointRatio)]),
   ));
   out.push(table(
-    ['files', 'cross-host resume: claim → first tool call', 'git clone git://', 'git clone --no-local (path)', 'partial clone --filter=blob:none', 'speed-up vs clone', 'vs --no-local', 'vs partial'],
-    r.map((f) => [f.files, mp(f.crossHostResume), mp(f.cloneGit), mp(f.cloneFile), mp(f.partialClone), x(f.speedupVsClone), x(f.speedupVsCloneFile), x(f.speedupVsPartial)]),
+    ['files', 'cross-host resume: claim → first tool call (spare)', 'cold host (no spare)', 'git clone git://', 'git clone --no-local (path)', 'partial clone --filter=blob:none', 'speed-up vs clone', 'cold vs clone', 'vs --no-local', 'vs partial'],
+    r.map((f) => [f.files, mp(f.crossHostResume), f.crossHostResumeCold ? mp(f.crossHostResumeCold) : 'n/a', mp(f.cloneGit), mp(f.cloneFile), mp(f.partialClone), x(f.speedupVsClone), x(f.speedupColdVsClone ?? NaN), x(f.speedupVsCloneFile), x(f.speedupVsPartial)]),
   ));
   out.push(table(
     ['files', 'repository (packed)', 'resume fetched (median)', 'fetched / repository', 'full clone objects', 'partial clone objects'],
     r.map((f) => [f.files, kib(f.repoPackedBytes), kib(f.fetchedBytes.median), `${(f.fetchedShareOfRepo * 100).toFixed(2)}%`, kib(f.cloneGitBytes), kib(f.partialCloneBytes)]),
   ));
   out.push('How the timed cross-host resumes ended: ' + r.map((f) => `${f.files} files: ${Object.entries(f.outcomes).map(([k, n]) => `${n} ${k}`).join(', ')}`).join('; '));
-  for (const f of r) if (f.timeline.length) out.push(`Traced cross-host resume at ${f.files} files (ms after claim): ${f.timeline.map((t) => `${t.msAfterClaim} ${t.msg}`).join(' → ')}`);
+  const trace = (t: { msAfterClaim: number; msg: string }[]) => t.map((e) => `${e.msAfterClaim} ${e.msg}`).join(' → ');
+  for (const f of r) if (f.timeline.length) out.push(`Traced cross-host resume with the spare at ${f.files} files (ms after claim): ${trace(f.timeline)}`);
+  for (const f of r) if (f.timelineCold?.length) out.push(`Traced cold cross-host resume at ${f.files} files (ms after claim): ${trace(f.timelineCold)}`);
   return out.join('\n\n');
 }

@@ -8,7 +8,9 @@
 // worktree at the checkpoint commit and verify it. The clock starts at the claim (the delivery's
 // ack) and stops when the first resumed tool call touches the new worktree (inotify), as in
 // bench/resume.ts. Every sample gets a fresh host B clone and worktree base (made untimed), so
-// every sample really fetches.
+// every sample really fetches. Host B is measured two ways, interleaved: a host that has been up
+// (its warm spare worktree made untimed before the claim, by makeSpareWorktree, what the daemon
+// calls at start) and a cold host (no spare: `git worktree add` and a checkout of every file).
 // Starting over from the same remote, each sample: `git clone` over git://, `git clone
 // --no-local` of its path, and a partial clone (--filter=blob:none) over git://, all checked out.
 import { watch, type FSWatcher } from 'node:fs';
@@ -22,6 +24,7 @@ import { runGit } from '../worker/git.ts';
 import type { Logger } from '../worker/log.ts';
 import type { Delivery, JobQueue } from '../worker/queue/types.ts';
 import { processDelivery } from '../worker/run-job.ts';
+import { makeSpareWorktree } from '../worker/spare-keeper.ts';
 import { worktreePathFor } from '../worker/worktrees.ts';
 import type { BenchEnv } from './env.ts';
 import { createRunFixture, silentLog } from './fixture.ts';
@@ -41,6 +44,8 @@ export interface CrossHostResult {
   cloneGitBytes: number;
   partialCloneBytes: number;
   timeline: { msAfterClaim: number; msg: string }[];
+  /** The same, host B cold (no spare worktree). */
+  timelineCold: { msAfterClaim: number; msg: string }[];
 }
 
 export async function measureCrossHostResume(env: BenchEnv, setup: RemoteSetup, samples: number, s: Samples, key: string): Promise<CrossHostResult> {
@@ -72,7 +77,7 @@ export async function measureCrossHostResume(env: BenchEnv, setup: RemoteSetup, 
 
   let sample = 0;
   /** Back to the state a crash of host A after round ROUNDS leaves; a fresh host B. */
-  const crash = async (): Promise<{ config: ReturnType<typeof parseConfig>; worktree: string }> => {
+  const crash = async (warm: boolean): Promise<{ config: ReturnType<typeof parseConfig>; worktree: string }> => {
     const i = sample++;
     await env.su`delete from worker_checkpoints where agent_run_id = ${f.run.id} and checkpoint_seq > ${RESUME_ROUNDS}`;
     await env.su`delete from checkpoint_manifest where agent_run_id = ${f.run.id} and seq > ${RESUME_ROUNDS}`;
@@ -98,13 +103,15 @@ export async function measureCrossHostResume(env: BenchEnv, setup: RemoteSetup, 
       LOG_LEVEL: 'silent',
     });
     const worktree = worktreePathFor(base, f.identity.workspaceId, f.run.id);
-    await mkdir(path.dirname(worktree), { recursive: true });
+    // A host that has been up has its spare worktree (at its clone's HEAD): made untimed.
+    if (warm) await makeSpareWorktree({ repoPath: hostB, worktreeBase: base, log: silentLog });
+    await mkdir(path.dirname(worktree), { recursive: true, mode: 0o700 });
     return { config, worktree };
   };
 
   /** One resume on host B; ms from claim to the first tool call touching host B's worktree. */
-  const resumeOnce = async (log: Logger = silentLog): Promise<{ ms: number | null; result: string; claimedAt: number; fetchedBytes: number | null }> => {
-    const { config, worktree } = await crash();
+  const resumeOnce = async (warm: boolean, log: Logger = silentLog): Promise<{ ms: number | null; result: string; claimedAt: number; fetchedBytes: number | null }> => {
+    const { config, worktree } = await crash(warm);
     const [{ job }] = (await env.su<{ job: Job }[]>`select job from agent_runs where id = ${f.run.id}`) as unknown as [{ job: Job }];
     let claimedAt = 0;
     let firstCallAt = 0;
@@ -163,22 +170,30 @@ export async function measureCrossHostResume(env: BenchEnv, setup: RemoteSetup, 
   const outcomes: Record<string, number> = {};
   try {
     // One warm-up of each (a resume and the clones are seconds each: one is enough to warm caches).
-    const warm = await resumeOnce();
-    if (warm.ms === null) throw new Error(`cross-host resume warm-up failed: ${warm.result}`);
+    for (const warm of [true, false]) {
+      const first = await resumeOnce(warm);
+      if (first.ms === null) throw new Error(`cross-host resume warm-up (${warm ? 'spare' : 'cold'}) failed: ${first.result}`);
+    }
     await startOver();
+    // Interleaved: a sample is a resume with the spare, one without, and the clones.
     for (let tries = 0, ok = 0; ok < samples && tries < samples + 10; tries++) {
-      const { ms, result, fetchedBytes } = await resumeOnce();
-      outcomes[result] = (outcomes[result] ?? 0) + 1;
-      if (ms === null) continue;
+      const [spare, cold] = [await resumeOnce(true), await resumeOnce(false)];
+      for (const r of [spare, cold]) outcomes[r.result] = (outcomes[r.result] ?? 0) + 1;
+      if (spare.ms === null || cold.ms === null) continue;
       ok++;
-      s.add(`${key}.resume`, ms);
-      if (fetchedBytes !== null) s.add(`${key}.fetchedBytes`, fetchedBytes);
+      s.add(`${key}.resume`, spare.ms);
+      s.add(`${key}.resumeCold`, cold.ms);
+      if (spare.fetchedBytes !== null) s.add(`${key}.fetchedBytes`, spare.fetchedBytes);
       await startOver();
     }
-    const trace = stampingLogger();
-    const traced = await resumeOnce(trace.log);
-    const timeline = resumeTimeline(trace.lines, traced, '(first resumed tool call touches host B\'s worktree)');
-    return { rounds: RESUME_ROUNDS, outcomes, cloneGitBytes: bytes.cloneGit, partialCloneBytes: bytes.partialClone, timeline };
+    const traceOf = async (warm: boolean) => {
+      const trace = stampingLogger();
+      const traced = await resumeOnce(warm, trace.log);
+      return resumeTimeline(trace.lines, traced, '(first resumed tool call touches host B\'s worktree)');
+    };
+    const timeline = await traceOf(true);
+    const timelineCold = await traceOf(false);
+    return { rounds: RESUME_ROUNDS, outcomes, cloneGitBytes: bytes.cloneGit, partialCloneBytes: bytes.partialClone, timeline, timelineCold };
   } finally {
     await rm(dir, { recursive: true, force: true });
   }

@@ -126,6 +126,7 @@ export async function measureRemote(
       log(`remote ${files} files: checkpoint ${on.median.toFixed(1)} ms with the remote vs ${off.median.toFixed(1)} ms without (${since()})`);
       const r = await measureCrossHostResume(env, setup, Math.min(plan.samples, plan.remoteResumeSamples, RESUME_SAMPLES_AT[files] ?? Infinity), s, key);
       const resume = s.summary(`${key}.resume`);
+      const resumeCold = s.summary(`${key}.resumeCold`);
       const fetched = s.summary(`${key}.fetchedBytes`);
       const fig: RemoteFigure = {
         files,
@@ -138,6 +139,7 @@ export async function measureRemote(
         rounds: r.rounds,
         outcomes: r.outcomes,
         crossHostResume: resume,
+        crossHostResumeCold: resumeCold,
         fetchedBytes: fetched,
         cloneGit: s.summary(`${key}.cloneGit`),
         cloneFile: s.summary(`${key}.cloneFile`),
@@ -147,11 +149,13 @@ export async function measureRemote(
         speedupVsClone: ratio(s.summary(`${key}.cloneGit`).median, resume.median),
         speedupVsCloneFile: ratio(s.summary(`${key}.cloneFile`).median, resume.median),
         speedupVsPartial: ratio(s.summary(`${key}.partialClone`).median, resume.median),
+        speedupColdVsClone: ratio(s.summary(`${key}.cloneGit`).median, resumeCold.median),
         fetchedShareOfRepo: round(fetched.median / setup.repoPackedBytes, 5),
         timeline: r.timeline,
+        timelineCold: r.timelineCold,
       };
       figures.push(fig);
-      log(`remote ${files} files: cross-host resume ${resume.median.toFixed(1)} ms (fetched ${fetched.median} B) vs clone ${fig.cloneGit.median.toFixed(1)} ms, partial ${fig.partialClone.median.toFixed(1)} ms (${since()})`);
+      log(`remote ${files} files: cross-host resume ${resume.median.toFixed(1)} ms with a spare, ${resumeCold.median.toFixed(1)} ms cold (fetched ${fetched.median} B) vs clone ${fig.cloneGit.median.toFixed(1)} ms, partial ${fig.partialClone.median.toFixed(1)} ms (${since()})`);
     }
   } finally {
     await daemon.stop();

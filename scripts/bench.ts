@@ -239,7 +239,7 @@ try {
 
   await settle();
   // Issue 13, many hosts (bench/remote.ts): after resume, for the same reason (its clones).
-  const remote = only.has('remote') ? await measureRemote(env, { ...plan, sizes: plan.sizes.filter((n) => n <= 50_000) }, s, log, since) : undefined;
+  const remote = only.has('remote') ? await measureRemote(env, { ...plan, sizes: (sizesArg ? repoSizes : plan.sizes).filter((n) => n <= 50_000) }, s, log, since) : undefined;
 
   await settle();
   let longRun: LongRunResult | undefined;
