@@ -71,7 +71,9 @@ describe('doc-writer harness', () => {
     assert.equal(run.worktree_path, null);
     assert.equal(run.branch, null);
     assert.equal((await s.events(agentRunId, 'worktree_created')).length, 0);
-    assert.equal((await git(s.repo, 'worktree', 'list', '--porcelain')).split('\n').filter((l) => l.startsWith('worktree ')).length, 1);
+    // The repository's own checkout only, beside the host's spare worktree (worker/spare-worktrees.ts).
+    const listed = (await git(s.repo, 'worktree', 'list', '--porcelain')).split('\n').filter((l) => l.startsWith('worktree '));
+    assert.deepEqual(listed.filter((l) => !l.includes(`${path.sep}.spare${path.sep}`)), [`worktree ${s.repo}`]);
     assert.equal(existsSync(path.join(s.env.WORKER_WORKTREE_BASE!, agentRunId)), false);
     const [completion] = await s.events(agentRunId, 'role_complete');
     assert.equal(completion?.metadata.harnessAlias, 'doc-writer');
