@@ -55,6 +55,8 @@ export interface LongRunResult {
   gitObjectsAndNotesPerCheckpoint: number;
   /** The target is judged on the larger of this and the objects directory's growth. */
   gitJudgedPerCheckpoint: number;
+  /** How long the writer's settle took at the middle and at the end (last note, packs consolidated). */
+  settleSeconds: number[];
   /** After the last checkpoint, before the run's settle: geometric roll-ups, not consolidated yet. */
   gitBytesPerCheckpointAsLeft: number;
   gitBytesPerCheckpointSecondHalf: number;
@@ -89,11 +91,14 @@ export async function measureLongRun(
   // when a run finishes or stops: ObjectPacker.settle), the tables vacuumed (what autovacuum does).
   // Measured at the middle (as if the run had stopped and resumed there) and at the end.
   const settled = async () => {
+    const start = performance.now();
     await f.writer.settleNotes();
+    settleSeconds.push(round((performance.now() - start) / 1000, 2));
     await env.su`vacuum analyze worker_checkpoints`;
     await env.su`vacuum analyze checkpoint_manifest`;
     return { pg: await postgresBytes(env), git: await gitBytes(objects) };
   };
+  const settleSeconds: number[] = [];
   const mid = Math.floor(o.checkpoints / 2);
   let midPoint: { pg: PgBytes; git: GitBytes } | undefined;
   const times: number[] = [];
@@ -115,7 +120,7 @@ export async function measureLongRun(
     times.push(performance.now() - start);
     if (seq % 50 === 0) load.push(os.loadavg()[0]!);
     if (o.at.includes(seq)) log(`  long run: checkpoint ${seq} in ${times.at(-1)!.toFixed(1)} ms (load ${os.loadavg()[0]!.toFixed(2)})`);
-    if (seq === mid) midPoint = await settled(); // outside the timed write; one extra roll-up
+    if (seq === mid) midPoint = await settled(); // outside the timed write: a stop and resume there
   }
   const asLeft = await gitBytes(objects); // the last note written, the last background roll-up done
   const end = await settled();
@@ -162,6 +167,7 @@ export async function measureLongRun(
     rowBytesAt,
     postgresBytesPerCheckpointSecondHalf: round((pgAfter.total - midPoint!.pg.total) / (o.checkpoints - mid), 1),
     gitBytesPerCheckpoint: round((gitAfter.total - gitBefore.total) / o.checkpoints, 1),
+    settleSeconds,
     gitObjectsAndNotesPerCheckpoint: round(objectsAndNotes / o.checkpoints, 1),
     gitJudgedPerCheckpoint: round(Math.max(objectsAndNotes, gitAfter.total - gitBefore.total) / o.checkpoints, 1),
     gitBytesPerCheckpointAsLeft: round((asLeft.total - gitBefore.total) / o.checkpoints, 1),
@@ -296,7 +302,7 @@ export function renderLongRun(r: LongRunResult): string {
       `| row size at ${Object.keys(r.rowBytesAt).join(' / ')} | ${Object.values(r.rowBytesAt).join(' / ')} |`,
     ].join('\n'),
   );
-  out.push(`Loose objects at the end: ${r.looseObjectsAtEnd} (bound ${r.looseObjectsBound}); packs: ${r.packsAtEnd}. Load average (1 min) during the run: ${r.loadAverage.min}–${r.loadAverage.max}, median ${r.loadAverage.median}.`);
+  out.push(`Loose objects at the end: ${r.looseObjectsAtEnd} (bound ${r.looseObjectsBound}); packs: ${r.packsAtEnd}. The writer's settle (last note, packs consolidated) took ${r.settleSeconds?.join(' s / ') ?? '?'} s at the middle / end. Load average (1 min) during the run: ${r.loadAverage.min}–${r.loadAverage.max}, median ${r.loadAverage.median}.`);
   const p = r.prune;
   if (!p) return out.concat('Prune phase: failed (see the log).').join('\n\n');
   out.push(
