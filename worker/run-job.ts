@@ -131,7 +131,7 @@ async function executeRun(deps: JobDeps, run: RunRow, lease: Lease): Promise<Job
     await finishCancelledRun({ db, run, by: run.cancel_requested_by ?? 'unknown', seq: chain.at(-1)?.checkpoint_seq ?? 0, step: run.step, repoPath: job.repoPath ?? config.WORKER_REPO_ROOT, worktreePath: run.worktree_path, log });
     return 'released';
   }
-  const { tree, baseOid } = await prepareTree(deps, run, harness, chain, anchor, resuming, manifest, prefetchedStatus);
+  const { tree, baseOid, mirroring } = await prepareTree(deps, run, harness, chain, anchor, resuming, manifest, prefetchedStatus);
 
   // A fork's first attempt starts from its source's checkpoint (step, history, hash as anchor).
   const state = chain.length || !run.fork_seed ? stateFromChain(chain, baseOid, config.WORKER_CHECKPOINT_HISTORY_LIMIT, manifest) : forkStartState(run.fork_seed, baseOid);
@@ -168,6 +168,7 @@ async function executeRun(deps: JobDeps, run: RunRow, lease: Lease): Promise<Job
       shutdown: deps.shutdown,
       log,
     });
+    await mirroring; // never rejects (mirrorNotesLocally logs); before a cancel removes the worktree
     switch (outcome.kind) {
       case 'lease_lost':
         throw outcome.error;
@@ -202,6 +203,7 @@ async function executeRun(deps: JobDeps, run: RunRow, lease: Lease): Promise<Job
       }
     }
   } finally {
+    await mirroring;
     await tracker.stop();
   }
 }
@@ -224,11 +226,12 @@ async function prepareTree(
   resuming: boolean,
   manifest?: ManifestEntry[],
   prefetchedStatus?: PrefetchedStatus,
-): Promise<{ tree: WorkingTree; baseOid: string | null }> {
+): Promise<{ tree: WorkingTree; baseOid: string | null; mirroring?: Promise<void> }> {
   const { config, db, log } = deps;
   const scoped = inWorkspace(db.app, run.workspace_id, log);
   const job = run.job;
   let resumed: ResumeEvent | undefined;
+  let mirroring: Promise<void> | undefined;
   if (!harness.needsWorktree) {
     const root = config.WORKER_REPO_ROOT;
     if (resuming) {
@@ -264,10 +267,15 @@ async function prepareTree(
       log,
     });
     worktree = report.worktree!;
-    if (fromRemote) {
-      // Every checkpoint's note under the local notes ref, not only the tail's (git notes show on this host).
-      const all = await scoped((tx) => checkpointChain(tx, run.id));
-      await mirrorNotesLocally(worktree.path, config.WORKER_NOTES_REF, all, log);
+    if (fromRemote?.fetched) {
+      // Every checkpoint's note under the local notes ref too (`git notes show` on this host): for
+      // people, not for verification, so it is written while the run goes on. Note writes are
+      // serialized per repository (notes.ts), and the run waits for it before it ends.
+      const wt = worktree;
+      mirroring = scoped((tx) => checkpointChain(tx, run.id)).then(
+        (all) => mirrorNotesLocally(wt.path, config.WORKER_NOTES_REF, all, log),
+        (err) => log.warn({ error: errorMessage(err) }, 'could not read the checkpoints to mirror their notes locally; continuing'),
+      );
     }
     log.info({ fromSeq: report.fromSeq, findings: report.findings, repairs: report.repairs }, 'worktree verified against Postgres and the git notes');
     const fetched = fromRemote?.fetched && (partialClone ? { ...fromRemote.fetched, partialClone: true } : fromRemote.fetched);
@@ -292,7 +300,7 @@ async function prepareTree(
   }
   faultPoint('before-branch-recorded');
   await recordWorkspace(deps, run, harness.alias, worktree, resumed);
-  return { tree: { root: worktree.path, git: { branch: worktree.branch, worktreePath: worktree.path } }, baseOid: run.base_oid ?? worktree.baseOid };
+  return { tree: { root: worktree.path, git: { branch: worktree.branch, worktreePath: worktree.path } }, baseOid: run.base_oid ?? worktree.baseOid, mirroring };
 }
 
 type ResumeEvent = Record<string, unknown>;
