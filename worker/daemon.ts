@@ -21,6 +21,7 @@ export class WorkerDaemon {
   state: DaemonState = 'idle';
   readonly results: Record<JobResult, number> = { completed: 0, failed: 0, released: 0, skipped: 0, dead_lettered: 0, lease_lost: 0 };
   private readonly shutdown = new AbortController();
+  private spares: SpareKeeper | undefined;
 
   constructor(
     private readonly deps: { config: Config; db: Database; queue: JobQueue; workerId: string; log: Logger },
@@ -35,11 +36,11 @@ export class WorkerDaemon {
 
   /** Runs until stop() or a lost lease; resolves with the exit code. */
   async run(options: { maxJobs?: number } = {}): Promise<number> {
-    const spares = this.keepSpares();
+    this.spares = this.keepSpares();
     try {
       return await this.serve(options);
     } finally {
-      await spares?.stop();
+      await this.spares?.stop();
     }
   }
 
@@ -82,6 +83,9 @@ export class WorkerDaemon {
         continue;
       }
       this.results[result]++;
+      // Another process of this host (a worker, `npm run fork`) may have taken the spare: checked
+      // (and made again if so) in the background, after the job.
+      this.spares?.want(config.WORKER_REPO_ROOT, SPARE_REPLENISH_DELAY_MS);
       if (result === 'lease_lost') {
         this.state = 'stopped';
         return LEASE_LOST_EXIT;
