@@ -8,7 +8,6 @@ import { anchorOf } from '../store/retention.ts';
 import { getRun } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { gitStatus, inspectRun, type Finding } from './checkpoints/verify.ts';
-import { prestartNoteLookup } from './checkpoints/note-lookup.ts';
 import { inspectRemote, RemoteVerifyError, type RemoteFinding, type RemoteInspection } from './checkpoints/remote-verify.ts';
 import type { GitResult } from './git.ts';
 import { worktreePathFor } from './worktrees.ts';
@@ -39,25 +38,8 @@ export async function checkRunIntegrity(
 ): Promise<IntegrityReport | undefined> {
   if (options.remote && !config.WORKER_CHECKPOINT_REMOTE) throw new RemoteVerifyError('--remote needs WORKER_CHECKPOINT_REMOTE (the checkpoint remote) to be set');
   // `git status` is the long pole: started on the worktree the run is expected to have while
-  // Postgres answers, and used only if the row names that same path (inspectRun checks). The
-  // notes lookup's git process is started there too, and told what to read once the rows are in.
+  // Postgres answers, and used only if the row names that same path (inspectRun checks).
   const prefetchedStatus = guessStatus(config, workspaceId, agentRunId);
-  const notesReader = prefetchedStatus ? prestartNoteLookup(prefetchedStatus.path) : undefined;
-  try {
-    return await check(db, config, workspaceId, agentRunId, options, prefetchedStatus);
-  } finally {
-    notesReader?.release(); // unused: the row named another worktree, or no lookup was needed
-  }
-}
-
-async function check(
-  db: Database,
-  config: Config,
-  workspaceId: string,
-  agentRunId: string,
-  options: { remote?: boolean },
-  prefetchedStatus: { path: string; result: Promise<GitResult> } | undefined,
-): Promise<IntegrityReport | undefined> {
   // The four reads in one round trip (pipelined in the transaction); a missing run returns empty reads.
   const loaded = await withWorkspace(db.app, workspaceId, async (tx) => {
     const [run, chain, manifest, anchor] = await Promise.all([getRun(tx, agentRunId), checkpointChain(tx, agentRunId), runManifest(tx, agentRunId), anchorOf(tx, agentRunId)]);

@@ -30,70 +30,18 @@ interface Reply {
   body?: Buffer;
 }
 
-interface BatchProcess {
-  /** Sends the commands (and closes stdin); resolves with git's exit code and output. */
-  run(commands: string): Promise<{ code: number; stdout: Buffer }>;
-  /** Closes it unused (it exits having read nothing). */
-  close(): void;
-}
-
-async function startBatch(cwd: string): Promise<BatchProcess> {
-  const env = await safeGitEnv(cwd);
-  const child = spawn('git', ['cat-file', '--batch-command'], { cwd, env, stdio: ['pipe', 'pipe', 'ignore'] });
-  const chunks: Buffer[] = [];
-  child.stdout.on('data', (d: Buffer) => chunks.push(d));
-  child.stdin.on('error', () => {}); // an old git exits before reading: its exit code tells
-  const done = new Promise<{ code: number; stdout: Buffer }>((resolve, reject) => {
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code: code ?? -1, stdout: Buffer.concat(chunks) }));
-  });
-  done.catch(() => {}); // judged by run(); a closed, unused process is not waited for
-  return {
-    run: (commands) => {
-      child.stdin.end(commands);
-      return done;
-    },
-    close: () => child.stdin.end(),
-  };
-}
-
-/**
- * cat-file processes started ahead of their commands (prestartNoteLookup), by worktree: the
- * process start (~10-20 ms here) then overlaps whatever the caller waits for meanwhile (the
- * database, `git status`).
- */
-const prestarted = new Map<string, Promise<BatchProcess>>();
-
-/**
- * Starts the cat-file a later lookupNotes in `cwd` will use. `release` closes it if no lookup
- * took it (the caller's guess of the worktree was wrong, or no lookup was needed).
- */
-export function prestartNoteLookup(cwd: string): { release: () => void } {
-  if (prestarted.has(cwd)) return { release: () => {} };
-  const started = startBatch(cwd);
-  started.catch(() => {});
-  prestarted.set(cwd, started);
-  return {
-    release: () => {
-      if (prestarted.get(cwd) !== started) return; // taken by a lookup
-      prestarted.delete(cwd);
-      started.then((p) => p.close(), () => {});
-    },
-  };
-}
-
 /** Runs one cat-file --batch-command; undefined when this git does not have it. */
 async function batch(cwd: string, commands: { kind: 'info' | 'contents'; object: string }[]): Promise<Reply[] | undefined> {
-  const ready = prestarted.get(cwd);
-  prestarted.delete(cwd);
-  let proc: BatchProcess;
-  try {
-    proc = await (ready ?? startBatch(cwd));
-  } catch (err) {
-    if (!ready) throw err;
-    proc = await startBatch(cwd); // the early start failed: once more, now
-  }
-  const out = await proc.run(commands.map((c) => `${c.kind} ${c.object}\n`).join(''));
+  const env = await safeGitEnv(cwd);
+  const out = await new Promise<{ code: number; stdout: Buffer }>((resolve, reject) => {
+    const child = spawn('git', ['cat-file', '--batch-command'], { cwd, env, stdio: ['pipe', 'pipe', 'ignore'] });
+    const chunks: Buffer[] = [];
+    child.stdout.on('data', (d: Buffer) => chunks.push(d));
+    child.on('error', reject);
+    child.stdin.on('error', () => {}); // an old git exits before reading: its exit code tells
+    child.on('close', (code) => resolve({ code: code ?? -1, stdout: Buffer.concat(chunks) }));
+    child.stdin.end(commands.map((c) => `${c.kind} ${c.object}\n`).join(''));
+  });
   if (out.code !== 0) return undefined;
   const replies: Reply[] = [];
   let at = 0;
