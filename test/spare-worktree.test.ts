@@ -1,5 +1,5 @@
 // Warm spare worktrees (worker/spare-worktrees.ts): a host keeps one checked-out worktree of its
-// repository; a run that needs a new worktree takes it (rename, HEAD on the run's branch, a reset
+// repository; a run that needs a new worktree takes it (rename, HEAD on the run's branch, a two-way read-tree
 // that rewrites only the files that differ) instead of `git worktree add` + a full checkout.
 // Real git, real processes: concurrent takers are separate processes, kills are SIGKILLs at the
 // named fault points, and the cross-host resume runs real workers against a `git daemon` remote.

@@ -3,7 +3,7 @@
 // off the critical path. A run that needs a new worktree takes it instead of `git worktree add` +
 // a checkout of every file: the folder is renamed into place (every file keeps its inode and
 // ctime, so the index's stat data stays valid), HEAD is put on the run's branch and one
-// `git reset --hard` rewrites only the files that differ from the target commit.
+// `git read-tree -m -u` (two-way) writes only the files that differ from the target commit.
 //
 // Everything here runs under the repository's worktree lock (the one worktrees.ts creates
 // worktrees under): a spare is made, refreshed, repaired and taken by one process at a time.
@@ -197,7 +197,8 @@ export interface TakenSpare {
 /**
  * Takes the repository's spare for a run, if there is a complete one: renamed to `wtPath` (which
  * must not exist), HEAD on `branch` (created at baseOid when missing, as `git worktree add -b`
- * does) and reset to `checkoutOid` (default: the branch tip). Under the lock; undefined: no spare.
+ * does), the branch and the files at `checkoutOid` (default: the branch tip). Under the lock;
+ * undefined: no spare (or one that could not be taken, removed: the caller adds a worktree).
  */
 export async function takeSpareLocked(args: {
   commonDir: string;
@@ -224,30 +225,50 @@ export async function takeSpareLocked(args: {
     return undefined;
   }
   faultPoint('after-spare-move');
+  let target: string;
+  try {
+    target = await pointAndCheckOut({ ...args, spare, hidden });
+  } catch (err) {
+    // Whatever failed, the run is not left with a half-taken spare: removed, and added as before.
+    await rm(spare.admin, { recursive: true, force: true });
+    await rm(args.wtPath, { recursive: true, force: true });
+    args.log.warn({ error: (err as Error).message }, 'taking the spare worktree failed; adding one instead');
+    return undefined;
+  }
+  // The index last: the worktree is complete from here on (inspectWorktree).
+  await rename(hidden, path.join(spare.admin, 'index'));
+  faultPoint('after-worktree-checkout');
+  args.log.info({ worktreePath: args.wtPath, spare: spare.dir, from: spare.head, to: target }, 'spare worktree taken');
+  return { headOid: target, from: spare.dir };
+}
+
+/** The moved spare made the run's: admin pointer, HEAD on the branch, checked out at the target. */
+async function pointAndCheckOut(args: { wtPath: string; branch: string; baseOid: string; checkoutOid?: string; spare: Spare; hidden: string }): Promise<string> {
+  const { spare } = args;
   const dotGit = path.join(await realpath(path.dirname(args.wtPath)), path.basename(args.wtPath), '.git');
   await writeAtomically(path.join(spare.admin, 'gitdir'), `${dotGit}\n`);
   // git 2.39 writes an absolute .git file, which stays right; a relative one (newer git) is not.
   if (!path.isAbsolute((await readFile(dotGit, 'utf8')).trim().replace(/^gitdir:\s*/, ''))) {
     await writeAtomically(dotGit, `gitdir: ${spare.admin}\n`);
   }
-  const tip = await resolveCommit(args.wtPath, `refs/heads/${args.branch}`);
-  if (!tip) {
-    // "" as the old value: created only if it still does not exist.
-    await runGit(args.wtPath, ['update-ref', '-m', `branch: Created from ${args.baseOid}`, `refs/heads/${args.branch}`, args.baseOid, '']);
-  }
+  const ref = `refs/heads/${args.branch}`;
+  const tip = await resolveCommit(args.wtPath, ref);
+  const target = args.checkoutOid ?? tip ?? args.baseOid;
+  // "" as the old value: created only if it still does not exist (as `git worktree add -b`).
+  if (!tip) await runGit(args.wtPath, ['update-ref', '-m', `branch: Created from ${args.baseOid}`, ref, args.baseOid, '']);
+  const at = tip ?? args.baseOid;
+  if (at !== target) await runGit(args.wtPath, ['update-ref', '-m', `reset: moving to ${target}`, ref, target, at]);
   await writeAtomically(path.join(spare.admin, 'HEAD'), `ref: refs/heads/${args.branch}\n`);
   faultPoint('after-worktree-admin');
-  const target = args.checkoutOid ?? tip ?? args.baseOid;
-  // Two-way: the index's stat data still matches the files, so only the files that differ
-  // between the spare's commit and the target are written. The config keeps the untracked cache
-  // (its recorded location is now the run's path) and the split index, as addWorktree sets them.
-  await runGit(args.wtPath, ['-c', 'core.untrackedCache=true', '-c', 'core.splitIndex=true', 'reset', '--hard', '--quiet', target], {
-    env: { GIT_INDEX_FILE: hidden },
+  // Two-way merge from the spare's commit to the target: the index matches the spare's commit
+  // exactly (nothing writes in a spare), so only the entries that differ between the two trees
+  // are looked at and written; every other file is left as it is, unread. The config keeps the
+  // untracked cache (its recorded location is now the run's path) and the split index, as
+  // addWorktree sets them.
+  await runGit(args.wtPath, ['-c', 'core.untrackedCache=true', '-c', 'core.splitIndex=true', 'read-tree', '-m', '-u', spare.head, target], {
+    env: { GIT_INDEX_FILE: args.hidden },
   });
-  await rename(hidden, path.join(spare.admin, 'index'));
-  faultPoint('after-worktree-checkout');
-  args.log.info({ worktreePath: args.wtPath, spare: spare.dir, from: spare.head, to: target }, 'spare worktree taken');
-  return { headOid: target, from: spare.dir };
+  return target;
 }
 
 // The process's keeper of spares (spare-keeper.ts), told when a worktree was made here so that
