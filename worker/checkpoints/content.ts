@@ -13,8 +13,8 @@
 // stores), it is dropped and the index is updated in place as git would, and the commit is redone
 // from the index.
 import { createHash, randomBytes } from 'node:crypto';
-import { closeSync, createReadStream, existsSync, fstatSync, lstatSync, openSync, readSync, readlinkSync, type Stats } from 'node:fs';
-import { link, mkdir, open, readdir, readFile, rename, stat, unlink, writeFile } from 'node:fs/promises';
+import { closeSync, createReadStream, existsSync, fstatSync, linkSync, lstatSync, openSync, readFileSync, readSync, readlinkSync, renameSync, statSync, unlinkSync, type Stats } from 'node:fs';
+import { mkdir, readdir, readFile, rename, stat, unlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { deflateSync } from 'node:zlib';
 import { GitError, runGit, type GitResult } from '../git.ts';
@@ -134,11 +134,15 @@ async function importCommit(worktree: string, commonDir: string, files: TouchedF
         await sleep(attempt * 10);
       }
     }
-    const commitOid = (await readFile(marks, 'utf8')).split('\n')[0]!.split(' ')[1]!;
+    const commitOid = readFileSync(marks, 'utf8').split('\n')[0]!.split(' ')[1]!;
     const treeOid = out.stdout.split('\n').find((l) => l.startsWith('040000 tree '))!.slice('040000 tree '.length, '040000 tree '.length + 40);
     return { commitOid, treeOid };
   } finally {
-    await unlink(marks).catch(() => {});
+    try {
+      unlinkSync(marks);
+    } catch {
+      /* never written: fast-import failed */
+    }
   }
 }
 
@@ -179,12 +183,20 @@ async function sweepIndexCopies(gitDir: string): Promise<void> {
 async function stageOnCopy(worktree: string, paths: string[]): Promise<{ finish: (treeOid: string) => Promise<boolean>; drop: () => Promise<void> } | undefined> {
   const gitDir = await gitDirOf(worktree);
   await sweepIndexCopies(gitDir);
+  // The file operations here are single syscalls on small metadata: done synchronously, without
+  // a round trip through the thread pool each (several ms apiece on a loaded machine).
   const index = path.join(gitDir, 'index');
-  const before = await stat(index).catch(() => undefined);
+  const before = statSync(index, { throwIfNoEntry: false });
   if (!before) return undefined;
   const copy = path.join(gitDir, `echodo-index-${process.pid}-${randomBytes(4).toString('hex')}`);
-  await link(index, copy);
-  const drop = () => unlink(copy).catch(() => {});
+  linkSync(index, copy);
+  const drop = async () => {
+    try {
+      unlinkSync(copy);
+    } catch {
+      /* already gone */
+    }
+  };
   const env = { GIT_INDEX_FILE: copy };
   try {
     await runGit(worktree, ['update-index', '--add', '--remove', '--info-only', '-z', '--stdin'], { input: paths.join('\0'), env });
@@ -201,23 +213,29 @@ async function stageOnCopy(worktree: string, paths: string[]): Promise<{ finish:
       return false;
     }
     const lock = `${index}.lock`;
-    const held = await open(lock, 'wx').catch(() => undefined);
-    if (!held) {
+    let held: number;
+    try {
+      held = openSync(lock, 'wx');
+    } catch {
       await drop();
       return false;
     }
     try {
       // git replaces the index by rename: the same inode, size and mtime mean nobody wrote it meanwhile.
-      const now = await stat(index).catch(() => undefined);
+      const now = statSync(index, { throwIfNoEntry: false });
       if (!now || now.ino !== before.ino || now.size !== before.size || now.mtimeMs !== before.mtimeMs) {
         await drop();
         return false;
       }
-      await rename(copy, index);
+      renameSync(copy, index);
       return true;
     } finally {
-      await held.close();
-      await unlink(lock).catch(() => {});
+      closeSync(held);
+      try {
+        unlinkSync(lock);
+      } catch {
+        /* nothing to remove */
+      }
     }
   };
   return { finish, drop };
