@@ -137,6 +137,8 @@ describe('many hosts: the checkpoint remote', () => {
     assert.equal(m.toHost, 'host-b');
     assert.equal(m.recloned, false);
     assert.equal(m.fromSeq, 3);
+    // Fetched at the claim onto a scratch ref (before the branch's ownership was checked), then moved.
+    assert.equal(await git(hosts.b.repo, 'for-each-ref', 'refs/echodo-prefetch/'), '', 'no scratch ref left on host B');
     // What B fetched: the run's checkpoint objects only, far below a clone of the remote.
     const cloneDir = path.join(root, `clone-${agentRunId}`);
     await git(root, 'clone', '-q', '--bare', '--no-local', remoteUrl, cloneDir);

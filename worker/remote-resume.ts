@@ -50,7 +50,35 @@ export async function ensureLocalRepo(repoPath: string, remote: string, log: Log
   return true;
 }
 
-export async function prepareRemoteResume(args: { config: Config; run: RunRow; chain: CheckpointRow[]; repoPath: string; log: Logger }): Promise<RemoteResume> {
+/** A fetch of the run's branch (onto a scratch ref) and notes started at the claim: prefetchRun. */
+export interface PrefetchedRun {
+  scratchRef: string;
+  result: Promise<{ fetchedBytes: number } | Error>;
+}
+
+/**
+ * A run last recorded by another host: its branch and notes are fetched from the remote at once,
+ * while Postgres answers. The branch's ownership is not checked yet, so it lands on a scratch ref;
+ * prepareRemoteResume moves it onto the branch once it is (or fetches again if this failed).
+ */
+export function prefetchRun(config: Config, run: RunRow): PrefetchedRun | undefined {
+  const remote = config.WORKER_CHECKPOINT_REMOTE;
+  const repoPath = run.job.repoPath ?? config.WORKER_REPO_ROOT;
+  if (!remote || !run.branch || !run.host_id || run.host_id === config.WORKER_HOST_ID || !existsSync(repoPath)) return undefined;
+  const scratchRef = `refs/echodo-prefetch/${run.workspace_id}/${run.id}`;
+  const notesRef = runNotesRef(run.workspace_id, run.id);
+  const result = fetchRun({ repoPath, remote, branch: run.branch, notesRef, branchInto: scratchRef }).catch((err: unknown) => err as Error);
+  return { scratchRef, result };
+}
+
+export async function prepareRemoteResume(args: {
+  config: Config;
+  run: RunRow;
+  chain: CheckpointRow[];
+  repoPath: string;
+  prefetched?: PrefetchedRun;
+  log: Logger;
+}): Promise<RemoteResume> {
   const { config, run } = args;
   const notesRef = runNotesRef(run.workspace_id, run.id);
   const otherHost = !!run.host_id && run.host_id !== config.WORKER_HOST_ID;
@@ -60,12 +88,25 @@ export async function prepareRemoteResume(args: { config: Config; run: RunRow; c
   // behind the host that started the run may lack (only then is it fetched).
   const target = latest ?? run.base_oid;
   if (!target || !run.branch) return { run: here, notesRef };
+  const early = otherHost && latest ? await args.prefetched?.result : undefined;
+  if (early && !(early instanceof Error)) {
+    // Fetched at the claim; the branch is the run's own (run-job checked): moved onto it in one go.
+    const scratch = args.prefetched!.scratchRef;
+    await runGit(args.repoPath, ['update-ref', '--stdin'], { input: `update refs/heads/${run.branch} ${scratch}\ndelete ${scratch}\n` });
+    return fetchedFrom(args, here, notesRef, early.fetchedBytes);
+  }
+  if (args.prefetched) await runGit(args.repoPath, ['update-ref', '-d', args.prefetched.scratchRef]).catch(() => {});
   const present = (await runGit(args.repoPath, ['cat-file', '-e', `${target}^{commit}`], { allowExitCodes: [1, 128] })).exitCode === 0;
   if (present && (!otherHost || !latest)) return { run: here, notesRef };
   const remote = config.WORKER_CHECKPOINT_REMOTE!;
   const { fetchedBytes } = latest
     ? await fetchRun({ repoPath: args.repoPath, remote, branch: run.branch, notesRef })
     : await fetchBase({ repoPath: args.repoPath, remote, oid: target, branch: run.branch });
+  return fetchedFrom(args, here, notesRef, fetchedBytes);
+}
+
+function fetchedFrom(args: { config: Config; run: RunRow; log: Logger }, here: RunRow, notesRef: string, fetchedBytes: number): RemoteResume {
+  const { config, run } = args;
   args.log.info({ fromHost: run.host_id, toHost: config.WORKER_HOST_ID, branch: run.branch, fetchedBytes }, 'fetched the run\'s checkpoints from the checkpoint remote');
   return { run: here, notesRef, fetched: { fromHost: run.host_id ?? null, toHost: config.WORKER_HOST_ID, fetchedBytes, recloned: false } };
 }

@@ -35,7 +35,7 @@ import { claimBranch, ownBranchesAmong } from '../store/branches.ts';
 import { finishCancelledRun } from './cancel.ts';
 import { forkStartState } from './fork.ts';
 import { CheckpointRemoteError, RemotePusher, runNotesRef } from './checkpoints/remote.ts';
-import { ensureLocalRepo, mirrorNotesLocally, prepareRemoteResume } from './remote-resume.ts';
+import { ensureLocalRepo, mirrorNotesLocally, prefetchRun, prepareRemoteResume, type PrefetchedRun } from './remote-resume.ts';
 
 export type JobResult = 'completed' | 'failed' | 'released' | 'skipped' | 'dead_lettered' | 'lease_lost';
 
@@ -103,6 +103,8 @@ async function executeRun(deps: JobDeps, run: RunRow, lease: Lease): Promise<Job
   // A resume's slowest read, `git status` of the worktree the row names on this host, starts now
   // and runs while Postgres answers (verify.ts uses it only if the row still names that path).
   const prefetchedStatus = prefetchStatus(run, config);
+  // A run last on another host: its checkpoints are fetched from the remote meanwhile (remote-resume.ts).
+  const prefetchedRun = prefetchRun(config, run);
   // Every read the run starts from, pipelined in one transaction: the harness, the API key
   // variables to redact, the last rows (a bounded tail, resume-chain.ts), the run's whole
   // manifest (for verification) and the model alias's provider row.
@@ -131,7 +133,7 @@ async function executeRun(deps: JobDeps, run: RunRow, lease: Lease): Promise<Job
     await finishCancelledRun({ db, run, by: run.cancel_requested_by ?? 'unknown', seq: chain.at(-1)?.checkpoint_seq ?? 0, step: run.step, repoPath: job.repoPath ?? config.WORKER_REPO_ROOT, worktreePath: run.worktree_path, log });
     return 'released';
   }
-  const { tree, baseOid, mirroring } = await prepareTree(deps, run, harness, chain, anchor, resuming, manifest, prefetchedStatus);
+  const { tree, baseOid, mirroring } = await prepareTree(deps, run, harness, chain, anchor, resuming, manifest, { status: prefetchedStatus, run: prefetchedRun });
 
   // A fork's first attempt starts from its source's checkpoint (step, history, hash as anchor).
   const state = chain.length || !run.fork_seed ? stateFromChain(chain, baseOid, config.WORKER_CHECKPOINT_HISTORY_LIMIT, manifest) : forkStartState(run.fork_seed, baseOid);
@@ -225,7 +227,7 @@ async function prepareTree(
   anchor: string | null,
   resuming: boolean,
   manifest?: ManifestEntry[],
-  prefetchedStatus?: PrefetchedStatus,
+  prefetched: { status?: PrefetchedStatus; run?: PrefetchedRun } = {},
 ): Promise<{ tree: WorkingTree; baseOid: string | null; mirroring?: Promise<void> }> {
   const { config, db, log } = deps;
   const scoped = inWorkspace(db.app, run.workspace_id, log);
@@ -254,7 +256,7 @@ async function prepareTree(
   if (run.branch) await assertOwnBranch(run.branch, claim);
   if (resuming && run.worktree_path) {
     // With a checkpoint remote: fetched from it when the run was last on another host (remote-resume.ts).
-    const fromRemote = config.WORKER_CHECKPOINT_REMOTE ? await prepareRemoteResume({ config, run, chain, repoPath, log }) : undefined;
+    const fromRemote = config.WORKER_CHECKPOINT_REMOTE ? await prepareRemoteResume({ config, run, chain, repoPath, prefetched: prefetched.run, log }) : undefined;
     const report = await verifyAndRepair({
       run: fromRemote?.run ?? run,
       chain,
@@ -263,7 +265,7 @@ async function prepareTree(
       repoRoot: config.WORKER_REPO_ROOT,
       worktreeBase: config.WORKER_WORKTREE_BASE,
       notesRef: fromRemote?.notesRef ?? config.WORKER_NOTES_REF,
-      prefetchedStatus,
+      prefetchedStatus: prefetched.status,
       log,
     });
     worktree = report.worktree!;

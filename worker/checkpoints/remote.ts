@@ -171,9 +171,16 @@ async function packs(commonDir: string): Promise<Map<string, number>> {
  * this repository may have the branch checked out from an earlier attempt on this host; resume
  * resets it to the checkpoint.
  */
-export async function fetchRun(args: { repoPath: string; remote: string; branch: string; notesRef: string }): Promise<{ fetchedBytes: number }> {
+export async function fetchRun(args: {
+  repoPath: string;
+  remote: string;
+  branch: string;
+  notesRef: string;
+  /** Where the branch lands (default: the local branch): a scratch ref when fetched ahead of the ownership check. */
+  branchInto?: string;
+}): Promise<{ fetchedBytes: number }> {
   const branchRef = `refs/heads/${args.branch}`;
-  return fetchMeasured(args.repoPath, args.remote, [`+${branchRef}:${branchRef}`, `+${args.notesRef}*:${args.notesRef}*`], branchRef);
+  return fetchMeasured(args.repoPath, args.remote, [`+${branchRef}:${args.branchInto ?? branchRef}`, `+${args.notesRef}*:${args.notesRef}*`], branchRef);
 }
 
 /**
