@@ -7,7 +7,16 @@ import path from 'node:path';
 import { errorMessage } from '../core/errors.ts';
 import type { Logger } from './log.ts';
 import { withRepoLock } from './repo-lock.ts';
-import { makeSpareLocked, removeSparesLocked, setSpareListener, worktreeLockPath, WORKTREE_LOCK_OPTIONS, type SpareOutcome } from './spare-worktrees.ts';
+import {
+  makeSpareLocked,
+  removeSparesLocked,
+  setSpareListener,
+  worktreeLockPath,
+  WORKTREE_LOCK_OPTIONS,
+  type SpareOutcome,
+} from './spare-worktrees.ts';
+
+const LOCK = { ...WORKTREE_LOCK_OPTIONS, what: 'spare worktree' };
 import { repoCommonDir } from './worktrees.ts';
 
 /**
@@ -16,14 +25,14 @@ import { repoCommonDir } from './worktrees.ts';
  */
 export async function makeSpareWorktree(args: { repoPath: string; worktreeBase: string; log: Logger }): Promise<SpareOutcome> {
   const commonDir = await repoCommonDir(args.repoPath);
-  return withRepoLock(worktreeLockPath(commonDir), () => makeSpareLocked({ ...args, commonDir }), { ...WORKTREE_LOCK_OPTIONS, what: 'spare worktree' });
+  return withRepoLock(worktreeLockPath(commonDir), () => makeSpareLocked({ ...args, commonDir }), LOCK);
 }
 
 /** WORKER_SPARE_WORKTREE=off: the disk a spare held is given back. */
 export async function removeSpareWorktrees(args: { repoPath: string; worktreeBase: string; log: Logger }): Promise<number> {
   if (!existsSync(args.repoPath)) return 0;
   const commonDir = await repoCommonDir(args.repoPath);
-  return withRepoLock(worktreeLockPath(commonDir), () => removeSparesLocked({ ...args, commonDir }), { ...WORKTREE_LOCK_OPTIONS, what: 'spare worktree' });
+  return withRepoLock(worktreeLockPath(commonDir), () => removeSparesLocked({ ...args, commonDir }), LOCK);
 }
 
 export class SpareKeeper {
@@ -66,7 +75,8 @@ export class SpareKeeper {
         const t0 = performance.now();
         try {
           const r = await makeSpareWorktree({ repoPath, worktreeBase: this.opts.worktreeBase, log: this.opts.log });
-          this.opts.log.info({ repoPath, spare: r.path, action: r.action, repairs: r.repairs, ms: Math.round(performance.now() - t0) }, 'spare worktree ready');
+          const ms = Math.round(performance.now() - t0);
+          this.opts.log.info({ repoPath, spare: r.path, action: r.action, repairs: r.repairs, ms }, 'spare worktree ready');
         } catch (err) {
           this.opts.log.warn({ repoPath, error: errorMessage(err) }, 'could not make a spare worktree; runs add their worktrees as before');
         }

@@ -79,10 +79,10 @@ async function inspectSpare(dir: string, commonDir: string): Promise<Spare | str
 async function removeSpare(dir: string): Promise<void> {
   const admin = await pointerOf(dir);
   if (admin) {
+    // Only the admin folder registered for this folder (or for nothing): never a run's.
     const gitdir = (await readFile(path.join(admin, 'gitdir'), 'utf8').catch(() => '')).trim();
-    if (!gitdir || path.dirname(gitdir) === dir || (await realpath(path.dirname(gitdir)).catch(() => '')) === (await realpath(dir).catch(() => dir))) {
-      await rm(admin, { recursive: true, force: true });
-    }
+    const registered = gitdir ? await realpath(path.dirname(gitdir)).catch(() => path.dirname(gitdir)) : '';
+    if (!gitdir || registered === (await realpath(dir).catch(() => dir))) await rm(admin, { recursive: true, force: true });
   }
   await rm(dir, { recursive: true, force: true });
 }
@@ -94,7 +94,12 @@ async function removeSpare(dir: string): Promise<void> {
 async function tidySpares(args: { commonDir: string; worktreeBase: string; log: Logger }): Promise<{ spare?: Spare; repairs: string[] }> {
   const folder = spareFolderFor(args.worktreeBase, args.commonDir);
   // Admin folders of spares that a kill inside `git worktree add` left without even a gitdir file.
-  const repairs = await repairAdminFolders({ commonDir: args.commonDir, worktreeBase: args.worktreeBase, ownRunId: sparePrefix(args.commonDir), log: args.log });
+  const repairs = await repairAdminFolders({
+    commonDir: args.commonDir,
+    worktreeBase: args.worktreeBase,
+    ownRunId: sparePrefix(args.commonDir),
+    log: args.log,
+  });
   let spare: Spare | undefined;
   for (const name of await readdir(folder).catch(() => [] as string[])) {
     const dir = path.join(folder, name);
@@ -122,7 +127,12 @@ export interface SpareOutcome {
  * Makes (or refreshes to the repository's HEAD) the repository's spare. Call it holding the
  * repository's worktree lock (spare-keeper.ts makeSpareWorktree does).
  */
-export async function makeSpareLocked(args: { repoPath: string; commonDir: string; worktreeBase: string; log: Logger }): Promise<SpareOutcome> {
+export async function makeSpareLocked(args: {
+  repoPath: string;
+  commonDir: string;
+  worktreeBase: string;
+  log: Logger;
+}): Promise<SpareOutcome> {
   const folder = spareFolderFor(args.worktreeBase, args.commonDir);
   await ensurePrivateDir(args.worktreeBase, 'WORKER_WORKTREE_BASE');
   await ensurePrivateDir(path.dirname(folder), 'the spare worktree folder');
@@ -160,7 +170,8 @@ export async function makeSpareLocked(args: { repoPath: string; commonDir: strin
  */
 async function settleIndex(dir: string, indexFile?: string): Promise<void> {
   await sleep(30);
-  await runGit(dir, ['update-index', '-q', '--refresh'], { allowExitCodes: [1], env: indexFile ? { GIT_INDEX_FILE: indexFile } : undefined });
+  const env = indexFile ? { GIT_INDEX_FILE: indexFile } : undefined;
+  await runGit(dir, ['update-index', '-q', '--refresh'], { allowExitCodes: [1], env });
 }
 
 /** Removes every spare of the repository (spares switched off). Under the lock. */
@@ -243,7 +254,14 @@ export async function takeSpareLocked(args: {
 }
 
 /** The moved spare made the run's: admin pointer, HEAD on the branch, checked out at the target. */
-async function pointAndCheckOut(args: { wtPath: string; branch: string; baseOid: string; checkoutOid?: string; spare: Spare; hidden: string }): Promise<string> {
+async function pointAndCheckOut(args: {
+  wtPath: string;
+  branch: string;
+  baseOid: string;
+  checkoutOid?: string;
+  spare: Spare;
+  hidden: string;
+}): Promise<string> {
   const { spare } = args;
   const dotGit = path.join(await realpath(path.dirname(args.wtPath)), path.basename(args.wtPath), '.git');
   await writeAtomically(path.join(spare.admin, 'gitdir'), `${dotGit}\n`);
