@@ -1,18 +1,19 @@
-// One delivery, start to finish: validate → claim → harness → worktree (made, reused, or
-// verified and repaired on resume) → model → session → outcome. An error here fails this run
-// with a reason; it never escapes to kill the daemon.
+// One delivery, start to finish: validate → claim → the run's reads (one transaction, while a
+// resume's git status or cross-host fetch already runs) → model → worktree (prepare-tree.ts:
+// made, reused, or verified and repaired on resume) → session → outcome. An error here fails
+// this run with a reason; it never escapes to kill the daemon.
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import type { Config } from '../core/config.ts';
 import type { Database } from '../store/connection.ts';
-import { checkpointChain, runManifest, type CheckpointRow, type ManifestEntry } from '../store/checkpoints.ts';
-import { appendEvent, getRun, completeRun, failRun, requeueRun, setRunWorkspace, type RunRow } from '../store/runs.ts';
+import { runManifest } from '../store/checkpoints.ts';
+import { appendEvent, getRun, completeRun, failRun, requeueRun, type RunRow } from '../store/runs.ts';
 import { apiKeyEnvVars, modelProvider } from '../store/workspace-config.ts';
-import { inWorkspace, withWorkspace } from '../store/workspace.ts';
+import { inWorkspace } from '../store/workspace.ts';
 import { isTransientDbError } from '../store/retry.ts';
 import { errorMessage, LeaseLostError, toEchodoError } from '../core/errors.ts';
 import { faultPoint } from './faults.ts';
-import { resolveHarnessForJob, type Harness } from './harnesses.ts';
+import { resolveHarnessForJob } from './harnesses.ts';
 import { parseRawJob, type Job } from '../core/job.ts';
 import { Lease } from './lease.ts';
 import type { Logger } from './log.ts';
@@ -22,20 +23,15 @@ import type { Delivery, JobQueue } from './queue/types.ts';
 import { redactString, registerSecretsFromEnv } from '../core/redact.ts';
 import { TouchTracker } from './checkpoints/tracker.ts';
 import { loadResumeChain } from './checkpoints/resume-chain.ts';
-import { CheckpointWriter, stateFromChain, type WorkingTree } from './checkpoints/writer.ts';
-import { verifyAndRepair } from './resume.ts';
-import { gitStatus, type PrefetchedStatus } from './checkpoints/verify.ts';
+import { CheckpointWriter, stateFromChain } from './checkpoints/writer.ts';
+import { prefetchStatus, prepareTree } from './prepare-tree.ts';
 import { admitDelivery } from './delivery.ts';
 import { runSession } from './session.ts';
 import { sandboxFor, sandboxOptionsFromConfig } from './sandbox/index.ts';
-import { removeStaleTempFiles } from './tools/temp-files.ts';
-import { prepareWorktree, repoCommonDir, type PreparedWorktree } from './worktrees.ts';
-import { assertOwnBranch, chooseBranch, vetBaseRef, type ClaimBranch } from './branch-ownership.ts';
-import { claimBranch, ownBranchesAmong } from '../store/branches.ts';
 import { finishCancelledRun } from './cancel.ts';
 import { forkStartState } from './fork.ts';
 import { CheckpointRemoteError, RemotePusher, runNotesRef } from './checkpoints/remote.ts';
-import { ensureLocalRepo, mirrorNotesLocally, prefetchRun, prepareRemoteResume, type PrefetchedRun } from './remote-resume.ts';
+import { prefetchRun } from './remote-resume.ts';
 
 export type JobResult = 'completed' | 'failed' | 'released' | 'skipped' | 'dead_lettered' | 'lease_lost';
 
@@ -49,7 +45,7 @@ export interface JobDeps {
 }
 
 export async function processDelivery(deps: JobDeps, delivery: Delivery): Promise<JobResult> {
-  const { db, queue, log } = deps;
+  const { db, log } = deps;
   faultPoint('after-take');
   const parsed = parseRawJob(delivery.raw);
   if (!parsed.ok) return deadLetter(deps, delivery, `invalid job: ${parsed.problems.join('; ')}`);
@@ -133,7 +129,7 @@ async function executeRun(deps: JobDeps, run: RunRow, lease: Lease): Promise<Job
     await finishCancelledRun({ db, run, by: run.cancel_requested_by ?? 'unknown', seq: chain.at(-1)?.checkpoint_seq ?? 0, step: run.step, repoPath: job.repoPath ?? config.WORKER_REPO_ROOT, worktreePath: run.worktree_path, log });
     return 'released';
   }
-  const { tree, baseOid, mirroring } = await prepareTree(deps, run, harness, chain, anchor, resuming, manifest, { status: prefetchedStatus, run: prefetchedRun });
+  const { tree, baseOid, mirroring, notesOnRemote } = await prepareTree(deps, run, harness, chain, anchor, resuming, manifest, { status: prefetchedStatus, run: prefetchedRun });
 
   // A fork's first attempt starts from its source's checkpoint (step, history, hash as anchor).
   const state = chain.length || !run.fork_seed ? stateFromChain(chain, baseOid, config.WORKER_CHECKPOINT_HISTORY_LIMIT, manifest) : forkStartState(run.fork_seed, baseOid);
@@ -150,8 +146,9 @@ async function executeRun(deps: JobDeps, run: RunRow, lease: Lease): Promise<Job
       { sql: db.app, run: { workspaceId: run.workspace_id, agentRunId: run.id, convoyId: run.convoy_id, briefId: run.brief_id, attempt: run.attempt }, lease, tree, tracker, notesRef: config.WORKER_NOTES_REF, historyLimit: config.WORKER_CHECKPOINT_HISTORY_LIMIT, leaseMs: config.WORKER_LEASE_MS, log, remote },
       state,
     );
-    // Notes a resume rewrote from Postgres (the latest one a kill kept off the remote) go out now.
-    if (remote && resuming) await remote.pusher.pushNotes();
+    // Notes a resume rewrote from Postgres (the latest one a kill kept off the remote) go out now;
+    // not when they were all just fetched from it.
+    if (remote && resuming && !notesOnRemote) await remote.pusher.pushNotes();
     const outcome = await runSession({
       model,
       harness,
@@ -208,128 +205,6 @@ async function executeRun(deps: JobDeps, run: RunRow, lease: Lease): Promise<Job
     await mirroring;
     await tracker.stop();
   }
-}
-
-/** `git status` of the run's recorded worktree, when it is on this host and there: for verifyAndRepair. */
-function prefetchStatus(run: RunRow, config: Config): PrefetchedStatus | undefined {
-  const worktree = run.worktree_path;
-  if (!worktree || !run.branch || (run.host_id && run.host_id !== config.WORKER_HOST_ID) || !existsSync(worktree)) return undefined;
-  const result = gitStatus(worktree);
-  result.catch(() => {}); // unused when verification takes another path; its own reads then report
-  return { path: worktree, result };
-}
-
-async function prepareTree(
-  deps: JobDeps,
-  run: RunRow,
-  harness: Harness,
-  chain: CheckpointRow[],
-  anchor: string | null,
-  resuming: boolean,
-  manifest?: ManifestEntry[],
-  prefetched: { status?: PrefetchedStatus; run?: PrefetchedRun } = {},
-): Promise<{ tree: WorkingTree; baseOid: string | null; mirroring?: Promise<void> }> {
-  const { config, db, log } = deps;
-  const scoped = inWorkspace(db.app, run.workspace_id, log);
-  const job = run.job;
-  let resumed: ResumeEvent | undefined;
-  let mirroring: Promise<void> | undefined;
-  if (!harness.needsWorktree) {
-    const root = config.WORKER_REPO_ROOT;
-    if (resuming) {
-      // A write_file killed between its temp file and the rename leaves the temp behind.
-      for (const prefix of harness.writePrefixes ?? ['']) await removeStaleTempFiles(path.join(root, prefix));
-      const report = await verifyAndRepair({ run, chain, anchor, manifest, repoRoot: root, worktreeBase: config.WORKER_WORKTREE_BASE, notesRef: config.WORKER_NOTES_REF, log });
-      resumed = resumeEvent(run, report.fromSeq, report.findings.map((f) => f.detail), []);
-    }
-    await recordWorkspace(deps, run, harness.alias, null, resumed);
-    return { tree: { root, git: null }, baseOid: null };
-  }
-
-  let worktree: PreparedWorktree;
-  // Branch ownership (worker/branch-ownership.ts): the run works only on a branch it owns.
-  const repoPath = job.repoPath ?? config.WORKER_REPO_ROOT;
-  // Many hosts: a host with no copy of the repository makes a partial clone of the checkpoint remote.
-  const partialClone = config.WORKER_CHECKPOINT_REMOTE ? await ensureLocalRepo(repoPath, config.WORKER_CHECKPOINT_REMOTE, log) : false;
-  const repoDir = await repoCommonDir(repoPath);
-  const claim: ClaimBranch = (branch, mayCreate) => scoped((tx) => claimBranch(tx, { repoDir, branch, agentRunId: run.id, mayCreate }));
-  if (run.branch) await assertOwnBranch(run.branch, claim);
-  if (resuming && run.worktree_path) {
-    // With a checkpoint remote: fetched from it when the run was last on another host (remote-resume.ts).
-    const fromRemote = config.WORKER_CHECKPOINT_REMOTE ? await prepareRemoteResume({ config, run, chain, repoPath, prefetched: prefetched.run, log }) : undefined;
-    const report = await verifyAndRepair({
-      run: fromRemote?.run ?? run,
-      chain,
-      anchor,
-      manifest,
-      repoRoot: config.WORKER_REPO_ROOT,
-      worktreeBase: config.WORKER_WORKTREE_BASE,
-      notesRef: fromRemote?.notesRef ?? config.WORKER_NOTES_REF,
-      prefetchedStatus: prefetched.status,
-      log,
-    });
-    worktree = report.worktree!;
-    if (fromRemote?.fetched) {
-      // Every checkpoint's note under the local notes ref too (`git notes show` on this host): for
-      // people, not for verification, so it is written while the run goes on. Note writes are
-      // serialized per repository (notes.ts), and the run waits for it before it ends.
-      const wt = worktree;
-      mirroring = scoped((tx) => checkpointChain(tx, run.id)).then(
-        (all) => mirrorNotesLocally(wt.path, config.WORKER_NOTES_REF, all, log),
-        (err) => log.warn({ error: errorMessage(err) }, 'could not read the checkpoints to mirror their notes locally; continuing'),
-      );
-    }
-    log.info({ fromSeq: report.fromSeq, findings: report.findings, repairs: report.repairs }, 'worktree verified against Postgres and the git notes');
-    const fetched = fromRemote?.fetched && (partialClone ? { ...fromRemote.fetched, partialClone: true } : fromRemote.fetched);
-    resumed = resumeEvent(run, report.fromSeq, report.findings.map((f) => `${f.kind}: ${f.detail}`), report.repairs, fetched);
-  } else {
-    const knownBaseOid = run.base_oid ?? (await vetBaseRef({ repoPath, baseRef: job.baseRef, ownBranchesAmong: (names) => scoped((tx) => ownBranchesAmong(tx, repoDir, names)) }));
-    const branch = run.branch ?? (await chooseBranch({ repoPath, workspaceId: run.workspace_id, briefId: run.brief_id, agentRunId: run.id, claim }));
-    worktree = await prepareWorktree({
-      repoPath,
-      worktreeBase: config.WORKER_WORKTREE_BASE,
-      workspaceId: run.workspace_id,
-      agentRunId: run.id,
-      briefId: run.brief_id,
-      baseRef: job.baseRef,
-      knownBaseOid,
-      branch,
-      log,
-    });
-    if (worktree.created) {
-      await scoped((tx) => appendEvent(tx, { convoyId: run.convoy_id, agentRunId: run.id, type: 'worktree_created', metadata: { branch: worktree.branch, attempt: run.attempt } }));
-    }
-  }
-  faultPoint('before-branch-recorded');
-  await recordWorkspace(deps, run, harness.alias, worktree, resumed);
-  return { tree: { root: worktree.path, git: { branch: worktree.branch, worktreePath: worktree.path } }, baseOid: run.base_oid ?? worktree.baseOid, mirroring };
-}
-
-type ResumeEvent = Record<string, unknown>;
-
-function resumeEvent(run: RunRow, fromSeq: number, findings: string[], repairs: string[], fetched?: Record<string, unknown>): ResumeEvent {
-  return { fromSeq, attempt: run.attempt, findings, repairs, recloned: false, ...fetched };
-}
-
-/**
- * The run's worktree (branch, path, base, host) and, on a resume, its run_resumed event: one
- * transaction, fenced on the lease epoch (the event is recorded only by the lease holder).
- */
-async function recordWorkspace(deps: JobDeps, run: RunRow, harnessAlias: string, worktree: PreparedWorktree | null, resumed?: ResumeEvent): Promise<void> {
-  const ok = await withWorkspace(deps.db.app, run.workspace_id, async (tx) => {
-    const set = await setRunWorkspace(tx, {
-      agentRunId: run.id,
-      leaseEpoch: run.lease_epoch,
-      harnessAlias,
-      branch: worktree?.branch ?? null,
-      worktreePath: worktree?.path ?? null,
-      baseOid: worktree?.baseOid ?? null,
-      hostId: deps.config.WORKER_HOST_ID,
-    });
-    if (set && resumed) await appendEvent(tx, { convoyId: run.convoy_id, agentRunId: run.id, type: 'run_resumed', metadata: resumed });
-    return set;
-  });
-  if (!ok) throw new LeaseLostError(`run ${run.id}: lease lost while preparing the ${worktree ? 'worktree' : 'run'}`);
 }
 
 async function deadLetter(deps: JobDeps, delivery: Delivery, reason: string, job?: Job): Promise<JobResult> {

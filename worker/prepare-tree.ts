@@ -1,0 +1,154 @@
+// The run's working tree before its first tool call: for a code run a worktree on a branch it
+// owns (made, taken from the spare, or on a resume verified against Postgres and the notes and
+// repaired, fetched first from the checkpoint remote when the run was on another host); for a
+// doc-writer run the repository root, verified on a resume. Then the worktree and, on a resume,
+// its run_resumed event are recorded in one transaction fenced on the lease.
+import { existsSync } from 'node:fs';
+import path from 'node:path';
+import type { Config } from '../core/config.ts';
+import { LeaseLostError, errorMessage } from '../core/errors.ts';
+import { checkpointChain, type CheckpointRow, type ManifestEntry } from '../store/checkpoints.ts';
+import type { Database } from '../store/connection.ts';
+import { claimBranch, ownBranchesAmong } from '../store/branches.ts';
+import { appendEvent, setRunWorkspace, type RunRow } from '../store/runs.ts';
+import { inWorkspace, withWorkspace } from '../store/workspace.ts';
+import { assertOwnBranch, chooseBranch, vetBaseRef, type ClaimBranch } from './branch-ownership.ts';
+import { gitStatus, type PrefetchedStatus } from './checkpoints/verify.ts';
+import type { WorkingTree } from './checkpoints/writer.ts';
+import { faultPoint } from './faults.ts';
+import type { Harness } from './harnesses.ts';
+import type { Logger } from './log.ts';
+import { ensureLocalRepo, mirrorNotesLocally, prepareRemoteResume, type PrefetchedRun } from './remote-resume.ts';
+import { verifyAndRepair } from './resume.ts';
+import { removeStaleTempFiles } from './tools/temp-files.ts';
+import { prepareWorktree, repoCommonDir, type PreparedWorktree } from './worktrees.ts';
+
+export interface TreeDeps {
+  config: Config;
+  db: Database;
+  log: Logger;
+}
+
+/** `git status` of the run's recorded worktree, when it is on this host and there: for verifyAndRepair. */
+export function prefetchStatus(run: RunRow, config: Config): PrefetchedStatus | undefined {
+  const worktree = run.worktree_path;
+  if (!worktree || !run.branch || (run.host_id && run.host_id !== config.WORKER_HOST_ID) || !existsSync(worktree)) return undefined;
+  const result = gitStatus(worktree);
+  result.catch(() => {}); // unused when verification takes another path; its own reads then report
+  return { path: worktree, result };
+}
+
+export async function prepareTree(
+  deps: TreeDeps,
+  run: RunRow,
+  harness: Harness,
+  chain: CheckpointRow[],
+  anchor: string | null,
+  resuming: boolean,
+  manifest?: ManifestEntry[],
+  prefetched: { status?: PrefetchedStatus; run?: PrefetchedRun } = {},
+): Promise<{ tree: WorkingTree; baseOid: string | null; mirroring?: Promise<void>; notesOnRemote?: boolean }> {
+  const { config, db, log } = deps;
+  const scoped = inWorkspace(db.app, run.workspace_id, log);
+  const job = run.job;
+  let resumed: ResumeEvent | undefined;
+  let mirroring: Promise<void> | undefined;
+  let notesOnRemote = false;
+  if (!harness.needsWorktree) {
+    const root = config.WORKER_REPO_ROOT;
+    if (resuming) {
+      // A write_file killed between its temp file and the rename leaves the temp behind.
+      for (const prefix of harness.writePrefixes ?? ['']) await removeStaleTempFiles(path.join(root, prefix));
+      const report = await verifyAndRepair({ run, chain, anchor, manifest, repoRoot: root, worktreeBase: config.WORKER_WORKTREE_BASE, notesRef: config.WORKER_NOTES_REF, log });
+      resumed = resumeEvent(run, report.fromSeq, report.findings.map((f) => f.detail), []);
+    }
+    await recordWorkspace(deps, run, harness.alias, null, resumed);
+    return { tree: { root, git: null }, baseOid: null };
+  }
+
+  let worktree: PreparedWorktree;
+  // Branch ownership (worker/branch-ownership.ts): the run works only on a branch it owns.
+  const repoPath = job.repoPath ?? config.WORKER_REPO_ROOT;
+  // Many hosts: a host with no copy of the repository makes a partial clone of the checkpoint remote.
+  const partialClone = config.WORKER_CHECKPOINT_REMOTE ? await ensureLocalRepo(repoPath, config.WORKER_CHECKPOINT_REMOTE, log) : false;
+  const repoDir = await repoCommonDir(repoPath);
+  const claim: ClaimBranch = (branch, mayCreate) => scoped((tx) => claimBranch(tx, { repoDir, branch, agentRunId: run.id, mayCreate }));
+  if (run.branch) await assertOwnBranch(run.branch, claim);
+  if (resuming && run.worktree_path) {
+    // With a checkpoint remote: fetched from it when the run was last on another host (remote-resume.ts).
+    const fromRemote = config.WORKER_CHECKPOINT_REMOTE ? await prepareRemoteResume({ config, run, chain, repoPath, prefetched: prefetched.run, log }) : undefined;
+    const report = await verifyAndRepair({
+      run: fromRemote?.run ?? run,
+      chain,
+      anchor,
+      manifest,
+      repoRoot: config.WORKER_REPO_ROOT,
+      worktreeBase: config.WORKER_WORKTREE_BASE,
+      notesRef: fromRemote?.notesRef ?? config.WORKER_NOTES_REF,
+      prefetchedStatus: prefetched.status,
+      log,
+    });
+    worktree = report.worktree!;
+    notesOnRemote = !!fromRemote?.fetched && !report.findings.some((f) => f.kind === 'note_missing' || f.kind === 'note_mismatch');
+    if (fromRemote?.fetched) {
+      // Every checkpoint's note under the local notes ref too (`git notes show` on this host): for
+      // people, not for verification, so it is written while the run goes on. Note writes are
+      // serialized per repository (notes.ts), and the run waits for it before it ends.
+      const wt = worktree;
+      mirroring = scoped((tx) => checkpointChain(tx, run.id)).then(
+        (all) => mirrorNotesLocally(wt.path, config.WORKER_NOTES_REF, all, log),
+        (err) => log.warn({ error: errorMessage(err) }, 'could not read the checkpoints to mirror their notes locally; continuing'),
+      );
+    }
+    log.info({ fromSeq: report.fromSeq, findings: report.findings, repairs: report.repairs }, 'worktree verified against Postgres and the git notes');
+    const fetched = fromRemote?.fetched && (partialClone ? { ...fromRemote.fetched, partialClone: true } : fromRemote.fetched);
+    resumed = resumeEvent(run, report.fromSeq, report.findings.map((f) => `${f.kind}: ${f.detail}`), report.repairs, fetched);
+  } else {
+    const knownBaseOid = run.base_oid ?? (await vetBaseRef({ repoPath, baseRef: job.baseRef, ownBranchesAmong: (names) => scoped((tx) => ownBranchesAmong(tx, repoDir, names)) }));
+    const branch = run.branch ?? (await chooseBranch({ repoPath, workspaceId: run.workspace_id, briefId: run.brief_id, agentRunId: run.id, claim }));
+    worktree = await prepareWorktree({
+      repoPath,
+      worktreeBase: config.WORKER_WORKTREE_BASE,
+      workspaceId: run.workspace_id,
+      agentRunId: run.id,
+      briefId: run.brief_id,
+      baseRef: job.baseRef,
+      knownBaseOid,
+      branch,
+      log,
+    });
+    if (worktree.created) {
+      await scoped((tx) => appendEvent(tx, { convoyId: run.convoy_id, agentRunId: run.id, type: 'worktree_created', metadata: { branch: worktree.branch, attempt: run.attempt } }));
+    }
+  }
+  faultPoint('before-branch-recorded');
+  await recordWorkspace(deps, run, harness.alias, worktree, resumed);
+  return { tree: { root: worktree.path, git: { branch: worktree.branch, worktreePath: worktree.path } }, baseOid: run.base_oid ?? worktree.baseOid, mirroring, notesOnRemote };
+}
+
+type ResumeEvent = Record<string, unknown>;
+
+function resumeEvent(run: RunRow, fromSeq: number, findings: string[], repairs: string[], fetched?: Record<string, unknown>): ResumeEvent {
+  return { fromSeq, attempt: run.attempt, findings, repairs, recloned: false, ...fetched };
+}
+
+/**
+ * The run's worktree (branch, path, base, host) and, on a resume, its run_resumed event: one
+ * transaction, fenced on the lease epoch (the event is recorded only by the lease holder).
+ */
+async function recordWorkspace(deps: TreeDeps, run: RunRow, harnessAlias: string, worktree: PreparedWorktree | null, resumed?: ResumeEvent): Promise<void> {
+  const ok = await withWorkspace(deps.db.app, run.workspace_id, async (tx) => {
+    const set = await setRunWorkspace(tx, {
+      agentRunId: run.id,
+      leaseEpoch: run.lease_epoch,
+      harnessAlias,
+      branch: worktree?.branch ?? null,
+      worktreePath: worktree?.path ?? null,
+      baseOid: worktree?.baseOid ?? null,
+      hostId: deps.config.WORKER_HOST_ID,
+    });
+    if (set && resumed) await appendEvent(tx, { convoyId: run.convoy_id, agentRunId: run.id, type: 'run_resumed', metadata: resumed });
+    return set;
+  });
+  if (!ok) throw new LeaseLostError(`run ${run.id}: lease lost while preparing the ${worktree ? 'worktree' : 'run'}`);
+}
