@@ -24,6 +24,7 @@ import { runGit } from '../worker/git.ts';
 import type { Logger } from '../worker/log.ts';
 import type { Delivery, JobQueue } from '../worker/queue/types.ts';
 import { processDelivery } from '../worker/run-job.ts';
+import { sandboxFor, sandboxOptionsFromConfig } from '../worker/sandbox/index.ts';
 import { makeSpareWorktree } from '../worker/spare-keeper.ts';
 import { worktreePathFor } from '../worker/worktrees.ts';
 import type { BenchEnv } from './env.ts';
@@ -103,6 +104,10 @@ export async function measureCrossHostResume(env: BenchEnv, setup: RemoteSetup, 
       LOG_LEVEL: 'silent',
     });
     const worktree = worktreePathFor(base, f.identity.workspaceId, f.run.id);
+    // Host B's worker has started (warm or cold): it probed its command sandbox at start-up, as
+    // scripts/worker.ts does. The probe is cached per configuration, and each sample's host B has
+    // its own worktree base, so without this every sample would pay a bwrap start-up probe.
+    await sandboxFor(sandboxOptionsFromConfig(config));
     // A host that has been up has its spare worktree (at its clone's HEAD): made untimed.
     if (warm) await makeSpareWorktree({ repoPath: hostB, worktreeBase: base, log: silentLog });
     await mkdir(path.dirname(worktree), { recursive: true, mode: 0o700 });

@@ -91,38 +91,38 @@ export async function inspectRun(args: {
     return { targetOid, worktree: null, findings, notesToRewrite: [] };
   }
   const wt = await inspectWorktree(args.run.worktree_path, commonDir);
-  const checkReachable = async () => {
-    if (!targetOid) return;
+  const unreachable = async (): Promise<Finding[]> => {
+    if (!targetOid) return [];
     const reachable = await runGit(repoPath, ['cat-file', '-e', `${targetOid}^{commit}`], { allowExitCodes: [1, 128] });
-    if (reachable.exitCode !== 0) findings.push({ kind: 'commit_unreachable', detail: `checkpoint commit ${targetOid} is not in ${repoPath}` });
+    return reachable.exitCode === 0 ? [] : [{ kind: 'commit_unreachable', detail: `checkpoint commit ${targetOid} is not in ${repoPath}` }];
   };
   if (wt.halfMade && (wt.belongsToRepo || !wt.gitDir)) {
     // A worker killed inside `git worktree add`: resume makes it again at the checkpoint commit.
     findings.push(...chainFindings(), { kind: 'worktree_half_made', detail: `${args.run.worktree_path}: ${wt.halfMade}` });
-    await checkReachable();
-    const notes = await compareNotes(repoPath, args.notesRef, args.chain);
-    findings.push(...notes.findings);
+    // The commit's presence and the notes: two git processes, side by side.
+    const [missingCommit, notes] = await Promise.all([unreachable(), compareNotes(repoPath, args.notesRef, args.chain)]);
+    findings.push(...missingCommit, ...notes.findings);
     return { targetOid, worktree: wt, findings, notesToRewrite: notes.seqs };
-  }
-  if (!wt.exists || !wt.belongsToRepo) {
-    findings.push(...chainFindings());
-    await checkReachable();
   }
   if (!wt.exists && ['completed', 'failed', 'cancelled'].includes(args.run.status)) {
     // A finished run's worktree is disposable (prune removes it): the branch and notes are the record.
-    const tip = await resolveCommit(repoPath, `refs/heads/${args.run.branch}`);
+    findings.push(...chainFindings());
+    const [missingCommit, tip, notes] = await Promise.all([unreachable(), resolveCommit(repoPath, `refs/heads/${args.run.branch}`), compareNotes(repoPath, args.notesRef, args.chain)]);
+    findings.push(...missingCommit);
     if (targetOid && tip !== targetOid) findings.push({ kind: 'branch_moved', detail: `branch ${args.run.branch} is at ${tip ?? '(missing)'}, the last checkpoint at ${targetOid}` });
-    const notes = await compareNotes(repoPath, args.notesRef, args.chain);
     findings.push(...notes.findings);
     return { targetOid, worktree: wt, findings, notesToRewrite: notes.seqs };
   }
   if (!wt.exists) {
-    findings.push({ kind: 'worktree_missing', detail: `worktree ${args.run.worktree_path} does not exist` });
-    const notes = await compareNotes(repoPath, args.notesRef, args.chain);
-    findings.push(...notes.findings);
+    // Resume adds it again (another host's run, or a removed worktree): the commit and the notes
+    // are read side by side.
+    findings.push(...chainFindings());
+    const [missingCommit, notes] = await Promise.all([unreachable(), compareNotes(repoPath, args.notesRef, args.chain)]);
+    findings.push(...missingCommit, { kind: 'worktree_missing', detail: `worktree ${args.run.worktree_path} does not exist` }, ...notes.findings);
     return { targetOid, worktree: wt, findings, notesToRewrite: notes.seqs };
   }
   if (!wt.belongsToRepo) {
+    findings.push(...chainFindings(), ...(await unreachable()));
     findings.push({ kind: 'worktree_foreign', detail: `${args.run.worktree_path} is not a worktree of ${repoPath}` });
     return { targetOid, worktree: wt, findings, notesToRewrite: [] };
   }
@@ -149,7 +149,7 @@ export async function inspectRun(args: {
   const tip = entries.find((e) => e.startsWith('# branch.oid '))?.slice('# branch.oid '.length);
   if (targetOid && tip !== targetOid) {
     // A branch at its checkpoint commit proves that commit is there; otherwise look it up.
-    await checkReachable();
+    findings.push(...(await unreachable()));
     if (tip) findings.push({ kind: 'branch_moved', detail: `branch tip is ${tip}, the checkpoint is at ${targetOid}` });
   }
   const changed = entries.filter((e) => !e.startsWith('#'));
