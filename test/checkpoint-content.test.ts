@@ -11,6 +11,7 @@ import path from 'node:path';
 import { test } from 'node:test';
 import { commitTouchedPaths } from '../worker/checkpoints/content.ts';
 import { git, makeRepo } from './support/git.ts';
+import { gcAndRepackLoop } from './support/git-maintenance.ts';
 
 const sha256 = (s: string | Buffer) => createHash('sha256').update(s).digest('hex');
 
@@ -89,19 +90,10 @@ test('git gc --prune=now and git repack -ad running all along: every checkpoint 
   const repo = await makeRepo(files);
   const { worktree, branch } = await worktreeOf(repo, 'gc');
   let head = await git(worktree, 'rev-parse', 'HEAD');
-  let done = false;
-  const runs = { gc: 0, repack: 0 };
-  const maintainer = (async () => {
-    while (!done) {
-      // Each throws (failing the test) if git finds an object named by an index or ref missing.
-      await git(repo, 'gc', '--prune=now', '--quiet');
-      runs.gc++;
-      await git(repo, 'repack', '-a', '-d', '-q');
-      runs.repack++;
-    }
-  })();
+  // Each pass throws (failing the test) if git finds an object named by an index or ref missing.
+  const maintenance = gcAndRepackLoop(repo);
   try {
-    for (let seq = 1; seq <= 30 || runs.repack < 3; seq++) {
+    for (let seq = 1; seq <= 30 || maintenance.counts.repack < 3; seq++) {
       const paths = [`src/m-${seq % 40}.ts`, `src/n-${seq}.ts`];
       for (const p of paths) await writeFile(path.join(worktree, p), `export const v = ${seq}; // ${p}\n`);
       const c = await commitTouchedPaths({ worktree, branch, parentOid: head, paths, message: `checkpoint ${seq}` });
@@ -109,10 +101,10 @@ test('git gc --prune=now and git repack -ad running all along: every checkpoint 
       head = c.commitOid;
     }
   } finally {
-    done = true;
-    await maintainer;
+    await maintenance.stop();
   }
-  assert.ok(runs.gc >= 3 && runs.repack >= 3, `maintenance ran several times (${JSON.stringify(runs)})`);
+  const { gc, repack } = maintenance.counts;
+  assert.ok(gc >= 3 && repack >= 3, `maintenance ran several times (${JSON.stringify(maintenance.counts)})`);
   await git(repo, 'fsck', '--connectivity-only', '--no-progress');
   await git(worktree, 'diff-index', '--cached', '--quiet', 'HEAD'); // index == tip tree (throws otherwise)
   assert.equal(await git(worktree, 'status', '--porcelain'), '');

@@ -6,15 +6,12 @@ import assert from 'node:assert/strict';
 import { readdir, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
-import { checkpointChain } from '../store/checkpoints.ts';
 import { createWorkspace } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';
-import { notedCommits } from '../worker/checkpoints/notes.ts';
 import { ObjectPacker } from '../worker/checkpoints/packing.ts';
-import { checkRunIntegrity } from '../worker/integrity.ts';
 import { createTestDatabase, type TestDatabase } from './support/db.ts';
 import { git, makeRepo } from './support/git.ts';
-import { silentLog, startDrivenRun, type DrivenRun } from './support/checkpoint-run.ts';
+import { assertCheckpointsIntact, silentLog, startDrivenRun } from './support/checkpoint-run.ts';
 
 let t: TestDatabase;
 before(async () => {
@@ -50,21 +47,6 @@ async function packFiles(repo: string): Promise<{ packs: number; bytes: number }
   return { packs, bytes };
 }
 
-/** Every checkpoint's commit on the branch with its note, every object there, the worktree clean, integrity intact. */
-async function assertNothingLost(repo: string, r: DrivenRun): Promise<void> {
-  const chain = await withWorkspace(t.db.app, 'acme', (tx) => checkpointChain(tx, r.run.id));
-  const onBranch = new Set((await git(repo, 'rev-list', `refs/heads/${r.branch}`)).split('\n'));
-  const noted = await notedCommits(repo, t.config.WORKER_NOTES_REF);
-  for (const row of chain) {
-    assert.ok(onBranch.has(row.commit_oid!), `checkpoint ${row.checkpoint_seq}'s commit is on the branch`);
-    assert.ok(noted.has(row.commit_oid!), `checkpoint ${row.checkpoint_seq}'s note is there`);
-  }
-  await git(repo, 'fsck', '--connectivity-only', '--no-progress'); // throws on a missing object
-  assert.equal(await git(r.worktree, 'status', '--porcelain'), '', 'the worktree matches its index and the tip');
-  const report = await checkRunIntegrity(t.db, t.config, 'acme', r.run.id);
-  assert.deepEqual(report!.findings, [], 'integrity intact');
-}
-
 test('settling consolidates the packs the roll-ups left into one, smaller, and loses nothing', { timeout: 300_000 }, async () => {
   const repo = await nestedRepo();
   await git(repo, 'repack', '-a', '-d', '-q'); // the repository's own objects: one pack, the largest
@@ -81,7 +63,7 @@ test('settling consolidates the packs the roll-ups left into one, smaller, and l
   assert.equal(after.packs, 2, 'the largest pack and one pack of everything else');
   assert.ok(after.bytes < before.bytes, `consolidated: ${after.bytes} bytes of packs and indexes, ${before.bytes} before`);
   assert.equal(await git(repo, 'count-objects'), '0 objects, 0 kilobytes', 'nothing loose');
-  await assertNothingLost(repo, r);
+  await assertCheckpointsIntact(t.db, t.config, repo, r);
   assert.equal(await new ObjectPacker(r.worktree, 4, silentLog).consolidate(), false, 'a second consolidation has nothing to do');
 });
 
@@ -115,5 +97,5 @@ test('roll-ups and consolidations during git gc --prune=now and git repack -ad l
     await Promise.all([maintainer, consolidator]);
   }
   assert.ok(counts.gc >= 3 && counts.repack >= 3 && counts.consolidated >= 3, `all of them ran several times (${JSON.stringify(counts)})`);
-  await assertNothingLost(repo, r);
+  await assertCheckpointsIntact(t.db, t.config, repo, r);
 });

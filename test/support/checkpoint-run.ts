@@ -2,6 +2,7 @@
 // Postgres, a real git worktree, the writer's own commit/row/note/pack path. Tool rounds are
 // played by writing files and telling the tracker, as the session's tools do. Much faster than
 // a worker process per run, so long runs (hundreds of checkpoints) fit in `npm test`.
+import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { mkdir, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
@@ -13,6 +14,8 @@ import { withWorkspace } from '../../store/workspace.ts';
 import { CheckpointWriter, stateFromChain, type CheckpointState, type RunIdentity } from '../../worker/checkpoints/writer.ts';
 import { recordToolCall } from '../../worker/checkpoints/history.ts';
 import { TouchTracker } from '../../worker/checkpoints/tracker.ts';
+import { notedCommits } from '../../worker/checkpoints/notes.ts';
+import { checkRunIntegrity } from '../../worker/integrity.ts';
 import { checkpointChain, runManifest } from '../../store/checkpoints.ts';
 import { parseJob } from '../../core/job.ts';
 import { Lease } from '../../worker/lease.ts';
@@ -148,4 +151,22 @@ export async function treeManifest(repo: string, rev: string): Promise<Map<strin
 export async function looseObjects(repo: string): Promise<number> {
   const out = await git(repo, 'count-objects', '-v');
   return Number(/^count: (\d+)/m.exec(out)![1]);
+}
+
+/**
+ * Every checkpoint's commit on the branch with its note, every object there (fsck), the worktree
+ * clean against its index and tip, and integrity-check intact.
+ */
+export async function assertCheckpointsIntact(db: Database, config: Config, repo: string, r: DrivenRun): Promise<void> {
+  const chain = await withWorkspace(db.app, r.identity.workspaceId, (tx) => checkpointChain(tx, r.run.id));
+  const onBranch = new Set((await git(repo, 'rev-list', `refs/heads/${r.branch}`)).split('\n'));
+  const noted = await notedCommits(repo, config.WORKER_NOTES_REF);
+  for (const row of chain) {
+    assert.ok(onBranch.has(row.commit_oid!), `checkpoint ${row.checkpoint_seq}'s commit is on the branch`);
+    assert.ok(noted.has(row.commit_oid!), `checkpoint ${row.checkpoint_seq}'s note is there`);
+  }
+  await git(repo, 'fsck', '--connectivity-only', '--no-progress'); // throws on a missing object
+  assert.equal(await git(r.worktree, 'status', '--porcelain'), '', 'the worktree matches its index and the tip');
+  const report = await checkRunIntegrity(db, config, r.identity.workspaceId, r.run.id);
+  assert.deepEqual(report!.findings, [], 'integrity intact');
 }
