@@ -3,12 +3,13 @@
 // (one copy of each tree's base instead of one per pack); and neither loses an object while
 // someone runs `git gc --prune=now` or `git repack -ad` on the repository at the same time.
 import assert from 'node:assert/strict';
-import { readdir, stat } from 'node:fs/promises';
+import { readdir, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { createWorkspace } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { ObjectPacker } from '../worker/checkpoints/packing.ts';
+import { runGit } from '../worker/git.ts';
 import { createTestDatabase, type TestDatabase } from './support/db.ts';
 import { git, makeRepo } from './support/git.ts';
 import { assertCheckpointsIntact, silentLog, startDrivenRun } from './support/checkpoint-run.ts';
@@ -65,6 +66,31 @@ test('settling consolidates the packs the roll-ups left into one, smaller, and l
   assert.equal(await git(repo, 'count-objects'), '0 objects, 0 kilobytes', 'nothing loose');
   await assertCheckpointsIntact(t.db, t.config, repo, r);
   assert.equal(await new ObjectPacker(r.worktree, 4, silentLog).consolidate(), false, 'a second consolidation has nothing to do');
+});
+
+test('a consolidation whose new pack is one of the packs it merged keeps that pack', async () => {
+  const repo = await nestedRepo();
+  await git(repo, 'repack', '-a', '-d', '-q'); // the repository's own objects: the largest pack
+  for (let seq = 1; seq <= 3; seq++) {
+    for (const [file, text] of Object.entries(change(seq))) await writeFile(path.join(repo, file), text);
+    await git(repo, 'commit', '-q', '-am', `change ${seq}`);
+  }
+  const objects = (await git(repo, 'rev-list', '--objects', 'HEAD~3..HEAD')).split('\n').map((line) => line.slice(0, 40));
+  const packOf = (ids: string[]) => runGit(repo, ['pack-objects', '-q', '.git/objects/pack/pack'], { input: ids.join('\n') + '\n' });
+  await packOf(objects.slice(0, 5));
+  await packOf(objects.slice(5));
+  await git(repo, 'prune-packed');
+  const packer = new ObjectPacker(repo, 1, silentLog);
+  assert.equal(await packer.consolidate(), true, 'the two new packs into one');
+  // A pack holding a subset of that one (as a roll-up racing a consolidation leaves): merging both
+  // writes the same objects again, which is the same pack name.
+  await packOf(objects.slice(0, 1));
+  assert.equal((await packFiles(repo)).packs, 3);
+  assert.equal(await packer.consolidate(), true);
+  assert.equal((await packFiles(repo)).packs, 2, 'the largest and the consolidated pack');
+  const missing = await runGit(repo, ['cat-file', '--batch-check'], { input: objects.join('\n') + '\n' });
+  assert.doesNotMatch(missing.stdout, /missing/, 'every object of the three commits is still there');
+  await git(repo, 'fsck', '--connectivity-only', '--no-dangling');
 });
 
 test('roll-ups and consolidations during git gc --prune=now and git repack -ad lose nothing', { timeout: 300_000 }, async () => {

@@ -71,9 +71,12 @@ export class ObjectPacker {
     const [largest, ...rest] = packs;
     try {
       const input = [...rest.map((p) => p.name), `^${largest!.name}`].join('\n') + '\n';
-      await runGit(this.worktree, ['pack-objects', '--stdin-packs', '--delta-base-offset', '-q', path.join(dir, 'pack')], { input });
-      // Everything of `rest` is in the new pack now (or in the largest): their files can go.
-      for (const p of rest) await removePack(dir, p.name);
+      const out = await runGit(this.worktree, ['pack-objects', '--stdin-packs', '--delta-base-offset', '-q', path.join(dir, 'pack')], { input });
+      // Everything of `rest` is in the new pack now (or in the largest): their files can go. A pack's
+      // name is its objects' hash, so when `rest` held one pack with exactly those objects (someone's
+      // `repack -a` wrote it), the new pack *is* that file: it stays.
+      const made = `pack-${out.stdout.trim()}.pack`;
+      for (const p of rest) if (p.name !== made) await removePack(dir, p.name);
       this.rolledUp = 0;
       return true;
     } catch (err) {
