@@ -3,7 +3,8 @@
 // (one copy of each tree's base instead of one per pack); and neither loses an object while
 // someone runs `git gc --prune=now` or `git repack -ad` on the repository at the same time.
 import assert from 'node:assert/strict';
-import { readdir, stat, writeFile } from 'node:fs/promises';
+import { randomBytes } from 'node:crypto';
+import { readdir, stat, utimes, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { createWorkspace } from '../store/runs.ts';
@@ -65,7 +66,7 @@ test('settling consolidates the packs the roll-ups left into one, smaller, and l
   assert.ok(after.bytes < before.bytes, `consolidated: ${after.bytes} bytes of packs and indexes, ${before.bytes} before`);
   assert.equal(await git(repo, 'count-objects'), '0 objects, 0 kilobytes', 'nothing loose');
   await assertCheckpointsIntact(t.db, t.config, repo, r);
-  assert.equal(await new ObjectPacker(r.worktree, 4, silentLog).consolidate(), false, 'a second consolidation has nothing to do');
+  assert.equal(await new ObjectPacker(r.worktree, 4, silentLog, 0).consolidate(), false, 'a second consolidation has nothing to do');
 });
 
 test('a consolidation whose new pack is one of the packs it merged keeps that pack', async () => {
@@ -80,7 +81,7 @@ test('a consolidation whose new pack is one of the packs it merged keeps that pa
   await packOf(objects.slice(0, 5));
   await packOf(objects.slice(5));
   await git(repo, 'prune-packed');
-  const packer = new ObjectPacker(repo, 1, silentLog);
+  const packer = new ObjectPacker(repo, 1, silentLog, 0);
   assert.equal(await packer.consolidate(), true, 'the two new packs into one');
   // A pack holding a subset of that one (as a roll-up racing a consolidation leaves): merging both
   // writes the same objects again, which is the same pack name.
@@ -91,6 +92,34 @@ test('a consolidation whose new pack is one of the packs it merged keeps that pa
   const missing = await runGit(repo, ['cat-file', '--batch-check'], { input: objects.join('\n') + '\n' });
   assert.doesNotMatch(missing.stdout, /missing/, 'every object of the three commits is still there');
   await git(repo, 'fsck', '--connectivity-only', '--no-dangling');
+});
+
+test("settling leaves packs older than the run alone (earlier runs' consolidated packs are not rewritten)", { timeout: 300_000 }, async () => {
+  const repo = await nestedRepo();
+  const packDir = path.join(repo, '.git', 'objects', 'pack');
+  // What earlier runs' settles left: two packs whose object counts (what git's geometric roll-up
+  // weighs) form a progression above the repository's own, so the run's roll-ups leave them alone
+  // too; an hour old.
+  const oldPack = async (objects: number) => {
+    const had = new Set(await readdir(packDir).catch(() => []));
+    const blobs = Array.from({ length: objects }, (_, i) => `blob\ndata 20\n${randomBytes(6).toString('hex')}-${String(i).padStart(7, '0')}\n`);
+    await runGit(repo, ['-c', 'fastimport.unpackLimit=1', 'fast-import', '--quiet'], { input: blobs.join('') });
+    return (await readdir(packDir)).find((name) => name.endsWith('.pack') && !had.has(name))!.replace(/\.pack$/, '');
+  };
+  const older = [await oldPack(8_000), await oldPack(2_000)];
+  const anHourAgo = new Date(Date.now() - 3_600_000);
+  for (const stem of older) for (const ext of ['.pack', '.idx']) await utimes(path.join(packDir, stem + ext), anHourAgo, anHourAgo);
+
+  const runStart = Date.now() - 1000;
+  const r = await startDrivenRun({ db: t.db, config: t.config, workspaceId: 'acme', repo, packEvery: 4 });
+  for (let seq = 1; seq <= 20; seq++) await r.round(change(seq));
+  await r.writer.settleNotes();
+  const after = await readdir(packDir);
+  for (const stem of older) assert.ok(after.includes(`${stem}.pack`) && after.includes(`${stem}.idx`), `${stem}, older than the run, is untouched`);
+  const written: string[] = [];
+  for (const name of after) if (name.endsWith('.pack') && (await stat(path.join(packDir, name))).mtimeMs >= runStart) written.push(name);
+  assert.equal(written.length, 1, `the run's objects in one pack (${written.join(', ')})`);
+  await assertCheckpointsIntact(t.db, t.config, repo, r);
 });
 
 test('roll-ups and consolidations during git gc --prune=now and git repack -ad lose nothing', { timeout: 300_000 }, async () => {

@@ -5,8 +5,9 @@
 //    geometrically (`git repack -d --geometric=2`: packs are merged only while the smaller ones
 //    add up to half of the next, so a run of n checkpoints leaves O(log n) packs and each object
 //    is rewritten O(log n) times; loose objects met on the way, anyone's, are packed too);
-//  - when the run settles (finishes or stops), everything but the largest pack is consolidated
-//    into one pack (once per run: O(the run's objects)). Why: a pack can only delta against
+//  - when the run settles (finishes or stops), the packs written since this attempt started (but
+//    the largest) are consolidated into one pack (once per run: O(the run's objects); older packs,
+//    earlier runs' included, are left as they are, or every settle would rewrite them again). Why: a pack can only delta against
 //    objects in itself, so each pack stores the first version of every tree it holds whole (a
 //    10-file change rewrites ~22 trees of ~600 B), and O(log n) packs hold O(log n) such copies:
 //    measured, ~300 B per checkpoint over a 2,000-checkpoint run. Existing deltas are reused
@@ -32,6 +33,8 @@ export class ObjectPacker {
     private readonly worktree: string,
     private readonly every: number,
     private readonly log: Logger,
+    /** Packs last modified before this (ms since the epoch) are not this run's: never consolidated. */
+    private readonly since = Date.now() - 1000,
   ) {}
 
   /** Called after each checkpoint's note; rolls packs up in the background every `every` checkpoints. */
@@ -62,19 +65,24 @@ export class ObjectPacker {
       });
   }
 
-  /** Every pack but the largest (and those with a .keep) into one; false when there was nothing to do. */
+  /**
+   * The packs written since `since` (but the largest, and those with a .keep) into one; false when
+   * there was nothing to do. Only the largest is excluded (its objects not copied): a pack is
+   * deleted only by whoever copied it, and two consolidations can never each rely on a pack the
+   * other deletes (each keeps the larger of the two).
+   */
   async consolidate(): Promise<boolean> {
     const dir = await this.packDir();
     await removeOrphanKeeps(dir);
-    const packs = await packsBySize(dir);
-    if (packs.length < 3) return false; // the largest and at most one other: already consolidated
-    const [largest, ...rest] = packs;
+    const [largest, ...others] = await packsBySize(dir);
+    const rest = others.filter((p) => p.mtimeMs >= this.since);
+    if (!largest || rest.length < 2) return false; // at most one pack of the run's: already consolidated
     try {
-      const input = [...rest.map((p) => p.name), `^${largest!.name}`].join('\n') + '\n';
+      const input = [...rest.map((p) => p.name), `^${largest.name}`].join('\n') + '\n';
       const out = await runGit(this.worktree, ['pack-objects', '--stdin-packs', '--delta-base-offset', '-q', path.join(dir, 'pack')], { input });
-      // Everything of `rest` is in the new pack now (or in the largest): their files can go. A pack's
-      // name is its objects' hash, so when `rest` held one pack with exactly those objects (someone's
-      // `repack -a` wrote it), the new pack *is* that file: it stays.
+      // Everything of `rest` is in the new pack now (or in the largest): their files can go. A pack
+      // is named by its content's hash: when `rest` held a pack of exactly these objects packed the
+      // same way (an earlier consolidation's, or a repack's), the new pack *is* that file: it stays.
       const made = `pack-${out.stdout.trim()}.pack`;
       for (const p of rest) if (p.name !== made) await removePack(dir, p.name);
       this.rolledUp = 0;
@@ -91,14 +99,14 @@ export class ObjectPacker {
 }
 
 /** The packs without a .keep, largest first. */
-async function packsBySize(packDir: string): Promise<{ name: string; size: number }[]> {
+async function packsBySize(packDir: string): Promise<{ name: string; size: number; mtimeMs: number }[]> {
   const names = await readdir(packDir).catch(() => [] as string[]);
   const present = new Set(names);
-  const packs: { name: string; size: number }[] = [];
+  const packs: { name: string; size: number; mtimeMs: number }[] = [];
   for (const name of names) {
     if (!/^pack-[0-9a-f]+\.pack$/.test(name) || present.has(name.replace(/\.pack$/, '.keep'))) continue;
     const st = await stat(path.join(packDir, name)).catch(() => undefined);
-    if (st) packs.push({ name, size: st.size });
+    if (st) packs.push({ name, size: st.size, mtimeMs: st.mtimeMs });
   }
   return packs.sort((a, b) => b.size - a.size);
 }
