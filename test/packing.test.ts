@@ -14,6 +14,7 @@ import { runGit } from '../worker/git.ts';
 import { createTestDatabase, type TestDatabase } from './support/db.ts';
 import { git, makeRepo } from './support/git.ts';
 import { assertCheckpointsIntact, silentLog, startDrivenRun } from './support/checkpoint-run.ts';
+import { gcAndRepackLoop } from './support/git-maintenance.ts';
 
 let t: TestDatabase;
 before(async () => {
@@ -127,15 +128,8 @@ test('roll-ups and consolidations during git gc --prune=now and git repack -ad l
   const r = await startDrivenRun({ db: t.db, config: t.config, workspaceId: 'acme', repo, packEvery: 2 });
   const packer = new ObjectPacker(r.worktree, 1, silentLog);
   let done = false;
-  const counts = { gc: 0, repack: 0, consolidated: 0, attempts: 0 };
-  const maintainer = (async () => {
-    while (!done) {
-      await git(repo, 'gc', '--prune=now', '--quiet');
-      counts.gc++;
-      await git(repo, 'repack', '-a', '-d', '-q');
-      counts.repack++;
-    }
-  })();
+  const counts = { consolidated: 0, attempts: 0 };
+  const maintenance = gcAndRepackLoop(repo);
   // Another settle (a second run of the same repository finishing) consolidating over and over.
   const consolidator = (async () => {
     while (!done) {
@@ -145,12 +139,13 @@ test('roll-ups and consolidations during git gc --prune=now and git repack -ad l
     }
   })();
   try {
-    for (let seq = 1; seq <= 40 || (seq <= 400 && (counts.repack < 3 || counts.consolidated < 3)); seq++) await r.round(change(seq));
+    for (let seq = 1; seq <= 40 || (seq <= 400 && (maintenance.counts.repack < 3 || counts.consolidated < 3)); seq++) await r.round(change(seq));
     await r.writer.settleNotes();
   } finally {
     done = true;
-    await Promise.all([maintainer, consolidator]);
+    await Promise.all([maintenance.stop(), consolidator]);
   }
-  assert.ok(counts.gc >= 3 && counts.repack >= 3 && counts.consolidated >= 3, `all of them ran several times (${JSON.stringify(counts)})`);
+  const all = { ...maintenance.counts, ...counts };
+  assert.ok(all.gc >= 3 && all.repack >= 3 && all.consolidated >= 3, `all of them ran several times (${JSON.stringify(all)})`);
   await assertCheckpointsIntact(t.db, t.config, repo, r);
 });
