@@ -1,13 +1,14 @@
-// The verification's git reads in one process: which checkpoint commits carry a note, the latest
-// note's text, and the tree of the checkpoint commit, by one `git cat-file --batch-command`
-// instead of `git notes list` + `git notes show` + `git rev-parse` (3 spawns, ~3 ms each, and
-// `notes list` reads every note of every run in the repository).
+// The verification's git reads: which checkpoint commits carry a note, the latest note's text,
+// and the tree of the checkpoint commit. Read in this process first (git-objects.ts: no git
+// spawned, every object checked against its id); when a note is not found there, by one
+// `git cat-file --batch-command` (each commit's three candidate paths); and when a note is found
+// at none of them, or this git has no --batch-command (< 2.36), by `git notes`. So a note
+// reported missing is always git's own answer.
 // A note lives at <notes-ref>:<commit oid> split by a fanout of 0, 1 or 2 levels (git picks it
-// from the number of notes); each commit's three candidate paths are asked for. A note found at
-// none of them, or a git without --batch-command (< 2.36), falls back to `git notes`, so a
-// finding is always git's own answer.
+// from the number of notes).
 import { spawn } from 'node:child_process';
 import { runGit, safeGitEnv } from '../git.ts';
+import { commitTree, commonDirOfWorktree, ObjectReader, parseTree, type TreeEntry } from '../git-objects.ts';
 import { notedCommits, readCheckpointNote, type CheckpointNote } from './notes.ts';
 
 export interface NoteLookup {
@@ -81,6 +82,8 @@ function parseNote(body: Buffer | undefined): CheckpointNote | undefined {
  * one git process when every note is where a fanout puts it.
  */
 export async function lookupNotes(cwd: string, notesRef: string, commits: string[], latest: string, treeOf?: string): Promise<NoteLookup> {
+  const read = readNotesInProcess(cwd, notesRef, commits, latest, treeOf);
+  if (read) return read;
   const others = commits.filter((c) => c !== latest);
   const commands = [
     ...others.flatMap((oid) => candidates(notesRef, oid).map((object) => ({ kind: 'info' as const, object }))),
@@ -109,4 +112,55 @@ export async function lookupNotes(cwd: string, notesRef: string, commits: string
     tree = r.exitCode === 0 ? r.stdout.trim() : undefined;
   }
   return { noted, note, tree };
+}
+
+/** Where a note on `oid` sits in a notes tree: its full name, or under a two-hex-digit folder (any depth). */
+function findNote(reader: ObjectReader, trees: Map<string, Map<string, TreeEntry> | undefined>, root: string, oid: string): string | undefined {
+  let tree = root;
+  for (let at = 0; at < oid.length; at += 2) {
+    if (!trees.has(tree)) {
+      const object = reader.read(tree);
+      trees.set(tree, object?.type === 'tree' ? parseTree(object.body) : undefined);
+    }
+    const entries = trees.get(tree);
+    const note = entries?.get(oid.slice(at));
+    if (note && note.mode !== '40000') return note.oid;
+    const folder = entries?.get(oid.slice(at, at + 2));
+    if (!folder || folder.mode !== '40000') return undefined;
+    tree = folder.oid;
+  }
+  return undefined;
+}
+
+/**
+ * The whole answer read in this process, or undefined when any part of it was not found here
+ * (then git is asked): a found note, note text and tree are git's own bytes.
+ */
+export function readNotesInProcess(cwd: string, notesRef: string, commits: string[], latest: string, treeOf?: string): NoteLookup | undefined {
+  const commonDir = commonDirOfWorktree(cwd);
+  const reader = commonDir ? ObjectReader.open(commonDir) : undefined;
+  if (!reader) return undefined;
+  try {
+    const tip = reader.resolveRef(notesRef);
+    const notesCommit = tip ? reader.read(tip) : undefined;
+    const root = notesCommit?.type === 'commit' ? commitTree(notesCommit.body) : undefined;
+    if (!root) return undefined;
+    const trees = new Map<string, Map<string, TreeEntry> | undefined>();
+    const noted = new Set<string>();
+    for (const oid of new Set([...commits, latest])) {
+      if (!findNote(reader, trees, root, oid)) return undefined;
+      noted.add(oid);
+    }
+    const noteBlob = reader.read(findNote(reader, trees, root, latest)!);
+    if (noteBlob?.type !== 'blob') return undefined;
+    let tree: string | undefined;
+    if (treeOf) {
+      const commit = reader.read(treeOf);
+      tree = commit?.type === 'commit' ? commitTree(commit.body) : undefined;
+      if (!tree) return undefined;
+    }
+    return { noted, note: parseNote(noteBlob.body), tree };
+  } finally {
+    reader.close();
+  }
 }
