@@ -11,7 +11,9 @@ export interface CheckpointFigure {
   touched: number;
   payloadBytes: number;
   total: Summary;
-  parts: { fence: Summary; content: Summary; hash: Summary; row: Summary; note: Summary; partsSum: Summary };
+  /** What the writer leaves behind the round (the note, and the index when git stores the bytes as-is), awaited after `total`. */
+  behind?: Summary;
+  parts: { fence: Summary; content: Summary; hash: Summary; row: Summary; note: Summary; partsSum: Summary; indexBehind?: Summary };
   /** The replayed checkpoint up to the row (fence + content + hash + row): the round's wait if the note went async. */
   withoutNote: Summary;
   floors: { insert: Summary; gitCommit: Summary; sumOfMedians: number };
@@ -175,8 +177,8 @@ export function renderTables(r: BenchResults): string {
   if (r.checkpoint.length) {
     out.push('### 1. Checkpoint cost per tool round (ms, median / p99)');
     out.push(table(
-      ['files', 'touched', 'checkpoint total', 'content commit', 'Postgres row', 'git note', 'fence', 'describe+hash', 'floor INSERT', 'floor git commit', 'total / floors', 'without note / floors'],
-      r.checkpoint.map((c) => [c.files, c.touched, mp(c.total), mp(c.parts.content), mp(c.parts.row), mp(c.parts.note), mp(c.parts.fence), mp(c.parts.hash), mp(c.floors.insert), mp(c.floors.gitCommit), x(c.ratioToFloors), x(c.withoutNoteRatioToFloors)]),
+      ['files', 'touched', 'checkpoint total', 'behind the round (note, index)', 'content commit', 'Postgres row', 'git note', 'fence', 'describe+hash', 'floor INSERT', 'floor git commit', 'total / floors', 'without note / floors'],
+      r.checkpoint.map((c) => [c.files, c.touched, mp(c.total), c.behind ? mp(c.behind) : '', mp(c.parts.content), mp(c.parts.row), mp(c.parts.note), mp(c.parts.fence), mp(c.parts.hash), mp(c.floors.insert), mp(c.floors.gitCommit), x(c.ratioToFloors), x(c.withoutNoteRatioToFloors)]),
     ));
     if (r.checkpoint.some((c) => c.gitPeers)) {
       out.push('#### Repository size: our checkpoint vs the floor and the peers\' git snapshots of the same change (ms, median / p99)');

@@ -125,7 +125,11 @@ try {
             touched,
             payloadBytes: cost.payloadBytes,
             total,
-            parts: { fence: s.summary(`${key}.fence`), content: s.summary(`${key}.content`), hash: s.summary(`${key}.hash`), row: s.summary(`${key}.row`), note: s.summary(`${key}.note`), partsSum: s.summary(`${key}.partsSum`) },
+            behind: s.summary(`${key}.behind`),
+            parts: {
+              fence: s.summary(`${key}.fence`), content: s.summary(`${key}.content`), hash: s.summary(`${key}.hash`), row: s.summary(`${key}.row`),
+              note: s.summary(`${key}.note`), partsSum: s.summary(`${key}.partsSum`), indexBehind: s.summary(`${key}.indexBehind`),
+            },
             floors: { insert, gitCommit, sumOfMedians: round(insert.median + gitCommit.median) },
             withoutNote: s.summary(`${key}.withoutNote`),
             gitParts: {},

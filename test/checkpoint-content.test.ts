@@ -9,7 +9,8 @@ import { createHash } from 'node:crypto';
 import { chmod, readdir, rm, symlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { test } from 'node:test';
-import { commitTouchedPaths } from '../worker/checkpoints/content.ts';
+import { commitTouchedPaths, type ContentCommit } from '../worker/checkpoints/content.ts';
+import { storesBytesAsIs } from '../worker/checkpoints/conversion.ts';
 import { git, makeRepo } from './support/git.ts';
 import { gcAndRepackLoop } from './support/git-maintenance.ts';
 
@@ -22,7 +23,9 @@ async function worktreeOf(repo: string, name: string): Promise<{ worktree: strin
   return { worktree, branch, head: await git(worktree, 'rev-parse', 'HEAD') };
 }
 
-async function assertConsistent(worktree: string, commitOid: string, treeOid: string, branch: string): Promise<void> {
+async function assertConsistent(worktree: string, c: ContentCommit, branch: string): Promise<void> {
+  const { commitOid, treeOid } = c;
+  assert.equal((await c.indexNow()).inStep, true, 'the index was brought in step');
   assert.equal(await git(worktree, 'rev-parse', `refs/heads/${branch}`), commitOid, 'the branch is at the commit');
   assert.equal(await git(worktree, 'rev-parse', `${commitOid}^{tree}`), treeOid, 'the returned tree is the commit\'s');
   assert.equal(await git(worktree, 'write-tree'), treeOid, 'the index holds the commit\'s tree');
@@ -44,7 +47,7 @@ test('modified, new, executable, symlinked and deleted paths: one commit, the in
   await rm(path.join(worktree, 'docs/c.md'));
   const paths = ['docs/c.md', 'link', 'run.sh', 'src/a.ts', 'src/new.ts'];
   const c = await commitTouchedPaths({ worktree, branch, parentOid: head, paths, message: 'checkpoint 1' });
-  await assertConsistent(worktree, c.commitOid, c.treeOid, branch);
+  await assertConsistent(worktree, c, branch);
   assert.equal(await git(worktree, 'rev-parse', `${c.commitOid}^`), head, 'the parent is the given one');
   assert.deepEqual(
     (await git(worktree, 'ls-tree', '-r', c.commitOid)).split('\n').map((l) => l.split(/\s+/).filter((_, i) => i !== 2).join(' ')),
@@ -64,9 +67,9 @@ test('modified, new, executable, symlinked and deleted paths: one commit, the in
   // A second checkpoint on top, and one with nothing touched.
   await writeFile(path.join(worktree, 'src/b.ts'), 'b2\n');
   const c2 = await commitTouchedPaths({ worktree, branch, parentOid: c.commitOid, paths: ['src/b.ts'], message: 'checkpoint 2' });
-  await assertConsistent(worktree, c2.commitOid, c2.treeOid, branch);
+  await assertConsistent(worktree, c2, branch);
   const c3 = await commitTouchedPaths({ worktree, branch, parentOid: c2.commitOid, paths: [], message: 'checkpoint 3' });
-  await assertConsistent(worktree, c3.commitOid, c3.treeOid, branch);
+  await assertConsistent(worktree, c3, branch);
   assert.equal(c3.treeOid, c2.treeOid);
 });
 
@@ -77,7 +80,7 @@ test('end-of-line conversion: git stores LF for a CRLF file, the commit is redon
   await writeFile(path.join(worktree, 'notes.txt'), crlf);
   await writeFile(path.join(worktree, 'plain.ts'), 'x\n');
   const c = await commitTouchedPaths({ worktree, branch, parentOid: head, paths: ['notes.txt', 'plain.ts'], message: 'checkpoint eol' });
-  await assertConsistent(worktree, c.commitOid, c.treeOid, branch);
+  await assertConsistent(worktree, c, branch);
   assert.equal(await git(worktree, 'cat-file', 'blob', `${c.commitOid}:notes.txt`), 'one\ntwo', 'the committed blob is the converted text');
   assert.equal(await git(worktree, 'rev-parse', `${c.commitOid}^`), head);
   assert.equal(c.files.find((f) => f.path === 'notes.txt')!.sha256, sha256(crlf), 'the row hashes the file as it is on disk');
@@ -98,6 +101,7 @@ test('git gc --prune=now and git repack -ad running all along: every checkpoint 
       for (const p of paths) await writeFile(path.join(worktree, p), `export const v = ${seq}; // ${p}\n`);
       const c = await commitTouchedPaths({ worktree, branch, parentOid: head, paths, message: `checkpoint ${seq}` });
       assert.equal(await git(worktree, 'rev-parse', `refs/heads/${branch}`), c.commitOid);
+      assert.equal((await c.indexNow()).inStep, true); // as the writer does after the row
       head = c.commitOid;
     }
   } finally {
@@ -108,4 +112,23 @@ test('git gc --prune=now and git repack -ad running all along: every checkpoint 
   await git(repo, 'fsck', '--connectivity-only', '--no-progress');
   await git(worktree, 'diff-index', '--cached', '--quiet', 'HEAD'); // index == tip tree (throws otherwise)
   assert.equal(await git(worktree, 'status', '--porcelain'), '');
+});
+
+test('git stores the bytes as they are unless attributes or config say otherwise (conversion.ts)', async () => {
+  const repo = await makeRepo({
+    '.gitattributes': '*.txt text\n*.bin -text eol=crlf\n*.id ident\n*.enc working-tree-encoding=UTF-16\n*.old -crlf\n*.le eol=lf\n',
+    'a.ts': 'a\n',
+  });
+  const asIs = (paths: string[]) => storesBytesAsIs(repo, paths);
+  assert.equal(await asIs(['a.ts', 'b/c.ts', 'x.bin', 'y.old']), true, 'no attribute, -text (whatever eol says), -crlf');
+  for (const p of ['n.txt', 'n.id', 'n.enc', 'n.le']) assert.equal(await asIs(['a.ts', p]), false, `${p} may be stored converted`);
+  assert.equal(await asIs([]), true);
+  await git(repo, 'config', 'core.autocrlf', 'input');
+  assert.equal(await asIs(['a.ts']), false, 'core.autocrlf=input converts files without attributes');
+  assert.equal(await asIs(['x.bin']), true, '-text is binary even with core.autocrlf');
+  await git(repo, 'config', 'core.autocrlf', 'false');
+  await git(repo, 'config', 'core.filemode', 'false');
+  assert.equal(await asIs(['a.ts']), false, 'core.filemode=false keeps the index\'s mode, not the file\'s');
+  await git(repo, 'config', 'core.filemode', 'true');
+  assert.equal(await asIs(['a.ts']), true);
 });

@@ -81,7 +81,8 @@ test('a run checkpointed in the old cumulative format resumes after migration 00
       paths.push('src/f-2.ts');
       files.set('src/f-2.ts', { path: 'src/f-2.ts', sha256: null, bytes: 0, deleted: true });
     }
-    const { commitOid } = await commitTouchedPaths({ worktree, branch, parentOid: head, paths, message: `echodo checkpoint ${seq} (run ${runId})` });
+    const { commitOid, indexNow } = await commitTouchedPaths({ worktree, branch, parentOid: head, paths, message: `echodo checkpoint ${seq} (run ${runId})` });
+    await indexNow(); // as the writer does after the row
     head = commitOid;
     history = boundHistory(history, OLD_LIMIT);
     const filesTouched = [...files.values()].sort((a, b) => (a.path < b.path ? -1 : 1));

@@ -75,8 +75,18 @@ export const SAFE_DIFF_ARGS: readonly string[] = ['--no-ext-diff', '--no-textcon
 // the config files that defined them changes.
 const DRIVER_KEY = /^(filter|diff|merge)\.(.+)\.(clean|smudge|process|required|textconv|command|driver)$/i;
 
+/** The settings that change what `git add` stores for a file's bytes (last value wins, as in git). */
+export interface CheckinConfig {
+  autocrlf?: string;
+  filemode?: string;
+  symlinks?: string;
+}
+const CHECKIN_KEYS: Record<string, keyof CheckinConfig> = { 'core.autocrlf': 'autocrlf', 'core.filemode': 'filemode', 'core.symlinks': 'symlinks' };
+
 interface DriverCache {
   pairs: [string, string][];
+  /** undefined when git could not list the config. */
+  checkin: CheckinConfig | undefined;
   /** Config files and their mtimes when the names were read (-1: absent). */
   stamps: [string, number][];
 }
@@ -120,23 +130,28 @@ function fresh(entry: DriverCache): boolean {
   return entry.stamps.every(([file, mtime]) => mtimeOf(file) === mtime);
 }
 
-async function driverOverrides(cwd: string): Promise<[string, string][]> {
+async function repoConfig(cwd: string): Promise<DriverCache> {
   const cached = driverCache.get(cwd);
-  if (cached && fresh(cached)) return cached.pairs;
+  if (cached && fresh(cached)) return cached;
   const candidates = [...globalConfigFiles(), repoConfigFile(cwd)].filter((f): f is string => !!f);
   const before = candidates.map((f): [string, number] => [f, mtimeOf(f)]);
-  const listed = await spawnGit(cwd, ['config', '--list', '--show-origin', '--name-only', '-z'], undefined, configEnv([]));
+  const listed = await spawnGit(cwd, ['config', '--list', '--show-origin', '-z'], undefined, configEnv([]));
   const names = new Map<string, Set<string>>();
+  const checkin: CheckinConfig = {};
   const stamps = new Map(before);
-  // -z output: "file:<origin>\0<key>\0" per entry.
+  // -z output: "file:<origin>\0<key>\n<value>\0" per entry ("<key>\0" for a bare boolean).
   const parts = listed.stdout.split('\0');
   for (let i = 0; i + 1 < parts.length; i += 2) {
     const origin = parts[i]!;
-    const key = parts[i + 1]!;
+    const entry = parts[i + 1]!;
+    const nl = entry.indexOf('\n');
+    const key = nl < 0 ? entry : entry.slice(0, nl);
     if (origin.startsWith('file:')) {
       const file = path.resolve(cwd, origin.slice('file:'.length));
       if (!stamps.has(file)) stamps.set(file, mtimeOf(file));
     }
+    const setting = CHECKIN_KEYS[key.toLowerCase()];
+    if (setting) checkin[setting] = nl < 0 ? 'true' : entry.slice(nl + 1);
     const m = DRIVER_KEY.exec(key);
     if (!m) continue;
     const section = m[1]!.toLowerCase();
@@ -149,11 +164,21 @@ async function driverOverrides(cwd: string): Promise<[string, string][]> {
   }
   for (const name of names.get('diff') ?? []) pairs.push([`diff.${name}.textconv`, ''], [`diff.${name}.command`, '']);
   for (const name of names.get('merge') ?? []) pairs.push([`merge.${name}.driver`, '']);
+  const entry: DriverCache = { pairs, checkin: listed.exitCode === 0 ? checkin : undefined, stamps: [...stamps] };
   if (listed.exitCode === 0) {
     if (driverCache.size >= DRIVER_CACHE_MAX) driverCache.delete(driverCache.keys().next().value!);
-    driverCache.set(cwd, { pairs, stamps: [...stamps] });
+    driverCache.set(cwd, entry);
   }
-  return pairs;
+  return entry;
+}
+
+async function driverOverrides(cwd: string): Promise<[string, string][]> {
+  return (await repoConfig(cwd)).pairs;
+}
+
+/** core.autocrlf, core.filemode and core.symlinks as git would read them in cwd (cached with the drivers); undefined if unreadable. */
+export async function checkinConfig(cwd: string): Promise<CheckinConfig | undefined> {
+  return (await repoConfig(cwd)).checkin;
 }
 
 /**

@@ -128,6 +128,7 @@ export async function runSession(d: SessionDeps): Promise<SessionOutcome> {
         try {
           if (fatal) throw fatal;
           await d.lease.assertHeld(); // every tool call first checks the epoch
+          await d.writer.whenIndexed(); // the last checkpoint's index work, done while the model thought
           const output = await def.execute(ctx, input as never);
           if (def.name === 'run_command') await d.tracker.crossCheckWithGit();
           return output;

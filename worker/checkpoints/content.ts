@@ -4,22 +4,25 @@
 // until the branch ref points at the commit: a concurrent `git gc --prune=now` or `git repack
 // -ad` can never see them unreferenced, and nothing is written loose). fast-import refuses to
 // move the branch unless its tip is the parent (a compare-and-set).
-// The worktree's index is brought to the same state at the same time, on a private copy (a hard
-// link: git replaces an index by rename, never in place): `update-index --info-only` there while
-// fast-import runs, then write-tree (whose cache-tree makes unchanged subtrees free) once the
-// pack is in place, and the copy is renamed over the index under index.lock. The real index
-// never names an object that is not there yet (a concurrent gc or repack would fail on it). If
-// the copy's tree is not the commit's (a clean filter or end-of-line conversion changed what git
-// stores), it is dropped and the index is updated in place as git would, and the commit is redone
-// from the index.
+// The worktree's index is brought to the same state on a private copy (a hard link: git replaces
+// an index by rename, never in place): `update-index --info-only` there, then write-tree into a
+// scratch object folder (whose cache-tree makes unchanged subtrees free), and the copy renamed
+// over the index under index.lock once the commit's pack is in place: the real index never
+// names an object that is not there yet (a concurrent gc or repack would fail on it).
+// When git stores the touched files as their bytes (conversion.ts, asked beside fast-import),
+// fast-import's commit is the one git would make, and the index work is left to the caller
+// (`indexNow`, after the row: off the round's path). Otherwise it runs beside fast-import, and
+// if the copy's tree is not the commit's (end-of-line conversion changed what git stores), it is
+// dropped, the index is updated in place as git would, and the commit is redone from the index.
 import { createHash, randomBytes } from 'node:crypto';
-import { closeSync, createReadStream, existsSync, fstatSync, linkSync, lstatSync, openSync, readFileSync, readSync, readlinkSync, renameSync, statSync, unlinkSync, type Stats } from 'node:fs';
-import { mkdir, readdir, readFile, rename, stat, unlink, writeFile } from 'node:fs/promises';
+import { closeSync, createReadStream, existsSync, fstatSync, linkSync, lstatSync, mkdirSync, openSync, readFileSync, readSync, readlinkSync, renameSync, statSync, unlinkSync, type Stats } from 'node:fs';
+import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { deflateSync } from 'node:zlib';
 import { GitError, runGit, type GitResult } from '../git.ts';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { commonDirOf } from './notes.ts';
+import { storesBytesAsIs } from './conversion.ts';
 import type { FileTouched } from '../../core/checkpoint-hash.ts';
 import { redactString } from '../../core/redact.ts';
 
@@ -159,28 +162,37 @@ async function gitDirOf(worktree: string): Promise<string> {
   return dir;
 }
 
-/** Index copies left by a killed worker (one per killed checkpoint): removed once per git dir and process. */
+/** Index copies and scratch object folders left by a killed worker: removed once per git dir and process. */
 const swept = new Set<string>();
 async function sweepIndexCopies(gitDir: string): Promise<void> {
   if (swept.has(gitDir)) return;
   swept.add(gitDir);
   for (const name of await readdir(gitDir).catch(() => [] as string[])) {
-    if (!name.startsWith('echodo-index-')) continue;
+    if (!name.startsWith('echodo-index-') && !name.startsWith('echodo-scratch-')) continue;
     const file = path.join(gitDir, name);
     const st = await stat(file).catch(() => undefined);
-    if (st && Date.now() - st.mtimeMs > 60_000) await unlink(file).catch(() => {});
+    if (st && Date.now() - st.mtimeMs > 60_000) await rm(file, { recursive: true, force: true }).catch(() => {});
   }
 }
 
 /**
- * The index side of the checkpoint, run while fast-import writes the commit: update-index
- * --info-only on a hard-linked copy of the index (no object written, the real index untouched).
- * Resolves to a function that finishes it once the commit's pack is in place: write-tree on the
- * copy and, when its tree is the commit's, the copy renamed over the index under index.lock.
- * `finish` answers false when the copy was dropped (filters, an index changed meanwhile, a held
- * lock): the caller then updates the real index the ordinary way.
+ * The index side of the checkpoint, run while fast-import writes the commit, without waiting for
+ * it: update-index --info-only on a hard-linked copy of the index (no object written, the real
+ * index untouched), then write-tree on the copy with a scratch object folder in front of the
+ * repository's (the trees it writes go there and are thrown away: fast-import writes the same
+ * ones; --missing-ok, since the new blobs are still being imported). Its tree is compared with
+ * the commit's; `install` then renames the copy over the index under index.lock, which the
+ * caller does only once the commit's pack is in place, so the index never names an object that
+ * is not there. `install` answers false when the copy was dropped (a different tree: filters or
+ * end-of-line conversion; an index changed meanwhile; a held lock): the caller then updates the
+ * real index the ordinary way.
  */
-async function stageOnCopy(worktree: string, paths: string[]): Promise<{ finish: (treeOid: string) => Promise<boolean>; drop: () => Promise<void> } | undefined> {
+interface Staged {
+  install: (treeOid: string) => Promise<boolean>;
+  drop: () => Promise<void>;
+}
+
+async function stageOnCopy(worktree: string, commonDir: string, paths: string[]): Promise<Staged | undefined> {
   const gitDir = await gitDirOf(worktree);
   await sweepIndexCopies(gitDir);
   // The file operations here are single syscalls on small metadata: done synchronously, without
@@ -188,7 +200,9 @@ async function stageOnCopy(worktree: string, paths: string[]): Promise<{ finish:
   const index = path.join(gitDir, 'index');
   const before = statSync(index, { throwIfNoEntry: false });
   if (!before) return undefined;
-  const copy = path.join(gitDir, `echodo-index-${process.pid}-${randomBytes(4).toString('hex')}`);
+  const id = `${process.pid}-${randomBytes(4).toString('hex')}`;
+  const copy = path.join(gitDir, `echodo-index-${id}`);
+  const scratch = path.join(gitDir, `echodo-scratch-${id}`);
   linkSync(index, copy);
   const drop = async () => {
     try {
@@ -197,18 +211,21 @@ async function stageOnCopy(worktree: string, paths: string[]): Promise<{ finish:
       /* already gone */
     }
   };
-  const env = { GIT_INDEX_FILE: copy };
+  let tree: string;
   try {
+    const env = { GIT_INDEX_FILE: copy };
     await runGit(worktree, ['update-index', '--add', '--remove', '--info-only', '-z', '--stdin'], { input: paths.join('\0'), env });
+    mkdirSync(scratch);
+    const objects = { ...env, GIT_OBJECT_DIRECTORY: scratch, GIT_ALTERNATE_OBJECT_DIRECTORIES: path.join(commonDir, 'objects') };
+    tree = (await runGit(worktree, ['write-tree', '--missing-ok'], { env: objects })).stdout.trim();
   } catch (err) {
     await drop();
     throw err;
+  } finally {
+    rm(scratch, { recursive: true, force: true }).catch(() => {});
   }
-  const finish = async (treeOid: string): Promise<boolean> => {
-    // Without --missing-ok: an entry whose object is not there (a filtered blob) fails it here,
-    // and no tree naming a missing object is written.
-    const written = await runGit(worktree, ['write-tree'], { env, allowExitCodes: [128] });
-    if (written.exitCode !== 0 || written.stdout.trim() !== treeOid) {
+  const install = async (treeOid: string): Promise<boolean> => {
+    if (tree !== treeOid) {
       await drop();
       return false;
     }
@@ -238,7 +255,21 @@ async function stageOnCopy(worktree: string, paths: string[]): Promise<{ finish:
       }
     }
   };
-  return { finish, drop };
+  return { install, drop };
+}
+
+/** What a checkpoint's content step made. */
+export interface ContentCommit {
+  commitOid: string;
+  treeOid: string;
+  files: FileTouched[];
+  /**
+   * Brings the worktree's index in step with the commit: done already, or (when git stores the
+   * files as their bytes) done by this call, which the writer makes once the row is in, so the
+   * index work never competes with the row for the CPU. Called once. `inStep: false` when the
+   * index had to be updated the ordinary way and its tree is not the commit's.
+   */
+  indexNow: () => Promise<{ inStep: boolean; paths: string[] }>;
 }
 
 export async function commitTouchedPaths(args: {
@@ -253,37 +284,61 @@ export async function commitTouchedPaths(args: {
    * redone from the index (filters, end-of-line conversion).
    */
   onCommitted?: (commitOid: string) => void;
-}): Promise<{ commitOid: string; treeOid: string; files: FileTouched[] }> {
+}): Promise<ContentCommit> {
   const commonDir = await commonDirOf(args.worktree);
   const message = redactString(args.message); // a commit message is persisted: the one redactor
   const touched = await readTouched(args.worktree, args.paths);
   const files = describeTouched(touched);
-  // Started first: its process start and its hashing overlap fast-import's.
-  const staging = args.paths.length ? stageOnCopy(args.worktree, args.paths).catch(() => undefined) : Promise.resolve(undefined);
+  const inStep = () => Promise.resolve({ inStep: true, paths: args.paths });
+  if (!args.paths.length) {
+    const { commitOid, treeOid } = await importCommit(args.worktree, commonDir, touched, args.branch, args.parentOid, message);
+    args.onCommitted?.(commitOid);
+    return { commitOid, treeOid, files, indexNow: inStep };
+  }
+  // Beside fast-import: whether git stores these files as their bytes. If it may not, the index
+  // copy is started as soon as that is known (it decides whether the commit must be redone).
+  const asIs = storesBytesAsIs(args.worktree, args.paths).catch(() => false);
+  let staging: Promise<Staged | undefined> | undefined;
+  const stage = () => (staging ??= stageOnCopy(args.worktree, commonDir, args.paths).catch(() => undefined));
+  void asIs.then((yes) => {
+    if (!yes) void stage();
+  });
   let commitOid: string;
   let treeOid: string;
   try {
     ({ commitOid, treeOid } = await importCommit(args.worktree, commonDir, touched, args.branch, args.parentOid, message));
   } catch (err) {
-    await (await staging)?.drop();
+    if (!(await asIs)) await (await stage())?.drop();
     throw err;
   }
   args.onCommitted?.(commitOid);
-  const staged = await staging;
-  if (staged && (await staged.finish(treeOid).catch(() => false))) return { commitOid, treeOid, files };
-  // The ordinary way, in place: the commit's pack is there, so update-index finds its blobs.
-  if (args.paths.length) {
-    await runGit(args.worktree, ['update-index', '--add', '--remove', '-z', '--stdin'], { input: args.paths.join('\0') });
+  if (await asIs) {
+    // The commit is what git would make of these files: the index follows off the round's path.
+    const indexNow = async () => {
+      const staged = await stage();
+      if (staged && (await staged.install(treeOid).catch(() => false))) return { inStep: true, paths: args.paths };
+      const tree = await updateIndexInPlace(args.worktree, args.paths);
+      return { inStep: tree === treeOid, paths: args.paths };
+    };
+    return { commitOid, treeOid, files, indexNow };
   }
-  const indexTree = (await runGit(args.worktree, ['write-tree'])).stdout.trim();
-  if (indexTree === treeOid) return { commitOid, treeOid, files };
+  const staged = await stage();
+  if (staged && (await staged.install(treeOid).catch(() => false))) return { commitOid, treeOid, files, indexNow: inStep };
+  const indexTree = await updateIndexInPlace(args.worktree, args.paths);
+  if (indexTree === treeOid) return { commitOid, treeOid, files, indexNow: inStep };
   // git stores something other than the bytes on disk here (filters, eol): the index is right.
   const redone =
     indexTree.length === 40 && args.parentOid.length === 40
       ? await writeCommitObject(path.join(commonDir, 'objects'), indexTree, args.parentOid, message)
       : (await runGit(args.worktree, ['commit-tree', indexTree, '-p', args.parentOid, '-m', message])).stdout.trim();
   await runGit(args.worktree, ['update-ref', `refs/heads/${args.branch}`, redone, commitOid]);
-  return { commitOid: redone, treeOid: indexTree, files };
+  return { commitOid: redone, treeOid: indexTree, files, indexNow: inStep };
+}
+
+/** The ordinary way, in place (the commit's pack is there, so update-index finds its blobs): the index's tree. */
+async function updateIndexInPlace(worktree: string, paths: string[]): Promise<string> {
+  await runGit(worktree, ['update-index', '--add', '--remove', '-z', '--stdin'], { input: paths.join('\0') });
+  return (await runGit(worktree, ['write-tree'])).stdout.trim();
 }
 
 /**

@@ -2,6 +2,9 @@
 //  1. content: commit the touched paths on the run's branch (git objects; contents stay in git);
 //     with WORKER_CHECKPOINT_REMOTE, the commit is pushed (with the run's notes ref) and the
 //     push acknowledged before the row: every row's commit is on the remote (remote.ts);
+//     when git stores the files as their bytes (conversion.ts), the worktree's index is brought
+//     in step behind the round, awaited before the next tool call and checkpoint (a crash
+//     before then leaves an index behind its commit, which resume resets: nothing is lost);
 //  2. truth: insert the worker_checkpoints row, fenced on lease_epoch, renewing the heartbeat,
 //     with this checkpoint's files upserted into the run's manifest in the same statement
 //     (the commit point: a crash before it resumes from the previous checkpoint);
@@ -19,7 +22,7 @@ import { errorMessage, LeaseLostError } from '../../core/errors.ts';
 import { faultPoint } from '../faults.ts';
 import type { Lease } from '../lease.ts';
 import type { Logger } from '../log.ts';
-import { commitTouchedPaths, describeFiles } from './content.ts';
+import { commitTouchedPaths, describeFiles, type ContentCommit } from './content.ts';
 import { checkpointHash, DELTA_FORMAT, ManifestDigest, type CheckpointPayload, type FileTouched } from '../../core/checkpoint-hash.ts';
 import { boundHistory, type ToolCallRecord } from './history.ts';
 import { writeCheckpointNotes, type NoteWrite } from './notes.ts';
@@ -104,6 +107,8 @@ export class CheckpointWriter {
   private pendingNotes: NoteWrite[] = [];
   /** The mirror runs behind the loop: a note is written while the model works on the next round. */
   private mirroring: Promise<void> = Promise.resolve();
+  /** The worktree's index brought in step with the last commit, also behind the loop (content.ts). */
+  private indexing: Promise<void> = Promise.resolve();
   private digest: ManifestDigest | undefined;
   /** Rounds up to this step are in a row already: the next row holds the rounds after it. */
   private checkpointedStep: number;
@@ -150,7 +155,7 @@ export class CheckpointWriter {
     const { run, tree, lease, log } = this.deps;
     // The previous note was written while the model worked on this round; it lands before this
     // checkpoint, so only the latest checkpoint can ever lack its note.
-    await this.mirroring;
+    await Promise.all([this.mirroring, this.indexing]);
     // The fence, the manifest and the drain are reads: side by side. Nothing is written before
     // the fence has answered.
     const fenced = lease.assertHeld();
@@ -172,7 +177,7 @@ export class CheckpointWriter {
       pushed = remote!.pusher.pushCheckpoint(oid);
       pushed.catch(() => {}); // awaited below; no unhandled rejection meanwhile
     };
-    let commit: { commitOid: string; treeOid: string; files: FileTouched[] } | null = null;
+    let commit: ContentCommit | null = null;
     if (tree.git) {
       commit = await commitTouchedPaths({
         worktree: tree.root,
@@ -247,6 +252,15 @@ export class CheckpointWriter {
     );
     if (!inserted) throw new LeaseLostError(`run ${run.agentRunId}: fenced off at checkpoint ${seq} (lease epoch ${lease.epoch} is no longer current)`);
     lease.renewed();
+    if (commit) {
+      // Only now, with the row in (and never after a lost fence: the next holder owns the worktree).
+      this.indexing = commit.indexNow().then(
+        ({ inStep, paths: touched }) => {
+          if (!inStep) log.warn({ seq, paths: touched.slice(0, 20) }, 'the index, updated the ordinary way, differs from the checkpoint commit; resume resets it');
+        },
+        (err) => log.warn({ seq, error: errorMessage(err) }, 'bringing the index in step with the checkpoint commit failed; resume resets it'),
+      );
+    }
     for (const f of changed) manifest.set(f.path, f.sha256);
     this.digest = digest;
     this.checkpointedStep = payload.step;
@@ -280,9 +294,17 @@ export class CheckpointWriter {
     }
   }
 
+  /**
+   * The index in step with the last checkpoint commit: awaited before a tool touches the worktree
+   * (its git commands see the index) and before the next checkpoint.
+   */
+  whenIndexed(): Promise<void> {
+    return this.indexing;
+  }
+
   /** Waits for the mirror to catch up (before a run completes or is released). */
   async settleNotes(): Promise<void> {
-    await this.mirroring;
+    await Promise.all([this.mirroring, this.indexing]);
     if (this.pendingNotes.length) await this.flushNotes().catch(() => {});
     await this.packer?.settle();
     // The latest note follows its commit to the remote (a failure stops the run like a failed push).
