@@ -108,6 +108,7 @@ export async function measureResume(env: BenchEnv, repo: string, files: number, 
     await f.playRound([p]);
     await f.writer.write();
   }
+  await f.writer.settleNotes(); // the last note and index work, before the crash is staged
   const target = f.writer.state.headOid!;
   const config = parseConfig({ ...env.childEnv, WORKER_REPO_ROOT: repo, WORKER_MAX_TOOL_STEPS: '1000', LOG_LEVEL: 'silent' });
 

@@ -75,6 +75,7 @@ function driven(o: DriveOptions, run: RunRow, lease: Lease, wt: { path: string; 
   return {
     run, identity, lease, tracker, writer, worktree: wt.path, branch: wt.branch,
     async round(write, remove = []) {
+      await writer.whenIndexed(); // as the session's tools do: the last checkpoint's index work first
       await Promise.all(Object.entries(write).map(async ([p, content]) => {
         await mkdir(path.dirname(path.join(wt.path, p)), { recursive: true });
         await writeFile(path.join(wt.path, p), content);
