@@ -8,10 +8,10 @@ import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { test } from 'node:test';
 import { deflateSync, inflateSync } from 'node:zlib';
-import { commonDirOfWorktree, ObjectReader } from '../worker/git-objects.ts';
+import { ObjectReader } from '../worker/git-objects.ts';
 import { lookupNotes, readNotesInProcess } from '../worker/checkpoints/note-lookup.ts';
 import { writeCheckpointNotes, type CheckpointNote } from '../worker/checkpoints/notes.ts';
-import { runGit } from '../worker/git.ts';
+import { commonDirOnDisk, runGit } from '../worker/git.ts';
 import { git, makeRepo } from './support/git.ts';
 
 /** A repository with 40 commits of slowly changing files: a repack deltifies its trees and blobs. */
@@ -172,7 +172,7 @@ test('a linked worktree finds its repository without git', async () => {
   const repo = await makeRepo({ 'a.txt': 'a\n' });
   const wt = path.join(repo, '..', `${path.basename(repo)}-wt`);
   await git(repo, 'worktree', 'add', '-q', wt, '-b', 'other');
-  assert.equal(commonDirOfWorktree(wt), path.join(repo, '.git'));
-  assert.equal(commonDirOfWorktree(repo), path.join(repo, '.git'));
-  assert.equal(commonDirOfWorktree(path.join(repo, 'nowhere')), undefined);
+  assert.equal(commonDirOnDisk(wt), path.join(repo, '.git'));
+  assert.equal(commonDirOnDisk(repo), path.join(repo, '.git'));
+  assert.equal(commonDirOnDisk(path.join(repo, 'nowhere')), undefined);
 });

@@ -6,7 +6,7 @@
 // object in a pack written after the listing, an alternate, a promisor remote, a SHA-256 or
 // reftable repository, an idx format this does not parse) is `undefined`, and callers ask git.
 import { createHash } from 'node:crypto';
-import { closeSync, existsSync, openSync, readdirSync, readFileSync, readSync, statSync } from 'node:fs';
+import { closeSync, existsSync, openSync, readdirSync, readFileSync, readSync } from 'node:fs';
 import path from 'node:path';
 import { inflateSync } from 'node:zlib';
 
@@ -116,29 +116,6 @@ export function commitTree(body: Buffer): string | undefined {
   return m?.[1];
 }
 
-/**
- * The git dir holding a working tree's objects and refs, from its `.git` folder or file and the
- * `commondir` file of a linked worktree; undefined when cwd is not the top of a working tree.
- */
-export function commonDirOfWorktree(cwd: string): string | undefined {
-  const dotGit = path.join(cwd, '.git');
-  const st = statSync(dotGit, { throwIfNoEntry: false });
-  if (!st) return undefined;
-  let gitDir = dotGit;
-  if (!st.isDirectory()) {
-    const m = /^gitdir: (.+)$/m.exec(readFileSync(dotGit, 'utf8'));
-    if (!m) return undefined;
-    gitDir = path.resolve(cwd, m[1]!.trim());
-  }
-  let common = gitDir;
-  try {
-    common = path.resolve(gitDir, readFileSync(path.join(gitDir, 'commondir'), 'utf8').trim());
-  } catch {
-    /* a main working tree: its git dir is the common dir */
-  }
-  return existsSync(path.join(common, 'objects')) ? common : undefined;
-}
-
 /** Reads objects and refs of one repository; `close()` when done (it holds the packs open). */
 export class ObjectReader {
   private packs: Pack[] | undefined;
@@ -147,9 +124,9 @@ export class ObjectReader {
 
   private constructor(private readonly commonDir: string) {}
 
-  /** undefined for a repository this reader does not handle (reftable refs). */
+  /** undefined for a folder without objects, or a repository this reader does not handle (reftable refs). */
   static open(commonDir: string): ObjectReader | undefined {
-    if (existsSync(path.join(commonDir, 'reftable'))) return undefined;
+    if (!existsSync(path.join(commonDir, 'objects')) || existsSync(path.join(commonDir, 'reftable'))) return undefined;
     return new ObjectReader(commonDir);
   }
 

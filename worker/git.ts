@@ -102,22 +102,33 @@ function mtimeOf(file: string): number {
   }
 }
 
-/** The repo's config file (common dir), found from cwd without spawning git; undefined outside a repo. */
-function repoConfigFile(cwd: string): string | undefined {
+/**
+ * The common git dir of the repository whose top is cwd (a working tree with its `.git` folder
+ * or file, a linked worktree's `commondir`, or a bare repository), read from disk without
+ * spawning git; undefined when cwd is none of these.
+ */
+export function commonDirOnDisk(cwd: string): string | undefined {
   try {
     const dotGit = path.join(cwd, '.git');
     const st = statSync(dotGit, { throwIfNoEntry: false });
-    if (st?.isDirectory()) return path.join(dotGit, 'config');
-    if (st?.isFile()) {
-      const gitDir = path.resolve(cwd, readFileSync(dotGit, 'utf8').trim().replace(/^gitdir:\s*/, ''));
-      const common = path.resolve(gitDir, readFileSync(path.join(gitDir, 'commondir'), 'utf8').trim());
-      return path.join(common, 'config');
+    let gitDir: string;
+    if (st?.isDirectory()) gitDir = dotGit;
+    else if (st?.isFile()) gitDir = path.resolve(cwd, readFileSync(dotGit, 'utf8').trim().replace(/^gitdir:\s*/, ''));
+    else return statSync(path.join(cwd, 'HEAD'), { throwIfNoEntry: false })?.isFile() ? cwd : undefined; // a bare repo
+    try {
+      return path.resolve(gitDir, readFileSync(path.join(gitDir, 'commondir'), 'utf8').trim());
+    } catch {
+      return gitDir; // no commondir: the git dir is the common dir
     }
-    if (statSync(path.join(cwd, 'HEAD'), { throwIfNoEntry: false })?.isFile()) return path.join(cwd, 'config'); // a bare repo
   } catch {
-    /* a half-made worktree: git itself will fail on it */
+    return undefined; // a half-made worktree: git itself will fail on it
   }
-  return undefined;
+}
+
+/** The repo's config file (common dir), found from cwd without spawning git; undefined outside a repo. */
+function repoConfigFile(cwd: string): string | undefined {
+  const common = commonDirOnDisk(cwd);
+  return common && path.join(common, 'config');
 }
 
 function globalConfigFiles(): string[] {

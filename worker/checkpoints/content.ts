@@ -289,11 +289,11 @@ export async function commitTouchedPaths(args: {
   const message = redactString(args.message); // a commit message is persisted: the one redactor
   const touched = await readTouched(args.worktree, args.paths);
   const files = describeTouched(touched);
-  const inStep = () => Promise.resolve({ inStep: true, paths: args.paths });
+  const alreadyInStep = () => Promise.resolve({ inStep: true, paths: args.paths });
   if (!args.paths.length) {
     const { commitOid, treeOid } = await importCommit(args.worktree, commonDir, touched, args.branch, args.parentOid, message);
     args.onCommitted?.(commitOid);
-    return { commitOid, treeOid, files, indexNow: inStep };
+    return { commitOid, treeOid, files, indexNow: alreadyInStep };
   }
   // Beside fast-import: whether git stores these files as their bytes. If it may not, the index
   // copy is started as soon as that is known (it decides whether the commit must be redone).
@@ -323,16 +323,16 @@ export async function commitTouchedPaths(args: {
     return { commitOid, treeOid, files, indexNow };
   }
   const staged = await stage();
-  if (staged && (await staged.install(treeOid).catch(() => false))) return { commitOid, treeOid, files, indexNow: inStep };
+  if (staged && (await staged.install(treeOid).catch(() => false))) return { commitOid, treeOid, files, indexNow: alreadyInStep };
   const indexTree = await updateIndexInPlace(args.worktree, args.paths);
-  if (indexTree === treeOid) return { commitOid, treeOid, files, indexNow: inStep };
+  if (indexTree === treeOid) return { commitOid, treeOid, files, indexNow: alreadyInStep };
   // git stores something other than the bytes on disk here (filters, eol): the index is right.
   const redone =
     indexTree.length === 40 && args.parentOid.length === 40
       ? await writeCommitObject(path.join(commonDir, 'objects'), indexTree, args.parentOid, message)
       : (await runGit(args.worktree, ['commit-tree', indexTree, '-p', args.parentOid, '-m', message])).stdout.trim();
   await runGit(args.worktree, ['update-ref', `refs/heads/${args.branch}`, redone, commitOid]);
-  return { commitOid: redone, treeOid: indexTree, files, indexNow: inStep };
+  return { commitOid: redone, treeOid: indexTree, files, indexNow: alreadyInStep };
 }
 
 /** The ordinary way, in place (the commit's pack is there, so update-index finds its blobs): the index's tree. */

@@ -7,8 +7,8 @@
 // A note lives at <notes-ref>:<commit oid> split by a fanout of 0, 1 or 2 levels (git picks it
 // from the number of notes).
 import { spawn } from 'node:child_process';
-import { runGit, safeGitEnv } from '../git.ts';
-import { commitTree, commonDirOfWorktree, ObjectReader, parseTree, type TreeEntry } from '../git-objects.ts';
+import { commonDirOnDisk, runGit, safeGitEnv } from '../git.ts';
+import { commitTree, ObjectReader, parseTree, type TreeEntry } from '../git-objects.ts';
 import { notedCommits, readCheckpointNote, type CheckpointNote } from './notes.ts';
 
 export interface NoteLookup {
@@ -137,7 +137,7 @@ function findNote(reader: ObjectReader, trees: Map<string, Map<string, TreeEntry
  * (then git is asked): a found note, note text and tree are git's own bytes.
  */
 export function readNotesInProcess(cwd: string, notesRef: string, commits: string[], latest: string, treeOf?: string): NoteLookup | undefined {
-  const commonDir = commonDirOfWorktree(cwd);
+  const commonDir = commonDirOnDisk(cwd);
   const reader = commonDir ? ObjectReader.open(commonDir) : undefined;
   if (!reader) return undefined;
   try {
@@ -147,11 +147,14 @@ export function readNotesInProcess(cwd: string, notesRef: string, commits: strin
     if (!root) return undefined;
     const trees = new Map<string, Map<string, TreeEntry> | undefined>();
     const noted = new Set<string>();
+    let latestNote: string | undefined;
     for (const oid of new Set([...commits, latest])) {
-      if (!findNote(reader, trees, root, oid)) return undefined;
+      const note = findNote(reader, trees, root, oid);
+      if (!note) return undefined;
       noted.add(oid);
+      if (oid === latest) latestNote = note;
     }
-    const noteBlob = reader.read(findNote(reader, trees, root, latest)!);
+    const noteBlob = reader.read(latestNote!);
     if (noteBlob?.type !== 'blob') return undefined;
     let tree: string | undefined;
     if (treeOf) {
