@@ -172,7 +172,7 @@ export async function measureCheckpointCost(env: BenchEnv, f: RunFixture, floor:
   for (let i = 0; i < 3; i++) {
     await f.playRound(paths);
     await f.writer.write();
-    await Promise.all([(f.writer as unknown as WithMirror).mirroring, f.writer.whenIndexed()]);
+    await Promise.all([(f.writer as unknown as WithMirror).mirroring, f.writer.readyForTools()]);
     await f.playRound(paths);
     payload = await writeCheckpointInParts(env, f, warm, 'warm');
     await bareGitCommit(floor, paths, f.round, warm, 'warm');
@@ -184,7 +184,7 @@ export async function measureCheckpointCost(env: BenchEnv, f: RunFixture, floor:
     await s.time(`${key}.total`, () => f.writer.write());
     // The note and the index are brought up behind the run (while the model thinks): timed apart,
     // and never during a floor's timing.
-    await s.time(`${key}.behind`, () => Promise.all([(f.writer as unknown as WithMirror).mirroring, f.writer.whenIndexed()]));
+    await s.time(`${key}.behind`, () => Promise.all([(f.writer as unknown as WithMirror).mirroring, f.writer.readyForTools()]));
     await bareGitCommit(floor, paths, f.round, s, key);
     // The peers snapshot the floor worktree, which now holds the same change (their own index
     // and object store: the floor's commit is invisible to them).

@@ -99,7 +99,7 @@ export async function createRunFixture(env: BenchEnv, repo: string, options: { h
     repo,
     round: 0,
     async playRound(paths) {
-      await writer.whenIndexed(); // as the session's tools do: the last checkpoint's index work first
+      await writer.readyForTools(); // as the session's tools do: the last checkpoint's index work first
       fixture.round++;
       await Promise.all(paths.map((p) => writeFile(path.join(wt.path, p), `${fileContent(fixture.round, fixture.round)}// ${p}\n`)));
       for (const p of paths) tracker.note(p);

@@ -3,9 +3,12 @@
 // `git daemon` on 127.0.0.1 (git://), never a file path.
 // Checkpoint cost: two runs on the same repository ("host A"), one whose CheckpointWriter has no
 // remote and one built as run-job.ts builds it with the remote (RemotePusher); samples alternate
-// between them, each a whole CheckpointWriter.write() after a round touching the same number of
-// paths. The cross-host resume is in remote-resume.ts.
+// between them, each a round touching the same paths. What a checkpoint costs the round is what
+// the session waits for: write(), then, after the model's next call (MODEL_MS), readyForTools()
+// before the next tool call. With the remote the push and the row run behind the round, so the
+// time until the checkpoint counted is reported beside it. The cross-host resume is in remote-resume.ts.
 import { mkdir } from 'node:fs/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
 import path from 'node:path';
 import { parseConfig } from '../core/config.ts';
 import { RemotePusher, objectStoreBytes, runNotesRef } from '../worker/checkpoints/remote.ts';
@@ -80,6 +83,29 @@ export function remoteWriter(env: BenchEnv, f: RunFixture, url: string, onPush?:
   );
 }
 
+/**
+ * The model's call between two rounds, as short as a tool-using model's round trip gets (the
+ * session starts it as soon as write() returns). The work behind the round runs during it.
+ */
+export const MODEL_MS = 1000;
+
+/**
+ * One checkpoint as the session sees it: `${key}` is what the round waits for (write(), then what
+ * is left of readyForTools() after the model call), `${key}Counted` the time until the checkpoint
+ * counted and its index was in step.
+ */
+async function timedCheckpoint(s: Samples, key: string, writer: CheckpointWriter): Promise<void> {
+  const start = performance.now();
+  await writer.write();
+  const returned = performance.now();
+  const counted = writer.readyForTools().then(() => performance.now());
+  await sleep(MODEL_MS);
+  const toolCallAt = performance.now();
+  const countedAt = await counted;
+  s.add(key, returned - start + Math.max(0, countedAt - toolCallAt));
+  s.add(`${key}Counted`, countedAt - start);
+}
+
 /** `samples` checkpoints of each kind, alternating, after the same kind of round. */
 async function measureCheckpoints(env: BenchEnv, setup: RemoteSetup, samples: number, s: Samples, key: string): Promise<void> {
   const off = await createRunFixture(env, setup.hostA);
@@ -94,12 +120,13 @@ async function measureCheckpoints(env: BenchEnv, setup: RemoteSetup, samples: nu
     await onFixture.playRound(paths);
     await on.write();
   }
+  await on.readyForTools();
   pushing = true;
   for (let i = 0; i < samples; i++) {
     await off.playRound(paths);
-    await s.time(`${key}.off`, () => off.writer.write());
+    await timedCheckpoint(s, `${key}.off`, off.writer);
     await onFixture.playRound(paths);
-    await s.time(`${key}.on`, () => on.write());
+    await timedCheckpoint(s, `${key}.on`, on);
   }
   await off.writer.settleNotes();
   await on.settleNotes();
@@ -123,7 +150,7 @@ export async function measureRemote(
       await measureCheckpoints(env, setup, plan.samples, s, key);
       const off = s.summary(`${key}.off`);
       const on = s.summary(`${key}.on`);
-      log(`remote ${files} files: checkpoint ${on.median.toFixed(1)} ms with the remote vs ${off.median.toFixed(1)} ms without (${since()})`);
+      log(`remote ${files} files: checkpoint ${on.median.toFixed(1)} ms on the round with the remote vs ${off.median.toFixed(1)} ms without; counted after ${s.summary(`${key}.onCounted`).median.toFixed(1)} vs ${s.summary(`${key}.offCounted`).median.toFixed(1)} ms (${since()})`);
       const r = await measureCrossHostResume(env, setup, Math.min(plan.samples, plan.remoteResumeSamples, RESUME_SAMPLES_AT[files] ?? Infinity), s, key);
       const resume = s.summary(`${key}.resume`);
       const resumeCold = s.summary(`${key}.resumeCold`);
@@ -136,6 +163,9 @@ export async function measureRemote(
         checkpointOn: on,
         push: s.summary(`${key}.push`),
         checkpointRatio: ratio(on.median, off.median),
+        modelMs: MODEL_MS,
+        countedOff: s.summary(`${key}.offCounted`),
+        countedOn: s.summary(`${key}.onCounted`),
         rounds: r.rounds,
         outcomes: r.outcomes,
         crossHostResume: resume,

@@ -120,7 +120,9 @@ describe('many hosts: the checkpoint remote', () => {
   test('a worker on host A killed mid-brief; host B, 100 commits behind, resumes by fetching, never cloning', { timeout: 300_000 }, async () => {
     const { agentRunId } = await dispatch();
     // A short lease for the victim: the stall detector hands the run on soon after the kill.
-    const victim = spawnOn('a', { ECHODO_FAULT: 'during-model-call@4', WORKER_LEASE_MS: '3000', WORKER_HEARTBEAT_MS: '300' });
+    // Before the 4th round's tool: checkpoints 1-3 have counted (pushed, then their rows), the
+    // last of them behind the model's call for round 4.
+    const victim = spawnOn('a', { ECHODO_FAULT: 'before-tool-call@4', WORKER_LEASE_MS: '3000', WORKER_HEARTBEAT_MS: '300' });
     assert.equal((await victim.exited).signal, 'SIGKILL', 'host A worker killed at its fault point');
     const before = await s.checkpoints(agentRunId);
     assert.equal(before.length, 3, 'three checkpoints written on host A');

@@ -302,7 +302,8 @@ describe('real workers: a fresh run and a cross-host resume take the host\'s spa
 
   test('host A killed mid-brief; host B resumes into its spare: checkpoint tree, integrity intact', { timeout: 300_000 }, async () => {
     const { agentRunId } = await dispatch();
-    const victim = spawnOn('a', { ECHODO_FAULT: 'during-model-call@4', WORKER_LEASE_MS: '3000', WORKER_HEARTBEAT_MS: '300' });
+    // Before the 4th round's tool: checkpoints 1-3 have counted (with the remote, the last behind the model call).
+    const victim = spawnOn('a', { ECHODO_FAULT: 'before-tool-call@4', WORKER_LEASE_MS: '3000', WORKER_HEARTBEAT_MS: '300' });
     assert.equal((await victim.exited).signal, 'SIGKILL');
     const rows = await s.checkpoints(agentRunId);
     assert.equal(rows.length, 3);

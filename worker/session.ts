@@ -123,12 +123,16 @@ export async function runSession(d: SessionDeps): Promise<SessionOutcome> {
       inputSchema: def.inputSchema,
       execute: async (input: unknown) => {
         if (fatal) throw fatal;
-        faultPoint('before-tool-call');
         toolsInFlight++;
         try {
           if (fatal) throw fatal;
           await d.lease.assertHeld(); // every tool call first checks the epoch
-          await d.writer.whenIndexed(); // the last checkpoint's index work, done while the model thought
+          // The last checkpoint counted and its index is in step (both done while the model thought).
+          await d.writer.readyForTools().catch((err: unknown) => {
+            halt(err instanceof LeaseLostError ? 'lease' : 'fatal', err);
+            throw err;
+          });
+          faultPoint('before-tool-call'); // every checkpoint before this round has counted
           const output = await def.execute(ctx, input as never);
           if (def.name === 'run_command') await d.tracker.crossCheckWithGit();
           return output;
@@ -169,6 +173,9 @@ export async function runSession(d: SessionDeps): Promise<SessionOutcome> {
       if (roundsSinceCheckpoint >= d.checkpointEvery || stopping()) {
         await d.writer.write();
         roundsSinceCheckpoint = 0;
+        // With the remote the checkpoint counts behind the next model call: a refused push or a
+        // lost fence stops the run as soon as it is known, not at the next tool call.
+        d.writer.readyForTools().catch((err: unknown) => halt(err instanceof LeaseLostError ? 'lease' : 'fatal', err));
       }
     } catch (err) {
       halt(err instanceof LeaseLostError ? 'lease' : 'fatal', err);
@@ -203,6 +210,7 @@ export async function runSession(d: SessionDeps): Promise<SessionOutcome> {
     }
     throw cause;
   } finally {
+    await d.writer.quiesce();
     d.lease.lostSignal.removeEventListener('abort', onLeaseLost);
     d.shutdown.removeEventListener('abort', onShutdown);
     d.lease.cancelSignal.removeEventListener('abort', onCancel);

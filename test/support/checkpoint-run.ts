@@ -15,6 +15,7 @@ import { CheckpointWriter, stateFromChain, type CheckpointState, type RunIdentit
 import { recordToolCall } from '../../worker/checkpoints/history.ts';
 import { TouchTracker } from '../../worker/checkpoints/tracker.ts';
 import { notedCommits } from '../../worker/checkpoints/notes.ts';
+import { RemotePusher, runNotesRef } from '../../worker/checkpoints/remote.ts';
 import { checkRunIntegrity } from '../../worker/integrity.ts';
 import { checkpointChain, runManifest } from '../../store/checkpoints.ts';
 import { parseJob } from '../../core/job.ts';
@@ -48,6 +49,20 @@ export interface DriveOptions {
   workspaceId: string;
   repo: string;
   packEvery?: number;
+  /** WORKER_CHECKPOINT_REMOTE: a URL; `aroundPush` wraps each checkpoint's push (to hold or time it). */
+  remote?: { url: string; aroundPush?: (push: () => Promise<void>) => Promise<void> };
+}
+
+function remoteFor(o: DriveOptions, identity: RunIdentity, lease: Lease, wt: { path: string; branch: string }) {
+  if (!o.remote) return undefined;
+  const notesRef = runNotesRef(identity.workspaceId, identity.agentRunId);
+  const pusher = new RemotePusher({ cwd: wt.path, remote: o.remote.url, branch: wt.branch, notesRef, assertHeld: () => lease.assertHeld(), log: silentLog });
+  const around = o.remote.aroundPush;
+  if (around) {
+    const push = pusher.pushCheckpoint.bind(pusher);
+    pusher.pushCheckpoint = (oid) => around(() => push(oid));
+  }
+  return { pusher, notesRef };
 }
 
 function writerFor(o: DriveOptions, identity: RunIdentity, lease: Lease, tracker: TouchTracker, wt: { path: string; branch: string }, state: CheckpointState) {
@@ -63,6 +78,7 @@ function writerFor(o: DriveOptions, identity: RunIdentity, lease: Lease, tracker
       leaseMs: LEASE_MS,
       log: silentLog,
       packEvery: o.packEvery,
+      remote: remoteFor(o, identity, lease, wt),
     },
     state,
   );
@@ -75,7 +91,7 @@ function driven(o: DriveOptions, run: RunRow, lease: Lease, wt: { path: string; 
   return {
     run, identity, lease, tracker, writer, worktree: wt.path, branch: wt.branch,
     async round(write, remove = []) {
-      await writer.whenIndexed(); // as the session's tools do: the last checkpoint's index work first
+      await writer.readyForTools(); // as the session's tools do: the last checkpoint's index work first
       await Promise.all(Object.entries(write).map(async ([p, content]) => {
         await mkdir(path.dirname(path.join(wt.path, p)), { recursive: true });
         await writeFile(path.join(wt.path, p), content);

@@ -278,12 +278,6 @@ export async function commitTouchedPaths(args: {
   parentOid: string;
   paths: string[];
   message: string;
-  /**
-   * Called as soon as fast-import has moved the branch to the commit, before the index is
-   * finished: a push can start then. The commit returned is another one only when it had to be
-   * redone from the index (filters, end-of-line conversion).
-   */
-  onCommitted?: (commitOid: string) => void;
 }): Promise<ContentCommit> {
   const commonDir = await commonDirOf(args.worktree);
   const message = redactString(args.message); // a commit message is persisted: the one redactor
@@ -292,7 +286,6 @@ export async function commitTouchedPaths(args: {
   const alreadyInStep = () => Promise.resolve({ inStep: true, paths: args.paths });
   if (!args.paths.length) {
     const { commitOid, treeOid } = await importCommit(args.worktree, commonDir, touched, args.branch, args.parentOid, message);
-    args.onCommitted?.(commitOid);
     return { commitOid, treeOid, files, indexNow: alreadyInStep };
   }
   // Beside fast-import: whether git stores these files as their bytes. If it may not, the index
@@ -311,7 +304,6 @@ export async function commitTouchedPaths(args: {
     if (!(await asIs)) await (await stage())?.drop();
     throw err;
   }
-  args.onCommitted?.(commitOid);
   if (await asIs) {
     // The commit is what git would make of these files: the index follows off the round's path.
     const indexNow = async () => {

@@ -1,7 +1,10 @@
 // Where a checkpoint is written. Order, and why:
 //  1. content: commit the touched paths on the run's branch (git objects; contents stay in git);
 //     with WORKER_CHECKPOINT_REMOTE, the commit is pushed (with the run's notes ref) and the
-//     push acknowledged before the row: every row's commit is on the remote (remote.ts);
+//     push acknowledged before the row: every row's commit is on the remote (remote.ts). The
+//     push and the row then run while the model works on the next round, and the next tool call
+//     waits for them (readyForTools): no round runs on a checkpoint that has not counted, and a
+//     crash before the row redoes this one round, exactly as a crash during the push would;
 //     when git stores the files as their bytes (conversion.ts), the worktree's index is brought
 //     in step behind the round, awaited before the next tool call and checkpoint (a crash
 //     before then leaves an index behind its commit, which resume resets: nothing is lost);
@@ -15,7 +18,7 @@
 // fixed-size summary (tree oid, manifest digest), so a checkpoint costs the same at seq 2,000
 // as at seq 10.
 import type { Sql } from 'postgres';
-import { appendCheckpoint, checkpointAt, runManifest, type CheckpointRow, type ManifestEntry } from '../../store/checkpoints.ts';
+import { appendCheckpoint, checkpointAt, runManifest, type CheckpointRow, type ManifestEntry, type NewCheckpoint } from '../../store/checkpoints.ts';
 import { retryTransient } from '../../store/retry.ts';
 import { withWorkspace } from '../../store/workspace.ts';
 import { errorMessage, LeaseLostError } from '../../core/errors.ts';
@@ -109,6 +112,11 @@ export class CheckpointWriter {
   private mirroring: Promise<void> = Promise.resolve();
   /** The worktree's index brought in step with the last commit, also behind the loop (content.ts). */
   private indexing: Promise<void> = Promise.resolve();
+  /**
+   * The last checkpoint counting (with the remote: its push, then its row) behind the loop. A
+   * rejection stays: every later write, tool call and settle throws why that checkpoint did not count.
+   */
+  private counting: Promise<void> = Promise.resolve();
   private digest: ManifestDigest | undefined;
   /** Rounds up to this step are in a row already: the next row holds the rounds after it. */
   private checkpointedStep: number;
@@ -152,9 +160,10 @@ export class CheckpointWriter {
 
   /** Writes checkpoint seq+1 for the rounds done so far. Throws LeaseLostError when fenced off. */
   async write(): Promise<void> {
-    const { run, tree, lease, log } = this.deps;
-    // The previous note was written while the model worked on this round; it lands before this
-    // checkpoint, so only the latest checkpoint can ever lack its note.
+    const { run, tree, lease } = this.deps;
+    // The previous checkpoint counted, and its note was written while the model worked on this
+    // round; it lands before this checkpoint, so only the latest checkpoint can ever lack its note.
+    await this.counting;
     await Promise.all([this.mirroring, this.indexing]);
     // The fence, the manifest and the drain are reads: side by side. Nothing is written before
     // the fence has answered.
@@ -165,18 +174,6 @@ export class CheckpointWriter {
     const seq = this.state.seq + 1;
     const prevHash = this.state.prevHash;
 
-    // With the remote, the push starts as soon as fast-import has made the commit: it runs while
-    // the index is brought up to date and the row is built, and the row is written only once the
-    // push is acknowledged.
-    let pushed: Promise<void> | undefined;
-    let pushedOid: string | undefined;
-    const remote = this.deps.remote;
-    const push = (oid: string) => {
-      faultPoint('before-push');
-      pushedOid = oid;
-      pushed = remote!.pusher.pushCheckpoint(oid);
-      pushed.catch(() => {}); // awaited below; no unhandled rejection meanwhile
-    };
     let commit: ContentCommit | null = null;
     if (tree.git) {
       commit = await commitTouchedPaths({
@@ -185,15 +182,8 @@ export class CheckpointWriter {
         parentOid: this.state.headOid!,
         paths,
         message: `echodo checkpoint ${seq} (run ${run.agentRunId})`,
-        onCommitted: remote ? push : undefined,
       });
       faultPoint('after-content-commit');
-      if (remote && commit.commitOid !== pushedOid) {
-        // Redone from the index (filters, eol): that commit is the checkpoint, pushed in its turn
-        // (the first one, if it landed, is a commit no row names: the branch is forced past it).
-        await pushed?.catch(() => {});
-        push(commit.commitOid);
-      }
     }
     const commitOid = commit?.commitOid ?? null;
 
@@ -234,8 +224,31 @@ export class CheckpointWriter {
       worktreePath: payload.worktreePath, commitOid, treeOid: payload.treeOid!, manifestDigest: payload.manifestDigest!,
       manifestCount: digest.count, prevHash, hash,
     };
-    if (pushed) {
-      await pushed;
+    const counted = this.count({ row, payload, commit, changed, digest, manifest });
+    if (!this.deps.remote || !commitOid) return counted;
+    this.counting = counted;
+    counted.catch(() => {}); // thrown by readyForTools, the next write and settleNotes
+  }
+
+  /**
+   * The checkpoint counts: the push acknowledged (with the remote), then the fenced row; the index
+   * and the note follow behind. With the remote all of it runs during the next model call, where
+   * the worker only waits: the push's processes never compete with the round's own work.
+   */
+  private async count(c: {
+    row: NewCheckpoint;
+    payload: CheckpointPayload;
+    commit: ContentCommit | null;
+    changed: FileTouched[];
+    digest: ManifestDigest;
+    manifest: Map<string, string | null>;
+  }): Promise<void> {
+    const { run, tree, lease, log, remote } = this.deps;
+    const { row, payload, commit, changed, digest, manifest } = c;
+    const { checkpointSeq: seq, hash, prevHash, commitOid } = row;
+    if (remote && commitOid) {
+      faultPoint('before-push');
+      await remote.pusher.pushCheckpoint(commitOid);
       faultPoint('after-push');
     }
     const inserted = await retryTransient(
@@ -295,20 +308,32 @@ export class CheckpointWriter {
   }
 
   /**
-   * The index in step with the last checkpoint commit: awaited before a tool touches the worktree
-   * (its git commands see the index) and before the next checkpoint.
+   * Before a tool touches the worktree: the last checkpoint counted (with the remote, its push and
+   * row ran while the model thought; why it did not count is thrown here, and the run stops at the
+   * checkpoint before) and its index is in step (the tool's git commands see the index).
    */
-  whenIndexed(): Promise<void> {
-    return this.indexing;
+  async readyForTools(): Promise<void> {
+    await this.counting;
+    await this.indexing;
   }
 
   /** Waits for the mirror to catch up (before a run completes or is released). */
   async settleNotes(): Promise<void> {
+    await this.counting;
     await Promise.all([this.mirroring, this.indexing]);
     if (this.pendingNotes.length) await this.flushNotes().catch(() => {});
     await this.packer?.settle();
     // The latest note follows its commit to the remote (a failure stops the run like a failed push).
     await this.deps.remote?.pusher.pushNotes();
+  }
+
+  /**
+   * Nothing of the last checkpoint still running, however it ended: before a failed or fenced
+   * attempt returns, so no push, row or note of it lands after the run is released.
+   */
+  async quiesce(): Promise<void> {
+    await this.counting.catch(() => {});
+    await Promise.all([this.mirroring, this.indexing]);
   }
 
   /** Mirrors pending notes; what fails stays pending for the next checkpoint (and resume repairs it). */
