@@ -184,6 +184,30 @@ describe('many hosts: the checkpoint remote', () => {
     assert.equal(await git(hosts.c.repo, 'config', 'remote.origin.partialclonefilter'), 'blob:none');
   });
 
+  test('a push failing behind the round stops the run at once, interrupting the model\'s call', { timeout: 300_000 }, async () => {
+    // Checkpoint 3's push runs during the model's 4th call, which would take 20 s: the refused push
+    // must stop the run and release it well before that call could answer.
+    const steps = sampleSteps(300, ROUNDS);
+    steps[3] = { ...steps[3]!, delayMs: 20_000 };
+    const long = path.join(root, 'long-fourth-call.json');
+    await writeFile(long, JSON.stringify({ steps }));
+    const { agentRunId } = await dispatch({ model: `replay:${long}` });
+    const w = spawnOn('b');
+    await w.waitForLine(/"seq":2,.*"checkpoint written"|"checkpoint written".*"seq":2/, { timeoutMs: 120_000 });
+    await daemon.stop();
+    try {
+      await w.waitForLine(/checkpoint remote unavailable; releasing the run/, { timeoutMs: 12_000 });
+      const rows = await s.checkpoints(agentRunId);
+      assert.deepEqual(rows.map((r) => r.checkpoint_seq), [1, 2], 'checkpoint 3 never counted');
+      assert.ok(!w.lines.some((l) => l.includes('"tool round done"') && l.includes('"step":4')), 'no tool of round 4 ran');
+    } finally {
+      await daemon.start();
+    }
+    await s.waitForStatus(agentRunId, 'completed', 180_000);
+    await w.stop('SIGTERM', 8000);
+    await assertFinished(agentRunId, 'b');
+  });
+
   test('the remote stopped mid-run: released at its last checkpoint, completed once it is back', { timeout: 300_000 }, async () => {
     // The same rounds, slower, so the outage lands inside the run.
     const slow = path.join(root, 'slow.json');
