@@ -16,7 +16,7 @@ import type { Child } from './support/child.ts';
 import { startGitDaemon, type GitDaemon } from './support/git-daemon.ts';
 import { git } from './support/git.ts';
 import { moveOn } from './support/hosts.ts';
-import { createScenario, sampleSteps, type Scenario } from './support/scenario.ts';
+import { createScenario, sampleSteps, type Scenario, type TranscriptStep } from './support/scenario.ts';
 
 const ROUNDS = 6;
 let s: Scenario;
@@ -76,6 +76,17 @@ async function assertFinished(agentRunId: string, host: Host) {
 }
 
 const hostA = () => hosts.a.repo;
+
+/** A run of `steps` on host B; the remote is stopped once its second checkpoint is written. */
+async function stopRemoteAfterSecondCheckpoint(name: string, steps: TranscriptStep[]): Promise<{ agentRunId: string; w: Child }> {
+  const transcript = path.join(root, name);
+  await writeFile(transcript, JSON.stringify({ steps }));
+  const { agentRunId } = await dispatch({ model: `replay:${transcript}` });
+  const w = spawnOn('b');
+  await w.waitForLine(/"seq":2,.*"checkpoint written"|"checkpoint written".*"seq":2/, { timeoutMs: 120_000 });
+  await daemon.stop();
+  return { agentRunId, w };
+}
 
 before(async () => {
   // Enough content that a clone is clearly bigger than what a resume fetches.
@@ -189,12 +200,7 @@ describe('many hosts: the checkpoint remote', () => {
     // must stop the run and release it well before that call could answer.
     const steps = sampleSteps(300, ROUNDS);
     steps[3] = { ...steps[3]!, delayMs: 20_000 };
-    const long = path.join(root, 'long-fourth-call.json');
-    await writeFile(long, JSON.stringify({ steps }));
-    const { agentRunId } = await dispatch({ model: `replay:${long}` });
-    const w = spawnOn('b');
-    await w.waitForLine(/"seq":2,.*"checkpoint written"|"checkpoint written".*"seq":2/, { timeoutMs: 120_000 });
-    await daemon.stop();
+    const { agentRunId, w } = await stopRemoteAfterSecondCheckpoint('long-fourth-call.json', steps);
     try {
       await w.waitForLine(/checkpoint remote unavailable; releasing the run/, { timeoutMs: 12_000 });
       const rows = await s.checkpoints(agentRunId);
@@ -210,12 +216,7 @@ describe('many hosts: the checkpoint remote', () => {
 
   test('the remote stopped mid-run: released at its last checkpoint, completed once it is back', { timeout: 300_000 }, async () => {
     // The same rounds, slower, so the outage lands inside the run.
-    const slow = path.join(root, 'slow.json');
-    await writeFile(slow, JSON.stringify({ steps: sampleSteps(700, ROUNDS) }));
-    const { agentRunId } = await dispatch({ model: `replay:${slow}` });
-    const w = spawnOn('b');
-    await w.waitForLine(/"seq":2,.*"checkpoint written"|"checkpoint written".*"seq":2/, { timeoutMs: 120_000 });
-    await daemon.stop();
+    const { agentRunId, w } = await stopRemoteAfterSecondCheckpoint('slow.json', sampleSteps(700, ROUNDS));
     try {
       await w.waitForLine(/checkpoint remote unavailable; releasing the run/, { timeoutMs: 60_000 });
       const during = await s.checkpoints(agentRunId);
