@@ -78,14 +78,14 @@ async function assertFinished(agentRunId: string, host: Host) {
 const hostA = () => hosts.a.repo;
 
 /** A run of `steps` on host B; the remote is stopped once its second checkpoint is written. */
-async function stopRemoteAfterSecondCheckpoint(name: string, steps: TranscriptStep[]): Promise<{ agentRunId: string; w: Child }> {
+async function stopRemoteAfterSecondCheckpoint(name: string, steps: TranscriptStep[]): Promise<{ agentRunId: string; w: Child; stoppedAt: number }> {
   const transcript = path.join(root, name);
   await writeFile(transcript, JSON.stringify({ steps }));
   const { agentRunId } = await dispatch({ model: `replay:${transcript}` });
   const w = spawnOn('b');
   await w.waitForLine(/"seq":2,.*"checkpoint written"|"checkpoint written".*"seq":2/, { timeoutMs: 120_000 });
   await daemon.stop();
-  return { agentRunId, w };
+  return { agentRunId, w, stoppedAt: Date.now() };
 }
 
 before(async () => {
@@ -214,16 +214,18 @@ describe('many hosts: the checkpoint remote', () => {
     await assertFinished(agentRunId, 'b');
   });
 
-  test('the remote stopped mid-run: released at its last checkpoint, completed once it is back', { timeout: 300_000 }, async () => {
+  test('the remote stopped for 10 s mid-run: released at its last checkpoint, completed once it is back', { timeout: 300_000 }, async () => {
     // The same rounds, slower, so the outage lands inside the run.
-    const { agentRunId, w } = await stopRemoteAfterSecondCheckpoint('slow.json', sampleSteps(700, ROUNDS));
+    const { agentRunId, w, stoppedAt } = await stopRemoteAfterSecondCheckpoint('slow.json', sampleSteps(700, ROUNDS));
     try {
       await w.waitForLine(/checkpoint remote unavailable; releasing the run/, { timeoutMs: 60_000 });
       const during = await s.checkpoints(agentRunId);
       // Nothing un-checkpointed counted: every row's commit is on the (stopped) remote's disk.
       for (const row of during) await git(remoteDir, 'cat-file', '-e', `${row.commit_oid}^{commit}`);
       assert.notEqual((await s.run(agentRunId)).status, 'completed');
-      await new Promise((r) => setTimeout(r, 4000));
+      await new Promise((r) => setTimeout(r, Math.max(0, stoppedAt + 10_000 - Date.now())));
+      assert.notEqual((await s.run(agentRunId)).status, 'completed', 'nothing completes while the remote is down');
+      for (const row of await s.checkpoints(agentRunId)) await git(remoteDir, 'cat-file', '-e', `${row.commit_oid}^{commit}`);
     } finally {
       await daemon.start();
     }
