@@ -226,7 +226,14 @@ export async function takeSpareLocked(args: {
   const hidden = path.join(spare.admin, HIDDEN_INDEX);
   // The index goes aside first: from here until the checkout is complete, whatever a kill leaves
   // (in .spare or at the run's path) is half made and is removed, never used.
-  await rename(path.join(spare.admin, 'index'), hidden);
+  try {
+    await rename(path.join(spare.admin, 'index'), hidden);
+  } catch (err) {
+    // Gone since it was inspected (a taker whose lock was taken over as stale got there first):
+    // not this run's to use; the run adds its worktree.
+    args.log.warn({ spare: spare.dir, error: (err as Error).message }, 'the spare worktree went away while being taken; adding one instead');
+    return undefined;
+  }
   try {
     await rename(spare.dir, args.wtPath);
   } catch (err) {
