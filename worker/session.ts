@@ -77,6 +77,8 @@ export async function runSession(d: SessionDeps): Promise<SessionOutcome> {
     fatal ??= reason;
     abort.abort(reason ?? new Error(why));
   };
+  /** A failed checkpoint or fencing check: a lost lease ends the attempt as such, anything else as fatal. */
+  const haltOn = (err: unknown) => halt(err instanceof LeaseLostError ? 'lease' : 'fatal', err);
   const onLeaseLost = () => halt('lease', d.lease.lostSignal.reason);
   const onShutdown = () => {
     halted ??= 'shutdown';
@@ -129,7 +131,7 @@ export async function runSession(d: SessionDeps): Promise<SessionOutcome> {
           await d.lease.assertHeld(); // every tool call first checks the epoch
           // The last checkpoint counted and its index is in step (both done while the model thought).
           await d.writer.readyForTools().catch((err: unknown) => {
-            halt(err instanceof LeaseLostError ? 'lease' : 'fatal', err);
+            haltOn(err);
             throw err;
           });
           faultPoint('before-tool-call'); // every checkpoint before this round has counted
@@ -175,10 +177,10 @@ export async function runSession(d: SessionDeps): Promise<SessionOutcome> {
         roundsSinceCheckpoint = 0;
         // With the remote the checkpoint counts behind the next model call: a refused push or a
         // lost fence stops the run as soon as it is known, not at the next tool call.
-        d.writer.readyForTools().catch((err: unknown) => halt(err instanceof LeaseLostError ? 'lease' : 'fatal', err));
+        d.writer.readyForTools().catch(haltOn);
       }
     } catch (err) {
-      halt(err instanceof LeaseLostError ? 'lease' : 'fatal', err);
+      haltOn(err);
     }
   };
 
