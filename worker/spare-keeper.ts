@@ -6,7 +6,7 @@ import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { errorMessage } from '../core/errors.ts';
 import type { Logger } from './log.ts';
-import { withRepoLock } from './repo-lock.ts';
+import { withFileLock } from '../core/file-lock.ts';
 import {
   makeSpareLocked,
   removeSparesLocked,
@@ -25,14 +25,14 @@ import { repoCommonDir } from './worktrees.ts';
  */
 export async function makeSpareWorktree(args: { repoPath: string; worktreeBase: string; log: Logger }): Promise<SpareOutcome> {
   const commonDir = await repoCommonDir(args.repoPath);
-  return withRepoLock(worktreeLockPath(commonDir), () => makeSpareLocked({ ...args, commonDir }), LOCK);
+  return withFileLock(worktreeLockPath(commonDir), () => makeSpareLocked({ ...args, commonDir }), LOCK);
 }
 
 /** WORKER_SPARE_WORKTREE=off: the disk a spare held is given back. */
 export async function removeSpareWorktrees(args: { repoPath: string; worktreeBase: string; log: Logger }): Promise<number> {
   if (!existsSync(args.repoPath)) return 0;
   const commonDir = await repoCommonDir(args.repoPath);
-  return withRepoLock(worktreeLockPath(commonDir), () => removeSparesLocked({ ...args, commonDir }), LOCK);
+  return withFileLock(worktreeLockPath(commonDir), () => removeSparesLocked({ ...args, commonDir }), LOCK);
 }
 
 export class SpareKeeper {

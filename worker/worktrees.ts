@@ -7,7 +7,7 @@ import path from 'node:path';
 import { EchodoError } from '../core/errors.ts';
 import { faultPoint } from './faults.ts';
 import { resolveCommit, runGit } from './git.ts';
-import { withRepoLock } from './repo-lock.ts';
+import { withFileLock } from '../core/file-lock.ts';
 import { adminFolderProblem, ensurePrivateDir, pointerOf, repairAdminFolders } from './worktree-repair.ts';
 import { spareWanted, takeSpareLocked, worktreeLockPath, WORKTREE_LOCK_OPTIONS } from './spare-worktrees.ts';
 import { branchName } from '../core/job.ts';
@@ -108,7 +108,7 @@ export async function prepareWorktree(args: {
   await ensurePrivateDir(path.dirname(wtPath), 'the workspace worktree folder');
   // One creator per repository at a time, across processes: the repair below must never take a
   // folder another worker is making for half made. A dead or paused holder is taken over.
-  const prepared = await withRepoLock(
+  const prepared = await withFileLock(
     worktreeLockPath(commonDir),
     async (): Promise<PreparedWorktree> => {
       const repairs = await repairAdminFolders({ commonDir, worktreeBase: args.worktreeBase, ownRunId: path.basename(wtPath), log: args.log });

@@ -7,7 +7,7 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { GitError, runGit } from '../git.ts';
 import { redactString } from '../../core/redact.ts';
-import { withRepoLock } from '../repo-lock.ts';
+import { withFileLock } from '../../core/file-lock.ts';
 
 export interface CheckpointNote {
   workspaceId: string;
@@ -21,7 +21,7 @@ export interface CheckpointNote {
 }
 
 const queues = new Map<string, Promise<unknown>>();
-// A note write holds the lock for milliseconds, refreshing it as it works (repo-lock.ts). A holder
+// A note write holds the lock for milliseconds, refreshing it as it works (core/file-lock.ts). A holder
 // that is dead or paused (SIGSTOP, a frozen VM) for longer than this is taken over, and the
 // compare-and-set ref update keeps a late writer from losing anyone's note.
 const STALE_LOCK_MS = 2_000;
@@ -76,7 +76,7 @@ export async function writeCheckpointNotes(cwd: string, notesRef: string, notes:
   const commonDir = await commonDirOf(cwd);
   const key = `${commonDir}\0${notesRef}`;
   const run = async () =>
-    withRepoLock(path.join(commonDir, 'echodo-notes.lock'), async () => {
+    withFileLock(path.join(commonDir, 'echodo-notes.lock'), async () => {
       for (let attempt = 1; ; attempt++) {
         try {
           return await writeNotesOnce(cwd, key, notesRef, notes, attempt === 1);

@@ -1,13 +1,15 @@
-// A cross-process lock per repository: a lock file in the repo's common git dir, created with
-// O_EXCL. Its holder refreshes the file's mtime while it works, so a holder that is dead (its pid
-// is gone) or paused (SIGSTOP, a frozen VM: the mtime stops moving) cannot keep it forever: a
-// waiter takes it over. Used by the notes writer and by worktree creation and repair.
+// A cross-process lock file, created with O_EXCL. Its holder refreshes the file's mtime while it
+// works, so a holder that is dead (its pid is gone) or paused (SIGSTOP, a frozen VM: the mtime
+// stops moving) cannot keep it forever: a waiter takes it over. Used per repository (in its common
+// git dir) by the notes writer and by worktree creation and repair, and per ECHODO_HOME to start
+// or stop the embedded PostgreSQL.
 import { randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { open, readFile, stat, unlink, utimes, writeFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { EchodoError } from '../core/errors.ts';
+import { EchodoError } from './errors.ts';
 
-export interface RepoLockOptions {
+export interface FileLockOptions {
   /** A lock whose mtime is older than this is taken over (its holder refreshes it at a quarter of it). */
   staleMs?: number;
   /** How long to wait for the lock before giving up with a clear error. */
@@ -16,12 +18,18 @@ export interface RepoLockOptions {
   what?: string;
 }
 
+/** kill(pid, 0) succeeds on zombies too, and a killed process may stay one when nothing reaps it. */
 export function pidAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
-    return true;
   } catch (err) {
     return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
+  } catch {
+    return true; // no /proc (not Linux): trust kill()
   }
 }
 
@@ -89,10 +97,10 @@ async function acquire(lockPath: string, mine: string, staleMs: number, timeoutM
 }
 
 /** Runs fn holding the lock file at lockPath; released (only if still ours) when fn settles. */
-export async function withRepoLock<T>(lockPath: string, fn: () => Promise<T>, options: RepoLockOptions = {}): Promise<T> {
+export async function withFileLock<T>(lockPath: string, fn: () => Promise<T>, options: FileLockOptions = {}): Promise<T> {
   const staleMs = options.staleMs ?? 2_000;
   const mine = `${process.pid} ${randomUUID()}`;
-  await acquire(lockPath, mine, staleMs, options.timeoutMs ?? 15_000, options.what ?? 'repository');
+  await acquire(lockPath, mine, staleMs, options.timeoutMs ?? 15_000, options.what ?? 'file');
   // The refresh says "alive and working" to waiters; a paused process stops refreshing.
   const refresh = setInterval(() => {
     const t = new Date();
