@@ -76,11 +76,13 @@ export async function createScenario(options: {
     ...overrides,
   });
 
+  const children: Child[] = [];
+  const spawned = (c: Child) => (children.push(c), c);
   const scenario: Scenario = {
     t, su, repo, workspaceId, transcriptPath, env, config, queue,
     dispatch: (overrides) => dispatchJob(t.db, queue, job(overrides)),
-    spawnWorker: (extra = {}) => spawnNode('scripts/worker.ts', [], { env: { ...env, ...extra } }),
-    spawnStallDetector: (extra = {}) => spawnNode('scripts/stall-detector.ts', [], { env: { ...env, ...extra } }),
+    spawnWorker: (extra = {}) => spawned(spawnNode('scripts/worker.ts', [], { env: { ...env, ...extra } })),
+    spawnStallDetector: (extra = {}) => spawned(spawnNode('scripts/stall-detector.ts', [], { env: { ...env, ...extra } })),
     sweep: () => sweepStalledRuns({ config, db: t.db, queue, log }),
     run: async (id) => (await su`select * from agent_runs where id = ${id}`)[0]!,
     checkpoints: (id) => su`select * from worker_checkpoints where agent_run_id = ${id} order by checkpoint_seq`,
@@ -98,6 +100,9 @@ export async function createScenario(options: {
       return git(repo, 'rev-parse', `refs/heads/${row!.branch}^{tree}`);
     },
     close: async () => {
+      // Its processes first: a worker still running (making a spare worktree, say) writes into the
+      // folders being removed, and the removal fails with ENOTEMPTY.
+      await Promise.all(children.map((c) => c.stop('SIGKILL', 100)));
       await queue.close();
       await su.end({ timeout: 2 });
       await t.drop();
