@@ -4,7 +4,7 @@
 // until the branch ref points at the commit: a concurrent `git gc --prune=now` or `git repack
 // -ad` can never see them unreferenced, and nothing is written loose). fast-import refuses to
 // move the branch unless its tip is the parent (a compare-and-set).
-// The worktree's index is brought to the same state on a private copy (a hard link: git replaces
+// The worktree's index is brought to the same state on a private copy (index-copy.ts; a hard link: git replaces
 // an index by rename, never in place): `update-index --info-only` there, then write-tree into a
 // scratch object folder (whose cache-tree makes unchanged subtrees free), and the copy renamed
 // over the index under index.lock once the commit's pack is in place: the real index never
@@ -15,13 +15,14 @@
 // if the copy's tree is not the commit's (end-of-line conversion changed what git stores), it is
 // dropped, the index is updated in place as git would, and the commit is redone from the index.
 import { createHash, randomBytes } from 'node:crypto';
-import { closeSync, createReadStream, existsSync, fstatSync, linkSync, lstatSync, mkdirSync, openSync, readFileSync, readSync, readlinkSync, renameSync, statSync, unlinkSync, type Stats } from 'node:fs';
-import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { closeSync, createReadStream, existsSync, fstatSync, lstatSync, openSync, readFileSync, readSync, readlinkSync, unlinkSync, type Stats } from 'node:fs';
+import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { deflateSync } from 'node:zlib';
 import { GitError, runGit, type GitResult } from '../git.ts';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { commonDirOf } from './notes.ts';
+import { stageOnCopy, updateIndexInPlace, type Staged } from './index-copy.ts';
 import { storesBytesAsIs } from './conversion.ts';
 import type { FileTouched } from '../../core/checkpoint-hash.ts';
 import { redactString } from '../../core/redact.ts';
@@ -149,115 +150,6 @@ async function importCommit(worktree: string, commonDir: string, files: TouchedF
   }
 }
 
-/** A worktree's own git dir (where its index lives), from its .git file or folder; cached. */
-const gitDirs = new Map<string, string>();
-async function gitDirOf(worktree: string): Promise<string> {
-  let dir = gitDirs.get(worktree);
-  if (!dir) {
-    const dotGit = path.join(worktree, '.git');
-    const st = await stat(dotGit);
-    dir = st.isDirectory() ? dotGit : path.resolve(worktree, (await readFile(dotGit, 'utf8')).trim().replace(/^gitdir:\s*/, ''));
-    gitDirs.set(worktree, dir);
-  }
-  return dir;
-}
-
-/** Index copies and scratch object folders left by a killed worker: removed once per git dir and process. */
-const swept = new Set<string>();
-async function sweepIndexCopies(gitDir: string): Promise<void> {
-  if (swept.has(gitDir)) return;
-  swept.add(gitDir);
-  for (const name of await readdir(gitDir).catch(() => [] as string[])) {
-    if (!name.startsWith('echodo-index-') && !name.startsWith('echodo-scratch-')) continue;
-    const file = path.join(gitDir, name);
-    const st = await stat(file).catch(() => undefined);
-    if (st && Date.now() - st.mtimeMs > 60_000) await rm(file, { recursive: true, force: true }).catch(() => {});
-  }
-}
-
-/**
- * The index side of the checkpoint, run while fast-import writes the commit, without waiting for
- * it: update-index --info-only on a hard-linked copy of the index (no object written, the real
- * index untouched), then write-tree on the copy with a scratch object folder in front of the
- * repository's (the trees it writes go there and are thrown away: fast-import writes the same
- * ones; --missing-ok, since the new blobs are still being imported). Its tree is compared with
- * the commit's; `install` then renames the copy over the index under index.lock, which the
- * caller does only once the commit's pack is in place, so the index never names an object that
- * is not there. `install` answers false when the copy was dropped (a different tree: filters or
- * end-of-line conversion; an index changed meanwhile; a held lock): the caller then updates the
- * real index the ordinary way.
- */
-interface Staged {
-  install: (treeOid: string) => Promise<boolean>;
-  drop: () => Promise<void>;
-}
-
-async function stageOnCopy(worktree: string, commonDir: string, paths: string[]): Promise<Staged | undefined> {
-  const gitDir = await gitDirOf(worktree);
-  await sweepIndexCopies(gitDir);
-  // The file operations here are single syscalls on small metadata: done synchronously, without
-  // a round trip through the thread pool each (several ms apiece on a loaded machine).
-  const index = path.join(gitDir, 'index');
-  const before = statSync(index, { throwIfNoEntry: false });
-  if (!before) return undefined;
-  const id = `${process.pid}-${randomBytes(4).toString('hex')}`;
-  const copy = path.join(gitDir, `echodo-index-${id}`);
-  const scratch = path.join(gitDir, `echodo-scratch-${id}`);
-  linkSync(index, copy);
-  const drop = async () => {
-    try {
-      unlinkSync(copy);
-    } catch {
-      /* already gone */
-    }
-  };
-  let tree: string;
-  try {
-    const env = { GIT_INDEX_FILE: copy };
-    await runGit(worktree, ['update-index', '--add', '--remove', '--info-only', '-z', '--stdin'], { input: paths.join('\0'), env });
-    mkdirSync(scratch);
-    const objects = { ...env, GIT_OBJECT_DIRECTORY: scratch, GIT_ALTERNATE_OBJECT_DIRECTORIES: path.join(commonDir, 'objects') };
-    tree = (await runGit(worktree, ['write-tree', '--missing-ok'], { env: objects })).stdout.trim();
-  } catch (err) {
-    await drop();
-    throw err;
-  } finally {
-    rm(scratch, { recursive: true, force: true }).catch(() => {});
-  }
-  const install = async (treeOid: string): Promise<boolean> => {
-    if (tree !== treeOid) {
-      await drop();
-      return false;
-    }
-    const lock = `${index}.lock`;
-    let held: number;
-    try {
-      held = openSync(lock, 'wx');
-    } catch {
-      await drop();
-      return false;
-    }
-    try {
-      // git replaces the index by rename: the same inode, size and mtime mean nobody wrote it meanwhile.
-      const now = statSync(index, { throwIfNoEntry: false });
-      if (!now || now.ino !== before.ino || now.size !== before.size || now.mtimeMs !== before.mtimeMs) {
-        await drop();
-        return false;
-      }
-      renameSync(copy, index);
-      return true;
-    } finally {
-      closeSync(held);
-      try {
-        unlinkSync(lock);
-      } catch {
-        /* nothing to remove */
-      }
-    }
-  };
-  return { install, drop };
-}
-
 /** What a checkpoint's content step made. */
 export interface ContentCommit {
   commitOid: string;
@@ -325,12 +217,6 @@ export async function commitTouchedPaths(args: {
       : (await runGit(args.worktree, ['commit-tree', indexTree, '-p', args.parentOid, '-m', message])).stdout.trim();
   await runGit(args.worktree, ['update-ref', `refs/heads/${args.branch}`, redone, commitOid]);
   return { commitOid: redone, treeOid: indexTree, files, indexNow: alreadyInStep };
-}
-
-/** The ordinary way, in place (the commit's pack is there, so update-index finds its blobs): the index's tree. */
-async function updateIndexInPlace(worktree: string, paths: string[]): Promise<string> {
-  await runGit(worktree, ['update-index', '--add', '--remove', '-z', '--stdin'], { input: paths.join('\0') });
-  return (await runGit(worktree, ['write-tree'])).stdout.trim();
 }
 
 /**
