@@ -229,8 +229,9 @@ export async function takeSpareLocked(args: {
   try {
     await rename(path.join(spare.admin, 'index'), hidden);
   } catch (err) {
-    // Gone since it was inspected (a taker whose lock was taken over as stale got there first):
-    // not this run's to use; the run adds its worktree.
+    // Gone since it was inspected: only if this worker was paused long enough for its lock to be
+    // taken over as stale and another taker got there first. As for every step here that fails,
+    // the spare is not used and the run adds its worktree.
     args.log.warn({ spare: spare.dir, error: (err as Error).message }, 'the spare worktree went away while being taken; adding one instead');
     return undefined;
   }

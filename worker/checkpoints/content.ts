@@ -4,11 +4,9 @@
 // until the branch ref points at the commit: a concurrent `git gc --prune=now` or `git repack
 // -ad` can never see them unreferenced, and nothing is written loose). fast-import refuses to
 // move the branch unless its tip is the parent (a compare-and-set).
-// The worktree's index is brought to the same state on a private copy (index-copy.ts; a hard link: git replaces
-// an index by rename, never in place): `update-index --info-only` there, then write-tree into a
-// scratch object folder (whose cache-tree makes unchanged subtrees free), and the copy renamed
-// over the index under index.lock once the commit's pack is in place: the real index never
-// names an object that is not there yet (a concurrent gc or repack would fail on it).
+// The worktree's index is brought to the same state on a private copy, renamed over the index
+// once the commit's pack is in place (index-copy.ts): the real index never names an object that
+// is not there yet (a concurrent gc or repack would fail on it).
 // When git stores the touched files as their bytes (conversion.ts, asked beside fast-import),
 // fast-import's commit is the one git would make, and the index work is left to the caller
 // (`indexNow`, after the row: off the round's path). Otherwise it runs beside fast-import, and
