@@ -6,7 +6,8 @@
 // them), and `git worktree prune` keeps it because of `locked`. Only folders that belong to this
 // product's worktrees (their `gitdir` points under WORKER_WORKTREE_BASE) are ever touched, and
 // only under the repository's worktree lock (worktrees.ts), so none is half made by a live worker.
-import { lstat, mkdir, readdir, readFile, realpath, rm, chmod } from 'node:fs/promises';
+import { readFileSync, realpathSync } from 'node:fs';
+import { lstat, mkdir, readdir, realpath, rm, chmod } from 'node:fs/promises';
 import path from 'node:path';
 import { EchodoError } from '../core/errors.ts';
 import type { Logger } from './log.ts';
@@ -14,9 +15,20 @@ import type { Logger } from './log.ts';
 const HEAD_OK = /^(ref: refs\/\S+|[0-9a-f]{40}|[0-9a-f]{64})$/;
 const ZERO_OID = /^0+$/;
 
-async function readTrimmed(file: string): Promise<string | undefined> {
+// The reads that judge a worktree are one small file each, read synchronously: through the thread
+// pool each would wait behind whatever else is queued there (a resume's file hashes, a checkpoint's
+// writes), several ms apiece on a busy machine, for a syscall of microseconds.
+function readTrimmed(file: string): string | undefined {
   try {
-    return (await readFile(file, 'utf8')).trim();
+    return readFileSync(file, 'utf8').trim();
+  } catch {
+    return undefined;
+  }
+}
+
+export function realpathOrUndefined(file: string): string | undefined {
+  try {
+    return realpathSync(file);
   } catch {
     return undefined;
   }
@@ -24,9 +36,9 @@ async function readTrimmed(file: string): Promise<string | undefined> {
 
 /** Why an admin folder is not a complete one, or undefined when it is. */
 export async function adminFolderProblem(adminDir: string, commonDir: string): Promise<string | undefined> {
-  const [commondir, head, locked] = await Promise.all(['commondir', 'HEAD', 'locked'].map((f) => readTrimmed(path.join(adminDir, f))));
+  const [commondir, head, locked] = ['commondir', 'HEAD', 'locked'].map((f) => readTrimmed(path.join(adminDir, f)));
   if (!commondir) return commondir === undefined ? 'commondir missing' : 'commondir empty';
-  const common = await realpath(path.resolve(adminDir, commondir)).catch(() => undefined);
+  const common = realpathOrUndefined(path.resolve(adminDir, commondir));
   if (common !== commonDir) return `commondir points at ${common ?? 'a missing folder'}`;
   if (!head) return head === undefined ? 'HEAD missing' : 'HEAD empty';
   if (!HEAD_OK.test(head) || ZERO_OID.test(head)) return 'HEAD is git\'s placeholder';
@@ -36,7 +48,7 @@ export async function adminFolderProblem(adminDir: string, commonDir: string): P
 
 /** The admin folder a worktree's `.git` file points at, or undefined (no file, not a pointer). */
 export async function pointerOf(worktreePath: string): Promise<string | undefined> {
-  const pointer = await readTrimmed(path.join(worktreePath, '.git'));
+  const pointer = readTrimmed(path.join(worktreePath, '.git'));
   if (!pointer?.startsWith('gitdir:')) return undefined;
   return path.resolve(worktreePath, pointer.slice('gitdir:'.length).trim());
 }
@@ -60,7 +72,7 @@ export async function repairAdminFolders(args: { commonDir: string; worktreeBase
   for (const name of names) {
     const adminDir = path.join(adminRoot, name);
     if (!(await lstat(adminDir).catch(() => undefined))?.isDirectory()) continue;
-    const gitdir = await readTrimmed(path.join(adminDir, 'gitdir'));
+    const gitdir = readTrimmed(path.join(adminDir, 'gitdir'));
     if (!gitdir) {
       if (name.startsWith(args.ownRunId) && /^\d*$/.test(name.slice(args.ownRunId.length))) {
         await rm(adminDir, { recursive: true, force: true });

@@ -1,14 +1,14 @@
 // Worktrees: one per code run, on branch echodo/<briefId>-<first 8 of agentRunId>, made with
 // `git worktree add` from the local repo (never a clone), or taken from the host's warm spare
 // worktree of the repo (spare-worktrees.ts), reused when it is healthy.
-import { existsSync } from 'node:fs';
-import { readFile, realpath, rm } from 'node:fs/promises';
+import { existsSync, readFileSync, realpathSync } from 'node:fs';
+import { realpath, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { EchodoError } from '../core/errors.ts';
 import { faultPoint } from './faults.ts';
 import { resolveCommit, runGit } from './git.ts';
 import { withFileLock } from '../core/file-lock.ts';
-import { adminFolderProblem, ensurePrivateDir, pointerOf, repairAdminFolders } from './worktree-repair.ts';
+import { adminFolderProblem, ensurePrivateDir, pointerOf, realpathOrUndefined, repairAdminFolders } from './worktree-repair.ts';
 import { spareWanted, takeSpareLocked, worktreeLockPath, WORKTREE_LOCK_OPTIONS } from './spare-worktrees.ts';
 import { branchName } from '../core/job.ts';
 import type { Logger } from './log.ts';
@@ -32,24 +32,24 @@ export async function repoCommonDir(repoPath: string): Promise<string> {
   if (!existsSync(repoPath)) throw new EchodoError('repo_invalid', `repoPath ${repoPath} does not exist`);
   // The usual case, a repository with its .git folder, without spawning git.
   const dotGit = path.join(repoPath, '.git');
-  if (existsSync(path.join(dotGit, 'HEAD')) && existsSync(path.join(dotGit, 'objects'))) return realpath(dotGit);
+  if (existsSync(path.join(dotGit, 'HEAD')) && existsSync(path.join(dotGit, 'objects'))) return realpathSync(dotGit);
   const r = await runGit(repoPath, ['rev-parse', '--path-format=absolute', '--git-common-dir'], { allowExitCodes: [128] });
   if (r.exitCode !== 0) throw new EchodoError('repo_invalid', `repoPath ${repoPath} is not a git repository`);
   return realpath(path.resolve(r.stdout.trim()));
 }
 
-/** Reads a worktree's .git pointer files directly: no process spawned. */
+/** Reads a worktree's .git pointer files directly (synchronously: see worktree-repair.ts): no process spawned. */
 export async function inspectWorktree(worktreePath: string, commonDir: string): Promise<WorktreeState> {
   if (!existsSync(worktreePath)) return { exists: false, belongsToRepo: false };
   const gitDir = await pointerOf(worktreePath);
   if (!gitDir) return { exists: true, belongsToRepo: false, halfMade: 'the worktree folder has no .git file' };
   // Its admin folder is in this repository's worktrees/: ours, whatever state it is in.
-  const adminParent = await realpath(path.dirname(gitDir)).catch(() => path.dirname(gitDir));
+  const adminParent = realpathOrUndefined(path.dirname(gitDir)) ?? path.dirname(gitDir);
   const ours = adminParent === path.join(commonDir, 'worktrees');
   if (!existsSync(gitDir)) return { exists: true, belongsToRepo: ours, halfMade: `its .git file points at a missing admin folder ${gitDir}` };
   const problem = await adminFolderProblem(gitDir, commonDir);
   if (problem) return { exists: true, belongsToRepo: ours, gitDir, halfMade: `its admin folder ${gitDir}: ${problem}` };
-  const head = (await readFile(path.join(gitDir, 'HEAD'), 'utf8')).trim();
+  const head = readFileSync(path.join(gitDir, 'HEAD'), 'utf8').trim();
   const branch = head.startsWith('ref: refs/heads/') ? head.slice('ref: refs/heads/'.length) : undefined;
   // The index is written last, when the checkout is complete (creation below): without it the
   // folder was never checked out.
