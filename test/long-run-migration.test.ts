@@ -13,7 +13,8 @@ import { boundHistory, recordToolCall, type ToolCallRecord } from '../worker/che
 import { writeCheckpointNotes } from '../worker/checkpoints/notes.ts';
 import { TouchTracker } from '../worker/checkpoints/tracker.ts';
 import { inspectRun } from '../worker/checkpoints/verify.ts';
-import { CheckpointWriter, stateFromChain } from '../worker/checkpoints/writer.ts';
+import { stateFromChain } from '../worker/checkpoints/state.ts';
+import { CheckpointWriter } from '../worker/checkpoints/writer.ts';
 import { Lease } from '../worker/lease.ts';
 import { verifyAndRepair } from '../worker/resume.ts';
 import { checkpointChain, runManifest } from '../store/checkpoints.ts';

@@ -13,7 +13,7 @@ import { notedCommits } from '../worker/checkpoints/notes.ts';
 import { checkRunIntegrity } from '../worker/integrity.ts';
 import { verifyAndRepair } from '../worker/resume.ts';
 import { loadResumeChain } from '../worker/checkpoints/resume-chain.ts';
-import { historyWindow } from '../worker/checkpoints/writer.ts';
+import { historyWindow } from '../worker/checkpoints/state.ts';
 import { createTestDatabase, superuserSql, type TestDatabase } from './support/db.ts';
 import { git, makeRepo } from './support/git.ts';
 import { looseObjects, silentLog, startDrivenRun, treeManifest, type DrivenRun } from './support/checkpoint-run.ts';

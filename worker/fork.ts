@@ -18,7 +18,7 @@ import { verifyChain } from '../core/checkpoint-hash.ts';
 import type { ToolCallRecord } from './checkpoints/history.ts';
 import { readCheckpointNote } from './checkpoints/notes.ts';
 import { redactString } from '../core/redact.ts';
-import { historyWindow, stateFromRow, type CheckpointState } from './checkpoints/writer.ts';
+import { historyWindow, stateFromRow, type CheckpointState } from './checkpoints/state.ts';
 import { EchodoError, errorMessage } from '../core/errors.ts';
 import { runGit } from './git.ts';
 import { branchName, parseJob, type Job } from '../core/job.ts';

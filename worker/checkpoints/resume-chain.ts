@@ -9,7 +9,7 @@ import { DELTA_FORMAT } from '../../core/checkpoint-hash.ts';
 import { checkpointChain, checkpointTail, type CheckpointRow } from '../../store/checkpoints.ts';
 import { anchorOf } from '../../store/retention.ts';
 import type { WorkspaceTx } from '../../store/workspace.ts';
-import { historyWindowRows } from './writer.ts';
+import { historyWindowRows } from './state.ts';
 
 export interface ResumeChain {
   /** The rows to verify and continue from, in seq order (the whole run, or its tail). */
