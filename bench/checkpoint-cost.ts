@@ -64,7 +64,7 @@ export async function writeCheckpointInParts(env: BenchEnv, f: RunFixture, s: Sa
   const manifest = state.manifest ?? new Map<string, string | null>();
   state.manifest = manifest;
   const { commitOid, treeOid, files, indexNow } = await s.time(`${key}.content`, () =>
-    commitTouchedPaths({ worktree: f.worktree, branch: f.branch, parentOid: state.headOid!, paths, message: `echodo checkpoint ${seq} (run ${ident.agentRunId})` }),
+    commitTouchedPaths({ worktree: f.worktree, branch: f.branch, parentOid: state.headOid!, paths, message: `echodo checkpoint ${seq} (run ${ident.agentRunId} of workspace ${ident.workspaceId})` }),
   );
   const hashStart = performance.now();
   // The writer's running digest, continued as the writer does (O(changed) per checkpoint): the

@@ -265,9 +265,10 @@ export function longRunTargets(r: LongRunResult): Target[] {
   ];
 }
 
+const n = (x: number) => Math.round(x).toLocaleString('en-US');
+
 /** The long run's tables (markdown): time, bytes, and the prune phase. */
 export function renderLongRun(r: LongRunResult): string {
-  const n = (x: number) => Math.round(x).toLocaleString('en-US');
   const per = (bytes: number) => n(bytes / r.checkpoints);
   const seqs = Object.keys(r.timeAt).map(Number);
   const out = [`### 7. Long run: ${n(r.checkpoints)} checkpoints, ${n(r.files)} files, ${r.changedPerRound} changed per round`];
@@ -315,12 +316,26 @@ export function renderLongRun(r: LongRunResult): string {
       `| checkpoint_manifest | ${n(p.postgres.before.manifest)} | ${n(p.postgres.afterDelete.manifest)} | ${n(p.postgres.afterVacuum.manifest)} | ${n(p.postgres.afterVacuumFull.manifest)} |`,
       `| total (with anchors) | ${n(p.postgres.before.total)} | ${n(p.postgres.afterDelete.total)} | ${n(p.postgres.afterVacuum.total)} | ${n(p.postgres.afterVacuumFull.total)} |`,
       '',
-      '| git objects bytes | before prune | after prune | after `git gc` | after `git gc --prune=now` | what-if: branch + notes deleted, gc --prune=now | what-if: and notes history squashed |',
-      '| --- | --- | --- | --- | --- | --- | --- |',
-      `| total (packs) | ${n(p.git.before.total)} (${p.git.before.packs}) | ${n(p.git.afterPrune.total)} (${p.git.afterPrune.packs}) | ${n(p.git.afterGc.total)} (${p.git.afterGc.packs}) | ${n(p.git.afterGcPruneNow.total)} (${p.git.afterGcPruneNow.packs}) | ${n(p.git.whatIfBranchAndNotesDeleted.total)} | ${p.git.whatIfNotesHistorySquashed ? n(p.git.whatIfNotesHistorySquashed.total) : 'n/a'} |`,
+      gitPruneTable(p),
       '',
       `The objects directory held ${n(r.git.before.total)} bytes before the run. ${p.autovacuum}; git gc ${p.gcSeconds.gc} s, gc --prune=now ${p.gcSeconds.gcPruneNow} s.`,
     ].join('\n'),
   );
   return out.join('\n\n');
+}
+
+/** The prune's git bytes; results written before prune removed notes show the what-ifs done by hand instead. */
+function gitPruneTable(p: PruneResult): string {
+  const g = p.git;
+  const cell = (b: GitBytes | undefined) => (b ? n(b.total) : 'n/a');
+  const steps = `| total (packs) | ${n(g.before.total)} (${g.before.packs}) | ${n(g.afterPrune.total)} (${g.afterPrune.packs}) | ${n(g.afterGc.total)} (${g.afterGc.packs}) | ${n(g.afterGcPruneNow.total)} (${g.afterGcPruneNow.packs})`;
+  const head = '| git objects bytes | before prune | after prune | after `git gc` | after `git gc --prune=now`';
+  if (g.afterDeleteBranches) {
+    return [`${head} | \`prune --delete-branches\`, gc --prune=now |`, '| --- | --- | --- | --- | --- | --- |', `${steps} | ${cell(g.afterDeleteBranches)} |`].join('\n');
+  }
+  return [
+    `${head} | what-if: branch + notes deleted, gc --prune=now | what-if: and notes history squashed |`,
+    '| --- | --- | --- | --- | --- | --- | --- |',
+    `${steps} | ${cell(g.whatIfBranchAndNotesDeleted)} | ${cell(g.whatIfNotesHistorySquashed)} |`,
+  ].join('\n');
 }

@@ -7,10 +7,10 @@
 //    VACUUM FULL (tables and indexes rewritten: the bytes go back to the operating system);
 //  - git (the objects directory): before; after the prune (its worktree removed); after the
 //    repository's normal `git gc` (unreachable objects kept for gc.pruneExpire, 2 weeks); after
-//    `git gc --prune=now`. The prune keeps the run's branch (the run's result lives there), so
-//    these figures say what gc does with a pruned run's objects while the branch stays; a what-if
-//    then deletes the branch and the run's notes and runs `git gc --prune=now` again, and a second
-//    one squashes the notes ref's history (which still holds every note ever written) to its tip.
+//    `git gc --prune=now`. The prune keeps the run's branch (the run's result lives there) and
+//    removes the pruned checkpoints' notes (the notes ref's history squashed), so these figures say
+//    what gc gives back while the branch stays; then `npm run prune -- --delete-branches` (the
+//    operator's call: the branch and the last checkpoint's note go too) and `git gc --prune=now`.
 import { readdir, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { completeRun } from '../store/runs.ts';
@@ -43,7 +43,17 @@ export interface PruneResult {
   worktreeRemoved: boolean;
   postgres: { before: PgBytes; afterDelete: PgBytes; afterVacuum: PgBytes; afterVacuumFull: PgBytes };
   autovacuum: string;
-  git: { before: GitBytes; afterPrune: GitBytes; afterGc: GitBytes; afterGcPruneNow: GitBytes; whatIfBranchAndNotesDeleted: GitBytes; whatIfNotesHistorySquashed?: GitBytes };
+  git: {
+    before: GitBytes;
+    afterPrune: GitBytes;
+    afterGc: GitBytes;
+    afterGcPruneNow: GitBytes;
+    /** After a second prune with --delete-branches and `git gc --prune=now`. */
+    afterDeleteBranches?: GitBytes;
+    /** Results written before prune removed notes: what-ifs done by hand instead. */
+    whatIfBranchAndNotesDeleted?: GitBytes;
+    whatIfNotesHistorySquashed?: GitBytes;
+  };
   gcSeconds: { gc: number; gcPruneNow: number };
 }
 
@@ -93,7 +103,9 @@ export async function measurePrune(env: BenchEnv, f: RunFixture, objects: string
   const gitBefore = await gitBytes(objects);
 
   // What `npm run prune -- --older-than 0d` runs: every finished run, its rows and its worktree.
-  const report = await pruneFinishedRuns(env.db, { olderThanDays: 0, dryRun: false, log: silentLog });
+  const prune = (deleteBranches: boolean) =>
+    pruneFinishedRuns(env.db, { olderThanDays: 0, dryRun: false, log: silentLog, notesRef: env.config.WORKER_NOTES_REF, deleteBranches });
+  const report = await prune(false);
   const pgAfterDelete = await postgresBytes(env);
   await vacuum(env, false);
   const pgAfterVacuum = await postgresBytes(env);
@@ -115,30 +127,18 @@ export async function measurePrune(env: BenchEnv, f: RunFixture, objects: string
   const gitAfterGcPruneNow = await gitBytes(objects);
   log(`  prune: git ${gitBefore.total} → ${gitAfterPrune.total} (prune) → ${gitAfterGc.total} (gc) → ${gitAfterGcPruneNow.total} (gc --prune=now)`);
 
-  // What-if: the run's branch and its notes gone too (the prune keeps both today).
-  const commits = (await runGit(f.repo, ['rev-list', `refs/heads/${f.branch}`, '--not', 'main'])).stdout.split('\n').filter(Boolean);
-  await runGit(f.repo, ['notes', `--ref=${env.config.WORKER_NOTES_REF}`, 'remove', '--ignore-missing', '--stdin'], { input: commits.join('\n') + '\n' });
-  await runGit(f.repo, ['branch', '-D', f.branch]);
-  await runGit(f.repo, ['reflog', 'expire', '--expire=now', '--all']);
+  // The operator's call: the branch goes too, and with it the last checkpoint's commit and note.
+  await prune(true);
   await runGit(f.repo, ['gc', '--quiet', '--prune=now']);
-  const whatIf = await gitBytes(objects);
-  log(`  prune what-if (branch and notes deleted, gc --prune=now): git ${whatIf.total} bytes (${checkpoints} checkpoints)`);
-  // The notes ref's history still holds every note ever written: squashed to one commit of its tree.
-  const notesRef = env.config.WORKER_NOTES_REF;
-  const tip = (await runGit(f.repo, ['rev-parse', notesRef])).stdout.trim();
-  const squashed = (await runGit(f.repo, ['commit-tree', `${tip}^{tree}`, '-m', 'echodo checkpoint notes (history squashed)'])).stdout.trim();
-  await runGit(f.repo, ['update-ref', notesRef, squashed, tip]);
-  await runGit(f.repo, ['reflog', 'expire', '--expire=now', '--all']);
-  await runGit(f.repo, ['gc', '--quiet', '--prune=now']);
-  const whatIfSquashed = await gitBytes(objects);
-  log(`  prune what-if, notes history squashed too: git ${whatIfSquashed.total} bytes`);
+  const afterDeleteBranches = await gitBytes(objects);
+  log(`  prune --delete-branches, then gc --prune=now: git ${afterDeleteBranches.total} bytes (${checkpoints} checkpoints)`);
 
   return {
     rowsDeleted: report.rowsDeleted,
     worktreeRemoved: report.worktreesRemoved.length > 0,
     postgres: { before: pgBefore, afterDelete: pgAfterDelete, afterVacuum: pgAfterVacuum, afterVacuumFull: pgAfterVacuumFull },
     autovacuum: `autovacuum=${av!.on}, vacuum threshold ${av!.threshold} + ${av!.scale} × rows`,
-    git: { before: gitBefore, afterPrune: gitAfterPrune, afterGc: gitAfterGc, afterGcPruneNow: gitAfterGcPruneNow, whatIfBranchAndNotesDeleted: whatIf, whatIfNotesHistorySquashed: whatIfSquashed },
+    git: { before: gitBefore, afterPrune: gitAfterPrune, afterGc: gitAfterGc, afterGcPruneNow: gitAfterGcPruneNow, afterDeleteBranches },
     gcSeconds: { gc: Math.round(gcSeconds * 10) / 10, gcPruneNow: Math.round(gcPruneNowSeconds * 10) / 10 },
   };
 }

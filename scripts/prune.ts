@@ -27,10 +27,11 @@ const report = await pruneFinishedRuns(db, {
   deleteBranches: values['delete-branches'] ?? false,
   remote: config.WORKER_CHECKPOINT_REMOTE,
   repoRoot: config.WORKER_REPO_ROOT,
+  notesRef: config.WORKER_NOTES_REF,
   log: createLogger({ level: 'warn' }),
 });
 process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
 for (const p of report.remotePending) {
-  process.stderr.write(`prune: run ${p.agentRunId} left for the next prune (its refs on the checkpoint remote were not pruned): ${p.reason}\n`);
+  process.stderr.write(`prune: run ${p.agentRunId} left for the next prune (its refs were not pruned): ${p.reason}\n`);
 }
 await db.close();

@@ -37,7 +37,10 @@ do {
     if (config.WORKER_CHECKPOINT_RETENTION_DAYS && Date.now() - lastPrune > PRUNE_EVERY_MS) {
       lastPrune = Date.now();
       // The remote's refs too (never branches: their removal is the operator's call, `prune --delete-branches`).
-      await pruneFinishedRuns(db, { olderThanDays: config.WORKER_CHECKPOINT_RETENTION_DAYS, dryRun: false, log, remote: config.WORKER_CHECKPOINT_REMOTE, repoRoot: config.WORKER_REPO_ROOT });
+      await pruneFinishedRuns(db, {
+        olderThanDays: config.WORKER_CHECKPOINT_RETENTION_DAYS, dryRun: false, log,
+        remote: config.WORKER_CHECKPOINT_REMOTE, repoRoot: config.WORKER_REPO_ROOT, notesRef: config.WORKER_NOTES_REF,
+      });
     }
   } catch (err) {
     log.error({ error: errorMessage(err) }, 'sweep failed; retrying next period');

@@ -30,3 +30,17 @@ export async function pruneRunCheckpoints(tx: WorkspaceTx, agentRunId: string, d
   const deleted = await tx`delete from worker_checkpoints where agent_run_id = ${agentRunId} and checkpoint_seq < ${last.seq}`;
   return deleted.count;
 }
+
+/**
+ * The commits of the rows a prune deletes (every row but the last), none that the last row also
+ * names: their git notes go with the rows (worker/prune.ts).
+ */
+export async function prunableCommits(tx: WorkspaceTx, agentRunId: string): Promise<string[]> {
+  const rows = await tx<{ commit_oid: string }[]>`
+    select distinct c.commit_oid from worker_checkpoints c
+    where c.agent_run_id = ${agentRunId} and c.commit_oid is not null
+      and c.checkpoint_seq < (select max(checkpoint_seq) from worker_checkpoints where agent_run_id = ${agentRunId})
+      and c.commit_oid is distinct from (select commit_oid from worker_checkpoints
+                                         where agent_run_id = ${agentRunId} order by checkpoint_seq desc limit 1)`;
+  return rows.map((r) => r.commit_oid);
+}

@@ -23,6 +23,7 @@ let before_: Map<string, { rows: number; status: string }>;
 interface PruneReport {
   runs: number;
   rowsDeleted: number;
+  notesRemoved: number;
   worktreesRemoved: string[];
   worktreesKept: { path: string; reason: string }[];
   dryRun: boolean;
@@ -37,6 +38,11 @@ async function npmPrune(...args: string[]): Promise<PruneReport> {
 }
 
 const rowCount = async (id: string) => (await s.checkpoints(id)).length;
+/** The note blob on a commit under WORKER_NOTES_REF, or undefined when the commit has none. */
+async function noteBlob(commit: string): Promise<string | undefined> {
+  return (await git(s.repo, 'notes', `--ref=${s.config.WORKER_NOTES_REF}`, 'list', commit).catch(() => '')) || undefined;
+}
+const hasObject = (oid: string) => git(s.repo, 'cat-file', '-e', oid).then(() => true, () => false);
 async function snapshot() {
   const state = new Map<string, { rows: number; status: string }>();
   for (const id of Object.values(runs)) state.set(id, { rows: await rowCount(id), status: (await s.run(id)).status });
@@ -93,6 +99,8 @@ after(async () => {
 const pruned = () => [runs.clean, runs.dirty, runs.failed];
 const untouched = () => [runs.recent, runs.running, runs.queued];
 let dryReport: PruneReport;
+/** The note blobs of the checkpoints the prune deletes. */
+const prunedNoteBlobs: string[] = [];
 
 test('--dry-run changes nothing and reports what it would do', async () => {
   dryReport = await npmPrune('--dry-run');
@@ -116,10 +124,13 @@ test('prune keeps each run\'s last checkpoint and an anchor; the chain still ver
     const rows = await s.checkpoints(id);
     lastRows.set(id, rows.at(-1)!);
     anchors.set(id, rows.at(-2)!);
+    for (const row of rows.slice(0, -1)) if (row.commit_oid) prunedNoteBlobs.push((await noteBlob(row.commit_oid))!);
   }
+  assert.ok(prunedNoteBlobs.length > 0 && prunedNoteBlobs.every(Boolean), 'every checkpoint to prune has its note');
   const report = await npmPrune();
   assert.equal(report.dryRun, false);
   assert.equal(report.rowsDeleted, dryReport.rowsDeleted, 'deleted what the dry run counted');
+  assert.equal(report.notesRemoved, prunedNoteBlobs.length, 'the pruned checkpoints\' notes removed');
 
   for (const id of pruned()) {
     const rows = await s.checkpoints(id);
@@ -137,6 +148,29 @@ test('prune keeps each run\'s last checkpoint and an anchor; the chain still ver
   }
   // Without the anchor the same rows would not verify: the anchor is what keeps the chain honest.
   assert.equal(verifyChain((await s.checkpoints(runs.clean)) as never).ok, false);
+});
+
+test('the pruned checkpoints\' notes leave the notes ref, its history too, so git gc gives their bytes back', async () => {
+  // Every checkpoint that is left keeps its note: the kept rows of pruned runs, and other runs'.
+  const keptBlobs: string[] = [];
+  for (const id of [...untouched(), ...pruned()]) {
+    for (const row of await s.checkpoints(id)) {
+      const blob = row.commit_oid ? await noteBlob(row.commit_oid) : 'no commit';
+      assert.ok(blob, `run ${id} seq ${row.checkpoint_seq} keeps its note`);
+      if (row.commit_oid) keptBlobs.push(blob);
+    }
+  }
+  const notesRef = s.config.WORKER_NOTES_REF;
+  assert.equal(await git(s.repo, 'rev-list', '--count', notesRef), '1', 'the notes ref is one commit: its history is gone');
+  assert.equal(await git(s.repo, 'reflog', 'show', notesRef), '', 'and so is its reflog');
+  // Nothing reaches the removed notes now: gc (here without its two weeks' expiry) drops them.
+  await git(s.repo, 'gc', '--quiet', '--prune=now');
+  for (const blob of prunedNoteBlobs) assert.equal(await hasObject(blob), false, `pruned note ${blob} is gone after gc`);
+  for (const blob of keptBlobs) assert.equal(await hasObject(blob), true, `kept note ${blob} is still there`);
+  for (const id of pruned()) {
+    const findings = (await checkRunIntegrity(s.t.db, s.config, s.workspaceId, id))!.findings;
+    assert.deepEqual(findings.filter((f) => f.kind.startsWith('note')), [], `run ${id}: its kept checkpoint's note verifies`);
+  }
 });
 
 test('prune removes clean worktrees of finished runs and keeps one with uncommitted changes', async () => {
@@ -162,6 +196,30 @@ test('a second prune finds nothing more to delete and still reports the kept wor
   assert.equal(report.rowsDeleted, 0);
   assert.deepEqual(report.worktreesRemoved, []);
   assert.deepEqual(report.worktreesKept.map((k) => k.path), [(await s.run(runs.dirty)).worktree_path]);
+});
+
+test('a prune killed after removing the notes, before deleting the rows, is finished by the next one', { timeout: 120_000 }, async () => {
+  const { agentRunId } = await s.dispatch();
+  const worker = s.spawnWorker();
+  children.push(worker);
+  await s.waitForStatus(agentRunId, 'completed');
+  await worker.stop('SIGTERM');
+  const rows = await s.checkpoints(agentRunId);
+  assert.ok(rows.length > 1, 'the run has checkpoints to prune');
+  await ageRuns([agentRunId]);
+
+  const killed = spawnNode('scripts/prune.ts', ['--older-than', '30d'], { env: { ...s.env, ECHODO_FAULT: 'after-notes-prune' } });
+  children.push(killed);
+  assert.equal((await killed.exited).signal, 'SIGKILL', killed.output());
+  assert.equal(await rowCount(agentRunId), rows.length, 'no row deleted yet');
+  assert.equal(await noteBlob(rows[0]!.commit_oid), undefined, 'the first checkpoint\'s note already gone');
+  assert.ok(await noteBlob(rows.at(-1)!.commit_oid), 'the last checkpoint\'s note kept');
+
+  const report = await npmPrune();
+  assert.equal(report.rowsDeleted, rows.length - 1, 'the next prune deletes the rows');
+  assert.equal(report.notesRemoved, 0, 'their notes were gone already');
+  const integrity = await checkRunIntegrity(s.t.db, s.config, s.workspaceId, agentRunId);
+  assert.equal(integrity?.intact, true, JSON.stringify(integrity?.findings));
 });
 
 test('with WORKER_CHECKPOINT_RETENTION_DAYS=30 the stall detector prunes too', { timeout: 60_000 }, async () => {

@@ -24,6 +24,7 @@ export type FaultPoint =
   | 'after-cancel-request' // a cancel seen and the last round checkpointed, the run not yet marked cancelled
   | 'before-remote-prune' // prune: the run's refs on the checkpoint remote not yet pruned, its rows not yet deleted
   | 'after-remote-prune' // prune: the run's refs on the remote pruned, its rows not yet deleted
+  | 'after-notes-prune' // prune: the pruned checkpoints' notes removed from WORKER_NOTES_REF, the rows not yet deleted
   | 'after-admission'; // dispatch/retry: the run recorded or re-dispatched in Postgres, the doorbell not yet rung
 
 const armed = new Map<string, number>();

@@ -1,19 +1,22 @@
 // Retention: delete checkpoint rows of runs finished before the cutoff (each run keeps its last
 // row, and an anchor keeps the chain verifiable) and remove their worktrees — never one with
 // uncommitted changes. The branch stays (the content lives there) unless the operator asks for
-// branch removal. With a checkpoint remote, the run's refs there are pruned first (one push), and
-// only then its rows: a remote that cannot be reached leaves the run untouched, so it stays
-// prunable and the next prune retries it (nothing to record; docs/checkpoints.md "Retention on the remote").
+// branch removal. Order, and why: with a checkpoint remote, the run's refs there are pruned first
+// (one push); then the pruned checkpoints' notes leave WORKER_NOTES_REF (one rewrite per
+// repository, its history squashed so that `git gc` can give their bytes back); only then the
+// rows. A step that fails leaves its runs untouched, so they stay prunable and the next prune
+// retries them (nothing to record; docs/checkpoints.md "Retention").
 import { existsSync } from 'node:fs';
 import type { Database } from '../store/connection.ts';
 import { latestCheckpoint, type CheckpointRow } from '../store/checkpoints.ts';
 import { getRun, type RunRow } from '../store/runs.ts';
-import { pruneRunCheckpoints } from '../store/retention.ts';
+import { prunableCommits, pruneRunCheckpoints } from '../store/retention.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { redactString } from '../core/redact.ts';
 import { faultPoint } from './faults.ts';
 import { runGit } from './git.ts';
 import type { Logger } from './log.ts';
+import { dropCheckpointNotes } from './checkpoints/notes.ts';
 import { pruneRemoteRefs, remoteRefs, type RemotePrunePlan } from './checkpoints/remote-retention.ts';
 import { runNotesRef } from './checkpoints/remote.ts';
 
@@ -26,7 +29,12 @@ export interface PruneReport {
   branchesDeleted: string[];
   /** Refs changed on the checkpoint remote (`<ref> -> <oid|deleted>`; on a dry run, what would be). */
   remoteRefsUpdated: string[];
-  /** Runs left as they were because their remote refs could not be pruned: the next prune retries them. */
+  /** Notes removed from WORKER_NOTES_REF: the pruned checkpoints' (with branch removal, the kept one's too). */
+  notesRemoved: number;
+  /**
+   * Runs left as they were because their refs could not be pruned (on the checkpoint remote, or
+   * their notes here): the next prune retries them.
+   */
   remotePending: { agentRunId: string; reason: string }[];
   dryRun: boolean;
 }
@@ -39,6 +47,8 @@ export interface PruneOptions {
   remote?: string;
   /** WORKER_REPO_ROOT: the repository of runs whose job named none. */
   repoRoot?: string;
+  /** WORKER_NOTES_REF: the pruned checkpoints' notes are removed from it. */
+  notesRef: string;
   /** Also delete each pruned run's branch (and its notes ref on the remote). */
   deleteBranches?: boolean;
 }
@@ -48,6 +58,8 @@ interface Plan {
   run: RunRow;
   /** Rows a prune deletes (all but the last). */
   toDelete: number;
+  /** Their commits (none the last row names too): their notes go with them. */
+  prunedCommits: string[];
   kept: CheckpointRow | undefined;
   repoPath: string | undefined;
   /** Why the worktree is kept (uncommitted changes): its branch is kept as well. */
@@ -62,6 +74,7 @@ export async function pruneFinishedRuns(db: Database, options: PruneOptions): Pr
     worktreesKept: [],
     branchesDeleted: [],
     remoteRefsUpdated: [],
+    notesRemoved: 0,
     remotePending: [],
     dryRun: options.dryRun,
   };
@@ -73,7 +86,7 @@ export async function pruneFinishedRuns(db: Database, options: PruneOptions): Pr
       const run = await getRun(tx, agent_run_id);
       if (!run) return undefined;
       const toDelete = await pruneRunCheckpoints(tx, agent_run_id, true); // dry: counts only
-      return { run, toDelete, kept: await latestCheckpoint(tx, agent_run_id) };
+      return { run, toDelete, prunedCommits: await prunableCommits(tx, agent_run_id), kept: await latestCheckpoint(tx, agent_run_id) };
     });
     if (!plan) continue;
     const repoPath = plan.run.job.repoPath ?? options.repoRoot;
@@ -81,9 +94,12 @@ export async function pruneFinishedRuns(db: Database, options: PruneOptions): Pr
     plans.push({ workspaceId: workspace_id, ...plan, repoPath, worktreeKept });
   }
   const remote = await listRemote(plans, options);
+  const remoteDone: Plan[] = [];
   for (const plan of plans) {
     report.runs++;
-    if (remote && !(await pruneRemote(plan, remote, options, report))) continue;
+    if (!remote || (await pruneRemote(plan, remote, options, report))) remoteDone.push(plan);
+  }
+  for (const plan of await dropPrunedNotes(remoteDone, options, report)) {
     const deleted = options.dryRun
       ? plan.toDelete
       : await withWorkspace(db.app, plan.workspaceId, (tx) => pruneRunCheckpoints(tx, plan.run.id, false));
@@ -94,7 +110,7 @@ export async function pruneFinishedRuns(db: Database, options: PruneOptions): Pr
       if (!options.dryRun) await runGit(wt, ['worktree', 'remove', wt]);
       report.worktreesRemoved.push(wt);
     }
-    if (options.deleteBranches && !plan.worktreeKept) await deleteLocalBranch(plan, options, report);
+    if (removesBranch(plan, options)) await deleteLocalBranch(plan, options, report);
   }
   options.log.info(report, options.dryRun ? 'prune (dry run)' : 'pruned');
   return report;
@@ -108,9 +124,43 @@ async function worktreeKeptReason(wt: string | null): Promise<string | undefined
   return status.stdout.trim() ? 'has uncommitted changes' : undefined;
 }
 
+/** The operator asked for branch removal, and the run's worktree goes (a kept one keeps its branch). */
+const removesBranch = (plan: Plan, options: PruneOptions) => !!options.deleteBranches && !plan.worktreeKept;
+
 /** Has this run anything to change on the remote? (Rows to prune, or a branch to delete.) */
-const wantsRemote = (plan: Plan, options: PruneOptions) =>
-  !!plan.run.branch && (plan.toDelete > 0 || (!!options.deleteBranches && !plan.worktreeKept));
+const wantsRemote = (plan: Plan, options: PruneOptions) => !!plan.run.branch && (plan.toDelete > 0 || removesBranch(plan, options));
+
+/**
+ * The pruned checkpoints' notes leave WORKER_NOTES_REF (with branch removal the kept checkpoint's
+ * too: its commit goes with the branch), in one rewrite per repository, before any of the runs'
+ * rows go: a prune killed in between finds the runs still prunable and finishes them. Returns the
+ * runs whose rows may go now; a repository whose notes ref could not be rewritten keeps its runs
+ * as they are, for the next prune.
+ */
+async function dropPrunedNotes(plans: Plan[], options: PruneOptions, report: PruneReport): Promise<Plan[]> {
+  if (options.dryRun) return plans;
+  const byRepo = new Map<string, Plan[]>();
+  for (const plan of plans) {
+    if (plan.repoPath && existsSync(plan.repoPath)) byRepo.set(plan.repoPath, [...(byRepo.get(plan.repoPath) ?? []), plan]);
+  }
+  const failed = new Set<Plan>();
+  for (const [repoPath, repoPlans] of byRepo) {
+    const commits = repoPlans.flatMap((p) => [...p.prunedCommits, ...(removesBranch(p, options) && p.kept?.commit_oid ? [p.kept.commit_oid] : [])]);
+    try {
+      report.notesRemoved += await dropCheckpointNotes(repoPath, options.notesRef, commits);
+    } catch (err) {
+      const reason = redactString(`the notes under ${options.notesRef} could not be pruned: ${(err as Error).message}`);
+      options.log.warn({ repoPath, reason }, 'prune: the pruned checkpoints\' notes stay; their runs are left for the next prune');
+      for (const p of repoPlans) {
+        failed.add(p);
+        report.remotePending.push({ agentRunId: p.run.id, reason });
+      }
+    }
+    // Killed here: the notes are gone, the rows not yet; the next prune deletes the rows.
+    faultPoint('after-notes-prune');
+  }
+  return plans.filter((p) => !failed.has(p));
+}
 
 /** What the remote holds of the runs' refs, or why it could not be asked. */
 interface RemoteState {

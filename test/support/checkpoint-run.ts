@@ -50,6 +50,8 @@ export interface DriveOptions {
   workspaceId: string;
   repo: string;
   packEvery?: number;
+  /** The run's id (default: a new one); run ids are unique per workspace only. */
+  agentRunId?: string;
   /** WORKER_CHECKPOINT_REMOTE: a URL; `aroundPush` wraps each checkpoint's push (to hold or time it). */
   remote?: { url: string; aroundPush?: (push: () => Promise<void>) => Promise<void> };
 }
@@ -118,6 +120,7 @@ export async function startDrivenRun(o: DriveOptions): Promise<DrivenRun> {
   const parsed = parseJob({
     workspaceId: o.workspaceId, convoyId: 'convoy-long', briefId: `long-${Math.random().toString(36).slice(2, 8)}`, roleId: 'coder',
     harnessAlias: 'code', repoPath: o.repo, baseRef: 'main', brief: 'a long run', model: 'replay:/dev/null',
+    ...(o.agentRunId ? { agentRunId: o.agentRunId } : {}),
   });
   if (!parsed.ok) throw new Error(parsed.problems.join('; '));
   const sql = o.sql ?? o.db.app;

@@ -3,6 +3,9 @@
 // loses notes, so every write goes through one writer per repository: an in-process queue, a
 // cross-process lock file in the common git dir, and a compare-and-set ref update (fast-import
 // refuses a non-fast-forward update, so a writer that raced anyway retries instead of losing).
+import { randomBytes } from 'node:crypto';
+import { mkdtemp, rm } from 'node:fs/promises';
+import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { GitError, runGit } from '../git.ts';
@@ -45,12 +48,18 @@ export interface NoteWrite {
   note: CheckpointNote;
 }
 
+// The committer time of this process's last notes import that failed. `git gc --prune=now` deletes
+// the temporary pack of a fast-import in flight, which then dies after writing its pack's .keep;
+// the same batch written again in the same second would be the same pack, whose .keep fast-import
+// then refuses to create. So after a failure the next import is stamped a second later.
+let failedStamp = 0;
+
 /** One notes commit holding every note of the batch (fast-import picks the fanout). */
-function fastImportScript(notesRef: string, notes: NoteWrite[], hasParent: boolean): string {
+function fastImportScript(notesRef: string, notes: NoteWrite[], hasParent: boolean, stamp: number): string {
   const message = `echodo checkpoint note${notes.length > 1 ? 's' : ''}\n`;
   const lines = [
     `commit ${notesRef}`,
-    `committer echodo-worker <echodo-worker@localhost> ${Math.floor(Date.now() / 1000)} +0000`,
+    `committer echodo-worker <echodo-worker@localhost> ${stamp} +0000`,
     `data ${Buffer.byteLength(message)}`,
     message,
   ];
@@ -66,25 +75,32 @@ function fastImportScript(notesRef: string, notes: NoteWrite[], hasParent: boole
 async function writeNotesOnce(cwd: string, key: string, notesRef: string, notes: NoteWrite[], trustCache: boolean): Promise<void> {
   let hasParent = trustCache && knownRefs.has(key);
   if (!hasParent) hasParent = (await runGit(cwd, ['rev-parse', '--verify', '--quiet', notesRef], { allowExitCodes: [1] })).exitCode === 0;
-  await runGit(cwd, ['-c', 'fastimport.unpackLimit=1', 'fast-import', '--quiet'], { input: fastImportScript(notesRef, notes, hasParent) });
+  const stamp = Math.max(Math.floor(Date.now() / 1000), failedStamp + 1);
+  try {
+    await runGit(cwd, ['-c', 'fastimport.unpackLimit=1', 'fast-import', '--quiet'], { input: fastImportScript(notesRef, notes, hasParent, stamp) });
+  } catch (err) {
+    failedStamp = stamp;
+    throw err;
+  }
   knownRefs.add(key);
 }
 
-/** Writes (or overwrites) notes in one notes commit. Serialized per repository; retries a lost race. */
-export async function writeCheckpointNotes(cwd: string, notesRef: string, notes: NoteWrite[]): Promise<void> {
-  if (!notes.length) return;
+/**
+ * One notes-ref update at a time per repository: an in-process queue, the cross-process lock file
+ * in the common git dir, and up to 5 attempts when someone outside the lock (an operator's
+ * `git notes`, a locked ref) got in the way: the ref only ever moves by compare-and-set.
+ */
+async function serialized<T>(cwd: string, attempt: (n: number) => Promise<T>, onRetry: () => void = () => {}): Promise<T> {
   const commonDir = await commonDirOf(cwd);
-  const key = `${commonDir}\0${notesRef}`;
   const run = async () =>
     withFileLock(path.join(commonDir, 'echodo-notes.lock'), async () => {
-      for (let attempt = 1; ; attempt++) {
+      for (let n = 1; ; n++) {
         try {
-          return await writeNotesOnce(cwd, key, notesRef, notes, attempt === 1);
+          return await attempt(n);
         } catch (err) {
-          knownRefs.delete(key);
-          // Someone outside our lock (an operator's `git notes`, a locked ref) got in the way.
-          if (!(err instanceof GitError) || attempt >= 5) throw err;
-          await sleep(attempt * 20 + Math.random() * 20);
+          onRetry();
+          if (!(err instanceof GitError) || n >= 5) throw err;
+          await sleep(n * 20 + Math.random() * 20);
         }
       }
     }, { staleMs: STALE_LOCK_MS, what: 'notes' });
@@ -92,6 +108,52 @@ export async function writeCheckpointNotes(cwd: string, notesRef: string, notes:
   const mine = previous.then(run, run);
   queues.set(commonDir, mine.catch(() => {}));
   return mine;
+}
+
+/** Writes (or overwrites) notes in one notes commit. Serialized per repository; retries a lost race. */
+export async function writeCheckpointNotes(cwd: string, notesRef: string, notes: NoteWrite[]): Promise<void> {
+  if (!notes.length) return;
+  const key = `${await commonDirOf(cwd)}\0${notesRef}`;
+  return serialized(cwd, (n) => writeNotesOnce(cwd, key, notesRef, notes, n === 1), () => knownRefs.delete(key));
+}
+
+/**
+ * Prune's side of the mirror (worker/prune.ts): removes the notes on `commits` and replaces the
+ * notes ref by one commit without parents that holds the notes left. A notes ref's history keeps
+ * every note it ever held, so removing notes alone gives no byte back; without that history the
+ * repository's next `git gc` (past its prune expiry) does. Nothing reads the history (a note is
+ * the current mirror of its row), nor the ref's reflog, which goes too. Returns how many notes
+ * were removed (0: the ref is untouched).
+ */
+export async function dropCheckpointNotes(cwd: string, notesRef: string, commits: string[]): Promise<number> {
+  if (!commits.length) return 0;
+  const drop = new Set(commits);
+  return serialized(cwd, async () => {
+    const tip = (await runGit(cwd, ['rev-parse', '--verify', '--quiet', `${notesRef}^{commit}`], { allowExitCodes: [1] })).stdout.trim();
+    if (!tip) return 0;
+    const listing = await runGit(cwd, ['ls-tree', '-r', '-z', '--name-only', tip]);
+    const paths = listing.stdout.split('\0').filter((p) => p && drop.has(p.replaceAll('/', '')));
+    if (!paths.length) return 0;
+    // The new tree on a scratch index (and an empty scratch work tree, which update-index wants
+    // even in a bare repository): the fanout folders stay as they are, only the notes go.
+    const scratch = await mkdtemp(path.join(os.tmpdir(), 'echodo-notes-'));
+    const env = { GIT_INDEX_FILE: path.join(scratch, 'index'), GIT_WORK_TREE: scratch };
+    const git = (args: string[], input?: string) => runGit(cwd, ['-c', 'core.splitIndex=false', ...args], { env, input });
+    try {
+      await git(['read-tree', tip]);
+      await git(['update-index', '--force-remove', '-z', '--stdin'], paths.join('\0'));
+      const tree = (await git(['write-tree'])).stdout.trim();
+      const message = `echodo: the notes of ${paths.length} pruned checkpoint(s) removed, the notes' history squashed`;
+      const commit = (await runGit(cwd, ['commit-tree', tree, '-m', message])).stdout.trim();
+      await runGit(cwd, ['update-ref', notesRef, commit, tip]);
+      // The ref's reflog would keep the old history reachable for gc.reflogExpireUnreachable (30
+      // days). Housekeeping only: a repository without one (bare) fails here, and that is fine.
+      await runGit(cwd, ['reflog', 'expire', '--expire=now', '--expire-unreachable=now', notesRef]).catch(() => {});
+      return paths.length;
+    } finally {
+      await rm(scratch, { recursive: true, force: true });
+    }
+  });
 }
 
 export function writeCheckpointNote(cwd: string, notesRef: string, commitOid: string, note: CheckpointNote): Promise<void> {

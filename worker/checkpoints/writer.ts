@@ -133,7 +133,9 @@ export class CheckpointWriter {
         branch: tree.git.branch,
         parentOid: this.state.headOid!,
         paths,
-        message: `echodo checkpoint ${seq} (run ${run.agentRunId})`,
+        // The workspace too: run ids are unique per workspace only, and two runs that made the same
+        // change in the same second would otherwise make one commit, whose note each overwrites.
+        message: `echodo checkpoint ${seq} (run ${run.agentRunId} of workspace ${run.workspaceId})`,
       });
       faultPoint('after-content-commit');
     }
