@@ -37,10 +37,10 @@ export async function pruneRunCheckpoints(tx: WorkspaceTx, agentRunId: string, d
  */
 export async function prunableCommits(tx: WorkspaceTx, agentRunId: string): Promise<string[]> {
   const rows = await tx<{ commit_oid: string }[]>`
-    select distinct c.commit_oid from worker_checkpoints c
-    where c.agent_run_id = ${agentRunId} and c.commit_oid is not null
-      and c.checkpoint_seq < (select max(checkpoint_seq) from worker_checkpoints where agent_run_id = ${agentRunId})
-      and c.commit_oid is distinct from (select commit_oid from worker_checkpoints
-                                         where agent_run_id = ${agentRunId} order by checkpoint_seq desc limit 1)`;
+    with last as (select checkpoint_seq, commit_oid from worker_checkpoints
+                  where agent_run_id = ${agentRunId} order by checkpoint_seq desc limit 1)
+    select distinct c.commit_oid from worker_checkpoints c, last
+    where c.agent_run_id = ${agentRunId} and c.checkpoint_seq < last.checkpoint_seq
+      and c.commit_oid is not null and c.commit_oid is distinct from last.commit_oid`;
   return rows.map((r) => r.commit_oid);
 }

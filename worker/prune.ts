@@ -141,7 +141,10 @@ async function dropPrunedNotes(plans: Plan[], options: PruneOptions, report: Pru
   if (options.dryRun) return plans;
   const byRepo = new Map<string, Plan[]>();
   for (const plan of plans) {
-    if (plan.repoPath && existsSync(plan.repoPath)) byRepo.set(plan.repoPath, [...(byRepo.get(plan.repoPath) ?? []), plan]);
+    if (!plan.repoPath || !existsSync(plan.repoPath)) continue; // no local repository, no local notes
+    const repoPlans = byRepo.get(plan.repoPath) ?? [];
+    repoPlans.push(plan);
+    byRepo.set(plan.repoPath, repoPlans);
   }
   const failed = new Set<Plan>();
   for (const [repoPath, repoPlans] of byRepo) {

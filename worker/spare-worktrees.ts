@@ -59,12 +59,12 @@ interface Spare {
 
 /** Why `dir` is not a complete spare of this repository, or the spare. */
 async function inspectSpare(dir: string, commonDir: string): Promise<Spare | string> {
-  const admin = await pointerOf(dir);
+  const admin = pointerOf(dir);
   if (!admin) return 'no .git file';
   if (!existsSync(admin)) return `its .git file points at a missing admin folder ${admin}`;
   const adminParent = await realpath(path.dirname(admin)).catch(() => '');
   if (adminParent !== path.join(commonDir, 'worktrees')) return 'its admin folder is not in this repository';
-  const problem = await adminFolderProblem(admin, commonDir);
+  const problem = adminFolderProblem(admin, commonDir);
   if (problem) return problem;
   const gitdir = (await readFile(path.join(admin, 'gitdir'), 'utf8').catch(() => '')).trim();
   const [registered, here] = await Promise.all([realpath(path.dirname(gitdir)).catch(() => ''), realpath(dir)]);
@@ -77,7 +77,7 @@ async function inspectSpare(dir: string, commonDir: string): Promise<Spare | str
 
 /** Removes a spare folder and, when it points back at it, its admin folder. */
 async function removeSpare(dir: string): Promise<void> {
-  const admin = await pointerOf(dir);
+  const admin = pointerOf(dir);
   if (admin) {
     // Only the admin folder registered for this folder (or for nothing): never a run's.
     const gitdir = (await readFile(path.join(admin, 'gitdir'), 'utf8').catch(() => '')).trim();

@@ -18,7 +18,7 @@ const ZERO_OID = /^0+$/;
 // The reads that judge a worktree are one small file each, read synchronously: through the thread
 // pool each would wait behind whatever else is queued there (a resume's file hashes, a checkpoint's
 // writes), several ms apiece on a busy machine, for a syscall of microseconds.
-function readTrimmed(file: string): string | undefined {
+export function readTrimmed(file: string): string | undefined {
   try {
     return readFileSync(file, 'utf8').trim();
   } catch {
@@ -35,7 +35,7 @@ export function realpathOrUndefined(file: string): string | undefined {
 }
 
 /** Why an admin folder is not a complete one, or undefined when it is. */
-export async function adminFolderProblem(adminDir: string, commonDir: string): Promise<string | undefined> {
+export function adminFolderProblem(adminDir: string, commonDir: string): string | undefined {
   const [commondir, head, locked] = ['commondir', 'HEAD', 'locked'].map((f) => readTrimmed(path.join(adminDir, f)));
   if (!commondir) return commondir === undefined ? 'commondir missing' : 'commondir empty';
   const common = realpathOrUndefined(path.resolve(adminDir, commondir));
@@ -47,7 +47,7 @@ export async function adminFolderProblem(adminDir: string, commonDir: string): P
 }
 
 /** The admin folder a worktree's `.git` file points at, or undefined (no file, not a pointer). */
-export async function pointerOf(worktreePath: string): Promise<string | undefined> {
+export function pointerOf(worktreePath: string): string | undefined {
   const pointer = readTrimmed(path.join(worktreePath, '.git'));
   if (!pointer?.startsWith('gitdir:')) return undefined;
   return path.resolve(worktreePath, pointer.slice('gitdir:'.length).trim());
@@ -82,9 +82,9 @@ export async function repairAdminFolders(args: { commonDir: string; worktreeBase
     }
     const worktreePath = path.dirname(path.resolve(adminDir, gitdir));
     if (!isUnder(worktreePath, base)) continue; // not a worktree this product made: never touched
-    let problem = await adminFolderProblem(adminDir, args.commonDir);
+    let problem = adminFolderProblem(adminDir, args.commonDir);
     const folder = await lstat(worktreePath).catch(() => undefined);
-    const pointer = folder?.isDirectory() ? await pointerOf(worktreePath) : undefined;
+    const pointer = folder?.isDirectory() ? pointerOf(worktreePath) : undefined;
     if (!problem && !folder) problem = `its worktree ${worktreePath} is missing`;
     else if (!problem && !folder!.isDirectory()) problem = `its worktree ${worktreePath} is not a folder`;
     else if (!problem && !pointer) problem = `its worktree ${worktreePath} has no .git file`;

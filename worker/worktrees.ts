@@ -1,14 +1,14 @@
 // Worktrees: one per code run, on branch echodo/<briefId>-<first 8 of agentRunId>, made with
 // `git worktree add` from the local repo (never a clone), or taken from the host's warm spare
 // worktree of the repo (spare-worktrees.ts), reused when it is healthy.
-import { existsSync, readFileSync, realpathSync } from 'node:fs';
+import { existsSync, realpathSync } from 'node:fs';
 import { realpath, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { EchodoError } from '../core/errors.ts';
 import { faultPoint } from './faults.ts';
 import { resolveCommit, runGit } from './git.ts';
 import { withFileLock } from '../core/file-lock.ts';
-import { adminFolderProblem, ensurePrivateDir, pointerOf, realpathOrUndefined, repairAdminFolders } from './worktree-repair.ts';
+import { adminFolderProblem, ensurePrivateDir, pointerOf, readTrimmed, realpathOrUndefined, repairAdminFolders } from './worktree-repair.ts';
 import { spareWanted, takeSpareLocked, worktreeLockPath, WORKTREE_LOCK_OPTIONS } from './spare-worktrees.ts';
 import { branchName } from '../core/job.ts';
 import type { Logger } from './log.ts';
@@ -41,15 +41,15 @@ export async function repoCommonDir(repoPath: string): Promise<string> {
 /** Reads a worktree's .git pointer files directly (synchronously: see worktree-repair.ts): no process spawned. */
 export async function inspectWorktree(worktreePath: string, commonDir: string): Promise<WorktreeState> {
   if (!existsSync(worktreePath)) return { exists: false, belongsToRepo: false };
-  const gitDir = await pointerOf(worktreePath);
+  const gitDir = pointerOf(worktreePath);
   if (!gitDir) return { exists: true, belongsToRepo: false, halfMade: 'the worktree folder has no .git file' };
   // Its admin folder is in this repository's worktrees/: ours, whatever state it is in.
   const adminParent = realpathOrUndefined(path.dirname(gitDir)) ?? path.dirname(gitDir);
   const ours = adminParent === path.join(commonDir, 'worktrees');
   if (!existsSync(gitDir)) return { exists: true, belongsToRepo: ours, halfMade: `its .git file points at a missing admin folder ${gitDir}` };
-  const problem = await adminFolderProblem(gitDir, commonDir);
+  const problem = adminFolderProblem(gitDir, commonDir);
   if (problem) return { exists: true, belongsToRepo: ours, gitDir, halfMade: `its admin folder ${gitDir}: ${problem}` };
-  const head = readFileSync(path.join(gitDir, 'HEAD'), 'utf8').trim();
+  const head = readTrimmed(path.join(gitDir, 'HEAD')) ?? '';
   const branch = head.startsWith('ref: refs/heads/') ? head.slice('ref: refs/heads/'.length) : undefined;
   // The index is written last, when the checkout is complete (creation below): without it the
   // folder was never checked out.
@@ -117,7 +117,7 @@ export async function prepareWorktree(args: {
       if (state.exists) {
         // Ours (the run's own path, and we hold its lease) but not usable: remade at its branch.
         args.log.warn({ worktreePath: wtPath, problem: state.halfMade ?? 'not a worktree of the repo on its branch' }, 'recreating the run\'s worktree');
-        const admin = state.belongsToRepo ? (state.gitDir ?? (await pointerOf(wtPath))) : undefined;
+        const admin = state.belongsToRepo ? (state.gitDir ?? pointerOf(wtPath)) : undefined;
         if (admin) await rm(admin, { recursive: true, force: true });
         await rm(wtPath, { recursive: true, force: true });
         repairs.push(`removed the run's worktree ${wtPath}${state.halfMade ? ` (half made: ${state.halfMade})` : ''}${admin ? ` and its admin folder ${admin}` : ''}`);

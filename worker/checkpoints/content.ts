@@ -18,6 +18,7 @@ import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { deflateSync } from 'node:zlib';
 import { GitError, runGit, type GitResult } from '../git.ts';
+import { fastImport } from './fast-import.ts';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { commonDirOf } from './notes.ts';
 import { stageOnCopy, updateIndexInPlace, type Staged } from './index-copy.ts';
@@ -119,15 +120,11 @@ function checkpointStream(files: TouchedFile[], branch: string, parentOid: strin
 async function importCommit(worktree: string, commonDir: string, files: TouchedFile[], branch: string, parentOid: string, message: string): Promise<{ commitOid: string; treeOid: string }> {
   const marks = path.join(commonDir, `echodo-marks-${process.pid}-${randomBytes(4).toString('hex')}`);
   try {
-    const now = Math.floor(Date.now() / 1000);
     let out: GitResult;
     for (let attempt = 1; ; attempt++) {
-      // Each attempt a second later: a failed one may leave its pack's .keep behind (with no pack),
-      // and the same objects again would be the same pack name, which fast-import then refuses.
-      const stream = checkpointStream(files, branch, parentOid, message, now + attempt - 1);
       try {
-        // unpackLimit=1: even a one-object import stays a (kept) pack, never loose objects.
-        out = await runGit(worktree, ['-c', 'fastimport.unpackLimit=1', 'fast-import', '--quiet', `--export-marks=${marks}`], { input: stream });
+        // A retry is stamped a second after the failed attempt (fast-import.ts).
+        out = await fastImport(worktree, (stamp) => checkpointStream(files, branch, parentOid, message, stamp), [`--export-marks=${marks}`]);
         break;
       } catch (err) {
         // `git gc --prune=now` deletes every tmp_pack_* file it finds, a pack being written

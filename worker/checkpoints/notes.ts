@@ -11,6 +11,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { GitError, runGit } from '../git.ts';
 import { redactString } from '../../core/redact.ts';
 import { withFileLock } from '../../core/file-lock.ts';
+import { fastImport } from './fast-import.ts';
 
 export interface CheckpointNote {
   workspaceId: string;
@@ -48,12 +49,6 @@ export interface NoteWrite {
   note: CheckpointNote;
 }
 
-// The committer time of this process's last notes import that failed. `git gc --prune=now` deletes
-// the temporary pack of a fast-import in flight, which then dies after writing its pack's .keep;
-// the same batch written again in the same second would be the same pack, whose .keep fast-import
-// then refuses to create. So after a failure the next import is stamped a second later.
-let failedStamp = 0;
-
 /** One notes commit holding every note of the batch (fast-import picks the fanout). */
 function fastImportScript(notesRef: string, notes: NoteWrite[], hasParent: boolean, stamp: number): string {
   const message = `echodo checkpoint note${notes.length > 1 ? 's' : ''}\n`;
@@ -75,13 +70,7 @@ function fastImportScript(notesRef: string, notes: NoteWrite[], hasParent: boole
 async function writeNotesOnce(cwd: string, key: string, notesRef: string, notes: NoteWrite[], trustCache: boolean): Promise<void> {
   let hasParent = trustCache && knownRefs.has(key);
   if (!hasParent) hasParent = (await runGit(cwd, ['rev-parse', '--verify', '--quiet', notesRef], { allowExitCodes: [1] })).exitCode === 0;
-  const stamp = Math.max(Math.floor(Date.now() / 1000), failedStamp + 1);
-  try {
-    await runGit(cwd, ['-c', 'fastimport.unpackLimit=1', 'fast-import', '--quiet'], { input: fastImportScript(notesRef, notes, hasParent, stamp) });
-  } catch (err) {
-    failedStamp = stamp;
-    throw err;
-  }
+  await fastImport(cwd, (stamp) => fastImportScript(notesRef, notes, hasParent, stamp));
   knownRefs.add(key);
 }
 
