@@ -47,6 +47,9 @@ export interface RemoteFigure {
   speedupVsPartial: number;
   /** cloneGit.median / crossHostResumeCold.median */
   speedupColdVsClone: number;
+  /** The floor, bare on a fresh host B (bench/remote-resume.ts measureFloor): the worker's fetch, then the spare's checkout. */
+  floorFetch?: Summary;
+  floorCheckout?: Summary;
   /** fetchedBytes.median / repoPackedBytes */
   fetchedShareOfRepo: number;
   /** The worker's own log lines during one traced cross-host resume, ms after the claim. */
@@ -64,6 +67,13 @@ interface Target {
 const ms = (v: number) => (v >= 100 ? v.toFixed(0) : v >= 10 ? v.toFixed(1) : v.toFixed(2));
 const mp = (s: Summary) => `${ms(s.median)} / ${ms(s.p99)}`;
 const x = (r: number) => (Number.isNaN(r) ? 'n/a' : `${r.toFixed(2)}×`);
+/** The floor's median (fetch + checkout) and the most a resume that fetches at the claim could gain over a clone. */
+const floorOf = (f: RemoteFigure) =>
+  f.floorFetch && f.floorCheckout ? { ms: f.floorFetch.median + f.floorCheckout.median, speedup: f.cloneGit.median / (f.floorFetch.median + f.floorCheckout.median) } : undefined;
+const floorNote = (f: RemoteFigure) => {
+  const floor = floorOf(f);
+  return floor ? ` (floor: fetch + spare checkout ${ms(floor.ms)} ms, at most ${x(floor.speedup)})` : '';
+};
 const kib = (b: number) => (b >= 1024 * 1024 ? `${(b / 1024 / 1024).toFixed(1)} MiB` : `${(b / 1024).toFixed(1)} KiB`);
 
 export function remoteTargets(figures: RemoteFigure[] | undefined): Target[] {
@@ -79,7 +89,7 @@ export function remoteTargets(figures: RemoteFigure[] | undefined): Target[] {
     {
       name: 'cross-host resume vs clone',
       goal: 'cross-host resume (claim → first tool call) ≥ 10× faster than a full git clone of the remote, at 10k files and up',
-      measured: large.length ? large.map((f) => `${f.files}: ${ms(f.crossHostResume.median)} vs ${ms(f.cloneGit.median)} ms = ${x(f.speedupVsClone)}`).join(', ') : 'not measured',
+      measured: large.length ? large.map((f) => `${f.files}: ${ms(f.crossHostResume.median)} vs ${ms(f.cloneGit.median)} ms = ${x(f.speedupVsClone)}${floorNote(f)}`).join(', ') : 'not measured',
       met: large.length ? large.every((f) => f.speedupVsClone >= 10) : null,
     },
   ];
@@ -111,6 +121,16 @@ export function renderRemote(r: RemoteFigure[]): string {
     ['files', 'repository (packed)', 'resume fetched (median)', 'fetched / repository', 'full clone objects', 'partial clone objects'],
     r.map((f) => [f.files, kib(f.repoPackedBytes), kib(f.fetchedBytes.median), `${(f.fetchedShareOfRepo * 100).toFixed(2)}%`, kib(f.cloneGitBytes), kib(f.partialCloneBytes)]),
   ));
+  if (r.some((f) => floorOf(f))) {
+    out.push('The floor of a resume that fetches at the claim: on a fresh host B, bare, the worker\'s fetch of the run\'s branch and notes, then the spare\'s `read-tree -m -u` at the checkpoint (no Postgres, no verification). A clone divided by it is the most such a resume could gain.');
+    out.push(table(
+      ['files', 'fetch', 'spare checkout', 'floor (sum of medians)', 'clone git://', 'clone / floor', 'cross-host resume (spare)', 'resume / floor'],
+      r.filter((f) => floorOf(f)).map((f) => {
+        const floor = floorOf(f)!;
+        return [f.files, mp(f.floorFetch!), mp(f.floorCheckout!), ms(floor.ms), ms(f.cloneGit.median), x(floor.speedup), ms(f.crossHostResume.median), x(f.crossHostResume.median / floor.ms)];
+      }),
+    ));
+  }
   out.push('How the timed cross-host resumes ended: ' + r.map((f) => `${f.files} files: ${Object.entries(f.outcomes).map(([k, n]) => `${n} ${k}`).join(', ')}`).join('; '));
   const trace = (t: { msAfterClaim: number; msg: string }[]) => t.map((e) => `${e.msAfterClaim} ${e.msg}`).join(' → ');
   for (const f of r) if (f.timeline.length) out.push(`Traced cross-host resume with the spare at ${f.files} files (ms after claim): ${trace(f.timeline)}`);

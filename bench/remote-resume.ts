@@ -12,14 +12,15 @@
 // (its warm spare worktree made untimed before the claim, by makeSpareWorktree, what the daemon
 // calls at start) and a cold host (no spare: `git worktree add` and a checkout of every file).
 // Starting over from the same remote, each sample: `git clone` over git://, `git clone
-// --no-local` of its path, and a partial clone (--filter=blob:none) over git://, all checked out.
+// --no-local` of its path, and a partial clone (--filter=blob:none) over git://, all checked out;
+// and the floor (measureFloor): the fetch and the spare's checkout alone.
 import { watch, type FSWatcher } from 'node:fs';
 import { mkdir, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { parseConfig } from '../core/config.ts';
 import type { Job } from '../core/job.ts';
-import { objectStoreBytes, runNotesRef } from '../worker/checkpoints/remote.ts';
+import { fetchRun, objectStoreBytes, runNotesRef } from '../worker/checkpoints/remote.ts';
 import { runGit } from '../worker/git.ts';
 import type { Logger } from '../worker/log.ts';
 import type { Delivery, JobQueue } from '../worker/queue/types.ts';
@@ -166,10 +167,27 @@ export async function measureCrossHostResume(env: BenchEnv, setup: RemoteSetup, 
     await s.time(`${key}.cloneGit`, () => runGit(dir, ['clone', '-q', setup.url, into('clone-git')]));
     await s.time(`${key}.partialClone`, () => runGit(dir, ['clone', '-q', '--filter=blob:none', setup.url, into('partial')]));
     await s.time(`${key}.cloneFile`, () => runGit(dir, ['clone', '-q', '--no-local', pathToFileURL(setup.remoteDir).href, into('clone-file')]));
+    await measureFloor(into('floor'));
     if (n === 0) {
       bytes.cloneGit = await objectStoreBytes(into('clone-git'));
       bytes.partialClone = await objectStoreBytes(into('partial'));
     }
+  };
+
+  // The floor of a resume that fetches at the claim: the two git commands it cannot do without,
+  // bare, on a fresh host B with a spare worktree at its HEAD (made untimed): the worker's own
+  // fetch of the run's branch and notes (fetchRun), then the spare's two-way checkout at the
+  // checkpoint (the read-tree that taking a spare runs). No Postgres, no verification, no lock.
+  const measureFloor = async (hostB: string) => {
+    await runGit(setup.remoteDir, ['update-ref', branchRef, target]); // the remote as host A left it, as crash() does
+    await runGit(setup.remoteDir, ['update-ref', notesRef, remoteNotes]);
+    await runGit(dir, ['clone', '-q', '--no-checkout', setup.pristine, hostB]);
+    await runGit(hostB, ['config', 'gc.auto', '0']);
+    const spare = `${hostB}-spare`;
+    const split = ['-c', 'core.untrackedCache=true', '-c', 'core.splitIndex=true'];
+    await runGit(hostB, [...split, 'worktree', 'add', '-q', '--detach', spare, 'HEAD']);
+    await s.time(`${key}.floorFetch`, () => fetchRun({ repoPath: hostB, remote: setup.url, branch: f.branch, notesRef }));
+    await s.time(`${key}.floorCheckout`, () => runGit(spare, [...split, 'read-tree', '-m', '-u', 'HEAD', target]));
   };
 
   const outcomes: Record<string, number> = {};

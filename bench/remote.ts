@@ -180,6 +180,8 @@ export async function measureRemote(
         speedupVsCloneFile: ratio(s.summary(`${key}.cloneFile`).median, resume.median),
         speedupVsPartial: ratio(s.summary(`${key}.partialClone`).median, resume.median),
         speedupColdVsClone: ratio(s.summary(`${key}.cloneGit`).median, resumeCold.median),
+        floorFetch: s.summary(`${key}.floorFetch`),
+        floorCheckout: s.summary(`${key}.floorCheckout`),
         fetchedShareOfRepo: round(fetched.median / setup.repoPackedBytes, 5),
         timeline: r.timeline,
         timelineCold: r.timelineCold,
