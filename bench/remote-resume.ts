@@ -183,9 +183,8 @@ export async function measureCrossHostResume(env: BenchEnv, setup: RemoteSetup, 
     await runGit(setup.remoteDir, ['update-ref', notesRef, remoteNotes]);
     await runGit(dir, ['clone', '-q', '--no-checkout', setup.pristine, hostB]);
     await runGit(hostB, ['config', 'gc.auto', '0']);
-    const spare = `${hostB}-spare`;
+    const spare = (await makeSpareWorktree({ repoPath: hostB, worktreeBase: `${hostB}-worktrees`, log: silentLog })).path!;
     const split = ['-c', 'core.untrackedCache=true', '-c', 'core.splitIndex=true'];
-    await runGit(hostB, [...split, 'worktree', 'add', '-q', '--detach', spare, 'HEAD']);
     await s.time(`${key}.floorFetch`, () => fetchRun({ repoPath: hostB, remote: setup.url, branch: f.branch, notesRef }));
     await s.time(`${key}.floorCheckout`, () => runGit(spare, [...split, 'read-tree', '-m', '-u', 'HEAD', target]));
   };

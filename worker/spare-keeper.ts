@@ -4,20 +4,24 @@
 // took it is on its first tool call). Failures are logged and never stop the worker.
 import { existsSync } from 'node:fs';
 import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { errorMessage } from '../core/errors.ts';
-import type { Logger } from './log.ts';
 import { withFileLock } from '../core/file-lock.ts';
+import type { Logger } from './log.ts';
 import {
   makeSpareLocked,
   removeSparesLocked,
   setSpareListener,
+  settleSpareLocked,
   worktreeLockPath,
   WORKTREE_LOCK_OPTIONS,
   type SpareOutcome,
 } from './spare-worktrees.ts';
+import { repoCommonDir } from './worktrees.ts';
 
 const LOCK = { ...WORKTREE_LOCK_OPTIONS, what: 'spare worktree' };
-import { repoCommonDir } from './worktrees.ts';
+/** Past the second boundary: file times come from the kernel's coarse clock, a tick behind at most. */
+const SECOND_MARGIN_MS = 20;
 
 /**
  * Makes the repository's spare worktree, or brings the one there to the repository's HEAD.
@@ -25,7 +29,15 @@ import { repoCommonDir } from './worktrees.ts';
  */
 export async function makeSpareWorktree(args: { repoPath: string; worktreeBase: string; log: Logger }): Promise<SpareOutcome> {
   const commonDir = await repoCommonDir(args.repoPath);
-  return withFileLock(worktreeLockPath(commonDir), () => makeSpareLocked({ ...args, commonDir }), LOCK);
+  const lock = worktreeLockPath(commonDir);
+  const outcome = await withFileLock(lock, () => makeSpareLocked({ ...args, commonDir }), LOCK);
+  if (outcome.path && outcome.checkedOutAt !== undefined) {
+    // Racy git (settleSpareLocked): the index is written again in a later second than the
+    // checkout's files. Waited for outside the lock, so no take or worktree waits on it.
+    await sleep(1000 - (outcome.checkedOutAt % 1000) + SECOND_MARGIN_MS);
+    await withFileLock(lock, () => settleSpareLocked({ dir: outcome.path!, commonDir }), LOCK);
+  }
+  return outcome;
 }
 
 /** WORKER_SPARE_WORKTREE=off: the disk a spare held is given back. */

@@ -16,7 +16,6 @@ import { createHash, randomInt } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { lstat, readdir, readFile, realpath, rename, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { EchodoError } from '../core/errors.ts';
 import { faultPoint } from './faults.ts';
 import { resolveCommit, runGit } from './git.ts';
@@ -121,6 +120,8 @@ export interface SpareOutcome {
   /** made: a new one; refreshed: brought to the repository's HEAD; ready: already there; none: nothing to check out. */
   action: 'made' | 'refreshed' | 'ready' | 'none';
   repairs: string[];
+  /** When made or refreshed: Date.now() once the checkout had written its last file (settleSpareLocked). */
+  checkedOutAt?: number;
 }
 
 /**
@@ -146,32 +147,36 @@ export async function makeSpareLocked(args: {
     const hidden = path.join(spare.admin, HIDDEN_INDEX);
     await rename(path.join(spare.admin, 'index'), hidden);
     await runGit(spare.dir, ['reset', '--hard', '--quiet', headOid], { env: { GIT_INDEX_FILE: hidden } });
-    await settleIndex(spare.dir, hidden);
+    const checkedOutAt = Date.now();
     await rename(hidden, path.join(spare.admin, 'index'));
-    return { path: spare.dir, action: 'refreshed', repairs };
+    return { path: spare.dir, action: 'refreshed', repairs, checkedOutAt };
   }
   const dir = path.join(folder, `${sparePrefix(args.commonDir)}${Date.now()}${randomInt(1_000_000)}`);
   await runGit(args.repoPath, ['worktree', 'add', '--quiet', '--no-checkout', '--detach', dir, headOid]);
   faultPoint('after-spare-admin');
   // As addWorktree: the checkout writes the index last; untracked cache and split index on.
   await runGit(dir, ['read-tree', '--reset', '-u', 'HEAD']);
+  const checkedOutAt = Date.now();
   await runGit(dir, ['update-index', '--untracked-cache', '--split-index']).catch((err) =>
     args.log.warn({ error: (err as Error).message }, 'could not enable the untracked cache / split index on the spare; continuing without'),
   );
-  await settleIndex(dir);
   faultPoint('after-spare-checkout');
-  return { path: dir, action: 'made', repairs };
+  return { path: dir, action: 'made', repairs, checkedOutAt };
 }
 
 /**
- * Racy-git: an index entry whose file was written in the same clock tick as the index is
- * "smudged" and its file would be rewritten by the reset that takes the spare. One refresh a
- * tick later stores every file's real stat data, so that reset only rewrites what differs.
+ * Racy git: an index entry whose file was written in the same second as the index (this git
+ * compares whole seconds) is "racily clean", so every later write of that index re-reads and
+ * hashes its file. For a spare just checked out, that is every file, at the take's read-tree:
+ * a take at 10k files cost 118 ms instead of 28. So, once the clock has left the second of the
+ * checkout's last write (spare-keeper.ts waits for it outside the lock), the index is written
+ * once more. Under the lock; false when the spare is no longer there as it was (taken or
+ * replaced meanwhile): nothing to do.
  */
-async function settleIndex(dir: string, indexFile?: string): Promise<void> {
-  await sleep(30);
-  const env = indexFile ? { GIT_INDEX_FILE: indexFile } : undefined;
-  await runGit(dir, ['update-index', '-q', '--refresh'], { allowExitCodes: [1], env });
+export async function settleSpareLocked(args: { dir: string; commonDir: string }): Promise<boolean> {
+  if (!existsSync(args.dir) || typeof (await inspectSpare(args.dir, args.commonDir)) === 'string') return false;
+  await runGit(args.dir, ['update-index', '-q', '--refresh', '--force-write-index'], { allowExitCodes: [1] });
+  return true;
 }
 
 /** Removes every spare of the repository (spares switched off). Under the lock. */
