@@ -18,7 +18,7 @@ import type { WorkingTree } from './checkpoints/writer.ts';
 import { faultPoint } from './faults.ts';
 import type { Harness } from './harnesses.ts';
 import type { Logger } from './log.ts';
-import { ensureLocalRepo, mirrorNotesLocally, prepareRemoteResume, type PrefetchedRun } from './remote-resume.ts';
+import { ensureLocalRepo, mirrorNotesLocally, prepareRemoteResume, scheduleNotesMirror, type NotesMirror, type PrefetchedRun } from './remote-resume.ts';
 import { verifyAndRepair } from './resume.ts';
 import { removeStaleTempFiles } from './tools/temp-files.ts';
 import { prepareWorktree, repoCommonDir, type PreparedWorktree } from './worktrees.ts';
@@ -47,12 +47,12 @@ export async function prepareTree(
   resuming: boolean,
   manifest?: ManifestEntry[],
   prefetched: { status?: PrefetchedStatus; run?: PrefetchedRun } = {},
-): Promise<{ tree: WorkingTree; baseOid: string | null; mirroring?: Promise<void>; notesOnRemote?: boolean }> {
+): Promise<{ tree: WorkingTree; baseOid: string | null; mirroring?: NotesMirror; notesOnRemote?: boolean }> {
   const { config, db, log } = deps;
   const scoped = inWorkspace(db.app, run.workspace_id, log);
   const job = run.job;
   let resumed: ResumeEvent | undefined;
-  let mirroring: Promise<void> | undefined;
+  let mirroring: NotesMirror | undefined;
   let notesOnRemote = false;
   if (!harness.needsWorktree) {
     const root = config.WORKER_REPO_ROOT;
@@ -92,16 +92,17 @@ export async function prepareTree(
     notesOnRemote = !!fromRemote?.fetched && !report.findings.some((f) => f.kind === 'note_missing' || f.kind === 'note_mismatch');
     if (fromRemote) {
       // Every checkpoint's note under the local notes ref too (`git notes show` on this host): for
-      // people, not for verification, so it is written while the run goes on. Note writes are
-      // serialized per repository (notes.ts), and the run waits for it before it ends. On every
+      // people, not for verification, so it is written while the run goes on, once the run is
+      // under way (scheduleNotesMirror). Note writes are serialized per repository (notes.ts), and
+      // the run waits for it before it ends. On every
       // resume with a remote, not only after a fetch: a note the resume rewrote from Postgres (a
       // kill between the row and its notes) went to the run's notes ref only, and a kill during an
       // earlier mirror left this host's ref short.
       const wt = worktree;
-      mirroring = scoped((tx) => checkpointChain(tx, run.id)).then(
+      mirroring = scheduleNotesMirror(() => scoped((tx) => checkpointChain(tx, run.id)).then(
         (all) => mirrorNotesLocally(wt.path, config.WORKER_NOTES_REF, all, log),
         (err) => log.warn({ error: errorMessage(err) }, 'could not read the checkpoints to mirror their notes locally; continuing'),
-      );
+      ));
     }
     log.info({ fromSeq: report.fromSeq, findings: report.findings, repairs: report.repairs }, 'worktree verified against Postgres and the git notes');
     const fetched = fromRemote?.fetched && (partialClone ? { ...fromRemote.fetched, partialClone: true } : fromRemote.fetched);

@@ -32,7 +32,7 @@ import { sandboxFor, sandboxOptionsFromConfig } from './sandbox/index.ts';
 import { finishCancelledRun } from './cancel.ts';
 import { forkStartState } from './fork.ts';
 import { CheckpointRemoteError, RemotePusher, runNotesRef } from './checkpoints/remote.ts';
-import { prefetchRun } from './remote-resume.ts';
+import { finishMirror, prefetchRun } from './remote-resume.ts';
 
 export type JobResult = 'completed' | 'failed' | 'released' | 'skipped' | 'dead_lettered' | 'lease_lost';
 
@@ -168,7 +168,7 @@ async function executeRun(deps: JobDeps, run: RunRow, lease: Lease): Promise<Job
       shutdown: deps.shutdown,
       log,
     });
-    await mirroring; // never rejects (mirrorNotesLocally logs); before a cancel removes the worktree
+    await finishMirror(mirroring); // never rejects (mirrorNotesLocally logs); before a cancel removes the worktree
     switch (outcome.kind) {
       case 'lease_lost':
         throw outcome.error;
@@ -203,7 +203,7 @@ async function executeRun(deps: JobDeps, run: RunRow, lease: Lease): Promise<Job
       }
     }
   } finally {
-    await mirroring;
+    await finishMirror(mirroring);
     await tracker.stop();
   }
 }
