@@ -94,10 +94,9 @@ export async function prepareTree(
       // Every checkpoint's note under the local notes ref too (`git notes show` on this host): for
       // people, not for verification, so it is written while the run goes on, once the run is
       // under way (scheduleNotesMirror). Note writes are serialized per repository (notes.ts), and
-      // the run waits for it before it ends. On every
-      // resume with a remote, not only after a fetch: a note the resume rewrote from Postgres (a
-      // kill between the row and its notes) went to the run's notes ref only, and a kill during an
-      // earlier mirror left this host's ref short.
+      // the run waits for it before it ends. On every resume with a remote, not only after a
+      // fetch: a note the resume rewrote from Postgres (a kill between the row and its notes) went
+      // to the run's notes ref only, and a kill during an earlier mirror left this host's ref short.
       const wt = worktree;
       mirroring = scheduleNotesMirror(() => scoped((tx) => checkpointChain(tx, run.id)).then(
         (all) => mirrorNotesLocally(wt.path, config.WORKER_NOTES_REF, all, log),
