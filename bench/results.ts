@@ -1,6 +1,7 @@
 // The shape of bench/results.json, the targets of the issue judged on it, and the printed tables
 // (markdown, so docs/benchmarks.md can quote them as printed).
-import { longRunTargets, renderLongRun, type LongRunResult } from './long-run.ts';
+import type { LongRunResult } from './long-run.ts';
+import { longRunTargets, renderLongRun } from './long-run-report.ts';
 import type { MissionControlLevel } from './mission-control.ts';
 import type { ThroughputResult } from './throughput.ts';
 import { remoteTargets, renderRemote, type RemoteFigure } from './remote-results.ts';
