@@ -135,6 +135,7 @@ export async function measureLongRun(
     + 28 * (kindCount(objectsByKind.content) + kindCount(objectsByKind.notes)) + Math.max(0, gitAfter.packs - gitBefore.packs) * (8 + 1024 + 40 + 12 + 20);
   const split = { runContentDiskBytes: kindTotal(objectsByKind.content), notesDiskBytes: kindTotal(objectsByKind.notes), objects: objectsByKind };
   log('  long run: repacking copies of the repository as git gc and git gc --aggressive would (the floor)');
+  // As the prune phase below: a failure here is reported, and the run's figures are kept.
   const gitFloors = await measureGitFloors(
     path.join(f.repo, '.git'),
     { branch: f.branch, notesRef: env.config.WORKER_NOTES_REF, checkpoints: o.checkpoints },
@@ -143,7 +144,10 @@ export async function measureLongRun(
       return { bytes: kindTotal(k.content) + kindTotal(k.notes), count: kindCount(k.content) + kindCount(k.notes) };
     },
     async (objectsDir) => (await gitBytes(objectsDir)).total,
-  );
+  ).catch((err: unknown) => {
+    log(`  git floor failed: ${err instanceof Error ? err.stack : String(err)}`);
+    return undefined;
+  });
   if (process.env.BENCH_LONG_RUN_KEEP) {
     await cp(path.join(f.repo, '.git'), process.env.BENCH_LONG_RUN_KEEP, { recursive: true });
     log(`  long run: branch ${f.branch}, repository kept at ${process.env.BENCH_LONG_RUN_KEEP}`);
