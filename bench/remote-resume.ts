@@ -27,6 +27,7 @@ import type { Delivery, JobQueue } from '../worker/queue/types.ts';
 import { processDelivery } from '../worker/run-job.ts';
 import { sandboxFor, sandboxOptionsFromConfig } from '../worker/sandbox/index.ts';
 import { makeSpareWorktree } from '../worker/spare-keeper.ts';
+import { TAKE_INDEX_CONFIG } from '../worker/spare-worktrees.ts';
 import { worktreePathFor } from '../worker/worktrees.ts';
 import type { BenchEnv } from './env.ts';
 import { createRunFixture, silentLog } from './fixture.ts';
@@ -184,9 +185,8 @@ export async function measureCrossHostResume(env: BenchEnv, setup: RemoteSetup, 
     await runGit(dir, ['clone', '-q', '--no-checkout', setup.pristine, hostB]);
     await runGit(hostB, ['config', 'gc.auto', '0']);
     const spare = (await makeSpareWorktree({ repoPath: hostB, worktreeBase: `${hostB}-worktrees`, log: silentLog })).path!;
-    const split = ['-c', 'core.untrackedCache=true', '-c', 'core.splitIndex=true'];
     await s.time(`${key}.floorFetch`, () => fetchRun({ repoPath: hostB, remote: setup.url, branch: f.branch, notesRef }));
-    await s.time(`${key}.floorCheckout`, () => runGit(spare, [...split, 'read-tree', '-m', '-u', 'HEAD', target]));
+    await s.time(`${key}.floorCheckout`, () => runGit(spare, [...TAKE_INDEX_CONFIG, 'read-tree', '-m', '-u', 'HEAD', target]));
   };
 
   const outcomes: Record<string, number> = {};

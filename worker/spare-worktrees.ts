@@ -29,6 +29,8 @@ export const worktreeLockPath = (commonDir: string) => path.join(commonDir, 'ech
 export const WORKTREE_LOCK_OPTIONS = { staleMs: 10_000, timeoutMs: 120_000 };
 
 const HIDDEN_INDEX = 'index.taking';
+/** The take's `read-tree` keeps the untracked cache and the split index, as addWorktree sets them. */
+export const TAKE_INDEX_CONFIG: readonly string[] = ['-c', 'core.untrackedCache=true', '-c', 'core.splitIndex=true'];
 const OID = /^[0-9a-f]{40}([0-9a-f]{24})?$/;
 
 /** A short, stable key per repository: one host's base can serve many repositories. */
@@ -174,7 +176,7 @@ export async function makeSpareLocked(args: {
  * replaced meanwhile): nothing to do.
  */
 export async function settleSpareLocked(args: { dir: string; commonDir: string }): Promise<boolean> {
-  if (!existsSync(args.dir) || typeof (await inspectSpare(args.dir, args.commonDir)) === 'string') return false;
+  if (typeof (await inspectSpare(args.dir, args.commonDir)) === 'string') return false; // gone, taken or half made
   await runGit(args.dir, ['update-index', '-q', '--refresh', '--force-write-index'], { allowExitCodes: [1] });
   return true;
 }
@@ -296,7 +298,7 @@ async function pointAndCheckOut(args: {
   // are looked at and written; every other file is left as it is, unread. The config keeps the
   // untracked cache (its recorded location is now the run's path) and the split index, as
   // addWorktree sets them.
-  await runGit(args.wtPath, ['-c', 'core.untrackedCache=true', '-c', 'core.splitIndex=true', 'read-tree', '-m', '-u', spare.head, target], {
+  await runGit(args.wtPath, [...TAKE_INDEX_CONFIG, 'read-tree', '-m', '-u', spare.head, target], {
     env: { GIT_INDEX_FILE: args.hidden },
   });
   return target;

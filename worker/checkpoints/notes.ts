@@ -3,7 +3,6 @@
 // loses notes, so every write goes through one writer per repository: an in-process queue, a
 // cross-process lock file in the common git dir, and a compare-and-set ref update (fast-import
 // refuses a non-fast-forward update, so a writer that raced anyway retries instead of losing).
-import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
