@@ -105,7 +105,11 @@ export function maskedConfig(config: Config): Record<string, unknown> {
   const masked: Record<string, unknown> = { ...config };
   for (const key of ['DATABASE_URL', 'DATABASE_APP_URL', 'REDIS_URL', 'WORKER_CHECKPOINT_REMOTE'] as const) {
     const value = config[key];
-    if (value) masked[key] = value.replace(/\/\/([^:@/]*):([^@/]*)@/, '//$1:***@').replace(/([?&](?:password|pass|pwd)=)[^&]*/gi, '$1***');
+    if (!value) continue;
+    masked[key] = value
+      .replace(/\/\/([^:@/]*):([^@/]*)@/, '//$1:***@')
+      .replace(/^(https?:\/\/)[^:@/]+@/i, '$1***@') // a token given as the user
+      .replace(/([?&](?:password|pass|pwd)=)[^&]*/gi, '$1***');
   }
   return masked;
 }

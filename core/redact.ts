@@ -100,7 +100,12 @@ function addUrlCredentials(url: string | undefined, name: string): boolean {
   if (!m) return false;
   const userinfo = m[1]!;
   const colon = userinfo.indexOf(':');
-  if (colon < 0) return false; // a user alone is not a secret
+  if (colon < 0) {
+    // A user alone is not a secret, except over http(s): hosted git takes a token as the user
+    // (https://<token>@host/repo.git).
+    if (!/^https?:/i.test(url) || userinfo.length < MIN_SECRET_LENGTH) return false;
+    return [userinfo, safeDecode(userinfo)].map((v) => add(v, `${name} token`)).some(Boolean);
+  }
   const password = userinfo.slice(colon + 1);
   const values = password.length >= MIN_SECRET_LENGTH ? [password, safeDecode(password)] : [userinfo, safeDecode(userinfo)];
   let changed = false;

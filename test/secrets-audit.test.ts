@@ -29,6 +29,7 @@ import { git } from './support/git.ts';
 import { startRedis, type RedisServer } from './support/redis.ts';
 import { createScenario, type Scenario } from './support/scenario.ts';
 import { recordToolCall } from '../worker/checkpoints/history.ts';
+import { maskedConfig } from '../core/config.ts';
 import { redactString, redactValue, registerUrlCredentials, storableText } from '../core/redact.ts';
 import { createLogger } from '../worker/log.ts';
 import { deadLetterReason, deadLetterText } from '../worker/queue/postgres.ts';
@@ -252,6 +253,15 @@ test('registered URL credentials keep the user; a log line is redacted in its me
   assert.equal(lines.length, 1);
   assert.ok(!lines[0]!.includes(password), lines[0]);
   assert.match(lines[0]!, /message \[redacted:DATABASE_URL password\]/);
+});
+
+test('a checkpoint remote over http(s): a token given as the user is a secret too (a user elsewhere is not)', () => {
+  const token = `tok${rand(24)}`;
+  registerUrlCredentials({ WORKER_CHECKPOINT_REMOTE: `https://${token}@git.example.com/acme/repo.git`, DATABASE_URL: 'postgres://svcuser@127.0.0.1/db' });
+  assert.equal(redactString(`fatal: unable to access ${token}`), 'fatal: unable to access [redacted:WORKER_CHECKPOINT_REMOTE token]');
+  assert.equal(redactString('role svcuser'), 'role svcuser');
+  const masked = maskedConfig({ WORKER_CHECKPOINT_REMOTE: `https://${token}@git.example.com/acme/repo.git` } as never);
+  assert.equal(masked.WORKER_CHECKPOINT_REMOTE, 'https://***@git.example.com/acme/repo.git');
 });
 
 test('without DATABASE_URL, the embedded superuser password in ECHODO_HOME is registered too', async () => {

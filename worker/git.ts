@@ -65,6 +65,26 @@ const SAFE_PAIRS: [string, string][] = SAFE_GIT_CONFIG.map((kv) => {
   return [kv.slice(0, at), kv.slice(at + 1)];
 });
 
+/**
+ * A remote URL's credentials (`https://user:token@host/repo.git`) reach git through the
+ * environment only: git is given the URL without them, and every worker git gets
+ * `url.<with credentials>.insteadOf=<without>`, so git connects with them. git would otherwise
+ * write them down: a clone keeps its URL as remote.origin.url in the repository's config, which
+ * the sandboxed git reads (and argv is readable by every user of the host). A partial clone's
+ * later fetches of blobs go through the same rewrite. Only http(s) and ftp(s) carry credentials
+ * this way; any other URL (ssh's user is not a secret) is left as it is.
+ */
+const credentialRewrites = new Map<string, string>(); // without credentials -> with
+
+/** The URL to give git for `url` (see credentialRewrites): registers its credentials, returns it without them. */
+export function remoteForGit(url: string): string {
+  const m = /^((?:https?|ftps?):\/\/)([^@/?#]*)@/i.exec(url);
+  if (!m) return url;
+  const anonymous = m[1]! + url.slice(m[0].length);
+  credentialRewrites.set(anonymous, url);
+  return anonymous;
+}
+
 /** Arguments for any diff the worker produces: no external diff, no textconv program. */
 export const SAFE_DIFF_ARGS: readonly string[] = ['--no-ext-diff', '--no-textconv'];
 
@@ -194,10 +214,12 @@ export async function checkinConfig(cwd: string): Promise<CheckinConfig | undefi
 
 /**
  * Command-line-scope config as environment (GIT_CONFIG_COUNT/KEY_n/VALUE_n: unlike `-c k=v`, a
- * driver name holding "=" cannot slip through): SAFE_GIT_CONFIG plus the repo's drivers emptied.
+ * driver name holding "=" cannot slip through): SAFE_GIT_CONFIG, the remotes' credentials
+ * (remoteForGit) and the repo's drivers emptied.
  */
 function configEnv(pairs: [string, string][]): Record<string, string> {
-  const all: [string, string][] = [...SAFE_PAIRS, ...pairs];
+  const rewrites = [...credentialRewrites].map(([anonymous, url]): [string, string] => [`url.${url}.insteadOf`, anonymous]);
+  const all: [string, string][] = [...SAFE_PAIRS, ...rewrites, ...pairs];
   const env: Record<string, string> = { GIT_CONFIG_COUNT: String(all.length) };
   all.forEach(([key, value], i) => {
     env[`GIT_CONFIG_KEY_${i}`] = key;

@@ -10,7 +10,7 @@ import type { Config } from '../core/config.ts';
 import type { CheckpointRow } from '../store/checkpoints.ts';
 import type { RunRow } from '../store/runs.ts';
 import { EchodoError } from '../core/errors.ts';
-import { runGit } from './git.ts';
+import { remoteForGit, runGit } from './git.ts';
 import type { Logger } from './log.ts';
 import { notedCommits, writeCheckpointNotes } from './checkpoints/notes.ts';
 import { fetchBase, fetchRun, runNotesRef } from './checkpoints/remote.ts';
@@ -37,7 +37,7 @@ export async function ensureLocalRepo(repoPath: string, remote: string, log: Log
   await mkdir(path.dirname(repoPath), { recursive: true });
   const temp = `${repoPath}.partial-${process.pid}-${Date.now()}`;
   try {
-    await runGit(path.dirname(repoPath), ['clone', '--quiet', '--filter=blob:none', '--no-checkout', remote, temp]);
+    await runGit(path.dirname(repoPath), ['clone', '--quiet', '--filter=blob:none', '--no-checkout', remoteForGit(remote), temp]);
     await rename(temp, repoPath).catch(async (err: NodeJS.ErrnoException) => {
       if (!existsSync(repoPath)) throw err; // else another worker of this host made it first: theirs is used
     });

@@ -15,6 +15,7 @@ import { registerSecret, registerSecretsFromEnv, registerUrlCredentials, registe
 import type { Config } from '../core/config.ts';
 import { EchodoError } from '../core/errors.ts';
 import { parseKeyVarGlobs } from '../core/key-vars.ts';
+import { remoteForGit } from './git.ts';
 
 type SecretConfig = Pick<Config, 'DATABASE_URL' | 'DATABASE_APP_URL' | 'REDIS_URL' | 'WORKER_CHECKPOINT_REMOTE' | 'WORKER_PROVIDER_KEY_VARS'> &
   Partial<Pick<Config, 'ECHODO_HOME'>>;
@@ -27,6 +28,9 @@ export function registerConfigSecrets(config: SecretConfig, env: NodeJS.ProcessE
     REDIS_URL: config.REDIS_URL,
     WORKER_CHECKPOINT_REMOTE: config.WORKER_CHECKPOINT_REMOTE,
   });
+  // The remote's credentials reach git through the environment only, in every process (a partial
+  // clone fetches blobs whenever any git of this process reads one it lacks).
+  if (config.WORKER_CHECKPOINT_REMOTE) remoteForGit(config.WORKER_CHECKPOINT_REMOTE);
   registerSecretsFromEnv(env, [], parseKeyVarGlobs(config.WORKER_PROVIDER_KEY_VARS));
   // The embedded server's superuser password (store/embedded.ts keeps it in <home>/pg/password):
   // this process never sees that URL once the app login is derived, but a command could print it.

@@ -7,7 +7,7 @@ import { existsSync } from 'node:fs';
 import { EchodoError } from '../../core/errors.ts';
 import { redactString } from '../../core/redact.ts';
 import type { CheckpointRow } from '../../store/checkpoints.ts';
-import { gitErrorDetail, runGit } from '../git.ts';
+import { gitErrorDetail, remoteForGit, runGit } from '../git.ts';
 import type { CheckpointNote } from './notes.ts';
 import { lsRemote, runNotesRef } from './remote.ts';
 
@@ -147,7 +147,7 @@ export async function inspectRemote(args: {
   ];
   try {
     if (specs.length) {
-      await runGit(repoPath, ['fetch', '--quiet', '--no-tags', '--no-write-fetch-head', remote, ...specs]).catch((err: unknown) => {
+      await runGit(repoPath, ['fetch', '--quiet', '--no-tags', '--no-write-fetch-head', remoteForGit(remote), ...specs]).catch((err: unknown) => {
         const what = `could not fetch ${branchRef} and ${notesRef} from the checkpoint remote`;
         throw new RemoteVerifyError(`${what}: ${gitErrorDetail(err)}`, { cause: err });
       });

@@ -5,7 +5,7 @@
 import { readdir, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { EchodoError } from '../../core/errors.ts';
-import { gitErrorDetail, runGit } from '../git.ts';
+import { gitErrorDetail, remoteForGit, runGit } from '../git.ts';
 import type { Logger } from '../log.ts';
 import { repoCommonDir } from '../worktrees.ts';
 import { redactString } from '../../core/redact.ts';
@@ -44,7 +44,7 @@ function parsePorcelain(stdout: string): PushedRef[] {
 }
 
 export async function push(cwd: string, remote: string, refspecs: string[], options: string[] = []): Promise<PushedRef[]> {
-  const r = await runGit(cwd, ['push', '--porcelain', '--no-verify', ...options, remote, ...refspecs], { allowExitCodes: [1, 128] }).catch((err: unknown) => {
+  const r = await runGit(cwd, ['push', '--porcelain', '--no-verify', ...options, remoteForGit(remote), ...refspecs], { allowExitCodes: [1, 128] }).catch((err: unknown) => {
     throw new CheckpointRemoteError(`git push to the checkpoint remote failed: ${(err as Error).message}`, { cause: err });
   });
   const refs = parsePorcelain(r.stdout);
@@ -191,7 +191,7 @@ export async function fetchRun(args: {
 async function fetchMeasured(repoPath: string, remote: string, refspecs: string[], what: string): Promise<{ fetchedBytes: number }> {
   const commonDir = await repoCommonDir(repoPath);
   const before = await packs(commonDir);
-  await runGit(repoPath, ['-c', 'fetch.unpackLimit=1', 'fetch', '--quiet', '--no-tags', '--no-write-fetch-head', '--update-head-ok', remote, ...refspecs])
+  await runGit(repoPath, ['-c', 'fetch.unpackLimit=1', 'fetch', '--quiet', '--no-tags', '--no-write-fetch-head', '--update-head-ok', remoteForGit(remote), ...refspecs])
     .catch((err: unknown) => {
       throw new CheckpointRemoteError(`could not fetch ${what} from the checkpoint remote: ${gitErrorDetail(err)}`, { cause: err });
     });
@@ -205,7 +205,7 @@ export async function lsRemote(cwd: string, remote: string, refs: string[]): Pro
   const found = new Map<string, string>();
   if (!refs.length) return found;
   const wanted = new Set(refs);
-  const r = await runGit(cwd, ['ls-remote', remote, ...wanted]);
+  const r = await runGit(cwd, ['ls-remote', remoteForGit(remote), ...wanted]);
   for (const line of r.stdout.split('\n').filter(Boolean)) {
     const [oid, name] = line.split('\t');
     if (wanted.has(name!)) found.set(name!, oid!);
