@@ -9,7 +9,7 @@ import { getRun, type RunRow } from '../../store/runs.ts';
 import type { WorkspaceTx } from '../../store/workspace.ts';
 import type { ToolCallRecord } from '../../worker/checkpoints/history.ts';
 import { redactString, redactValue } from '../../core/redact.ts';
-import { GIT_ENV } from '../../worker/git.ts';
+import { safeGitEnv } from '../../worker/git.ts';
 
 /** The whole diff text is capped here; each file's own part at PER_FILE_LIMIT. */
 export const DIFF_LIMIT_BYTES = 256 * 1024;
@@ -62,9 +62,12 @@ export async function loadDiffSource(tx: WorkspaceTx, agentRunId: string, seq: n
 }
 
 /** Runs git, keeping at most `limit` bytes of its output (then it is stopped). */
-function gitCapped(cwd: string, args: string[], limit: number): Promise<{ out: Buffer; cut: boolean; code: number | null; err: string }> {
+async function gitCapped(cwd: string, args: string[], limit: number): Promise<{ out: Buffer; cut: boolean; code: number | null; err: string }> {
+  // The worker's git environment: its safe config, and a checkpoint remote's credentials (a host
+  // whose repository is a partial clone fetches a blob it lacks).
+  const env = { ...(await safeGitEnv(cwd)), GIT_EXTERNAL_DIFF: '' };
   return new Promise((resolve, reject) => {
-    const child = spawn('git', [...SAFE_GIT, ...args], { cwd, env: { ...GIT_ENV, GIT_EXTERNAL_DIFF: '' }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn('git', [...SAFE_GIT, ...args], { cwd, env, stdio: ['ignore', 'pipe', 'pipe'] });
     const chunks: Buffer[] = [];
     let size = 0;
     let cut = false;
