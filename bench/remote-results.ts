@@ -2,8 +2,13 @@
 // Kept apart from results.ts, which only registers them.
 import type { Summary } from './stats.ts';
 
+/** How the remote was served on 127.0.0.1: `git daemon` (git://) or git's smart HTTP (`git http-backend`). */
+export type RemoteTransport = 'git' | 'http';
+
 export interface RemoteFigure {
   files: number;
+  /** Absent in results from before the option: git. */
+  transport?: RemoteTransport;
   /** Paths touched per checkpointed round in the checkpoint-cost part. */
   touched: number;
   /** The remote repository's object store right after it was made (one pack: the packed size). */
@@ -33,11 +38,11 @@ export interface RemoteFigure {
   crossHostResumeCold: Summary;
   /** run_resumed's fetchedBytes: the pack host B received. */
   fetchedBytes: Summary;
-  /** `git clone` of the remote over git:// (full, checked out). */
+  /** `git clone` of the remote over the transport (full, checked out). */
   cloneGit: Summary;
   /** `git clone --no-local` of the remote's path (file://), as the single-host resume bench does. */
   cloneFile: Summary;
-  /** `git clone --filter=blob:none` over git:// (checked out, so HEAD's blobs are fetched too). */
+  /** `git clone --filter=blob:none` over the transport (checked out, so HEAD's blobs are fetched too). */
   partialClone: Summary;
   /** Object bytes in the full and in the partial clone. */
   cloneGitBytes: number;
@@ -74,6 +79,8 @@ const floorNote = (f: RemoteFigure) => {
   const floor = floorOf(f);
   return floor ? ` (floor: fetch + spare checkout ${ms(floor.ms)} ms, at most ${x(floor.speedup)})` : '';
 };
+const scheme = (f: RemoteFigure) => (f.transport === 'http' ? 'http://' : 'git://');
+const served = (r: RemoteFigure[]) => (r[0]?.transport === 'http' ? 'git http-backend behind an HTTP server' : 'git daemon');
 const kib = (b: number) => (b >= 1024 * 1024 ? `${(b / 1024 / 1024).toFixed(1)} MiB` : `${(b / 1024).toFixed(1)} KiB`);
 
 export function remoteTargets(figures: RemoteFigure[] | undefined): Target[] {
@@ -82,14 +89,14 @@ export function remoteTargets(figures: RemoteFigure[] | undefined): Target[] {
   return [
     {
       name: 'checkpoint with the remote',
-      goal: 'checkpoint with WORKER_CHECKPOINT_REMOTE ≤ 1.5 × without it (on the round), loopback git daemon, every size',
+      goal: `checkpoint with WORKER_CHECKPOINT_REMOTE ≤ 1.5 × without it (on the round), loopback ${served(r)}, every size`,
       measured: r.length ? r.map((f) => `${f.files}: ${ms(f.checkpointOn.median)} vs ${ms(f.checkpointOff.median)} ms = ${x(f.checkpointRatio)}`).join(', ') : 'not measured',
       met: r.length ? r.every((f) => f.checkpointRatio <= 1.5) : null,
     },
     {
       name: 'cross-host resume vs clone',
       goal: 'cross-host resume (claim → first tool call) ≥ 10× faster than a full git clone of the remote, at 10k files and up',
-      measured: large.length ? large.map((f) => `${f.files}: ${ms(f.crossHostResume.median)} vs ${ms(f.cloneGit.median)} ms = ${x(f.speedupVsClone)}${floorNote(f)}`).join(', ') : 'not measured',
+      measured: large.length ? large.map((f) => `${f.files}: ${ms(f.crossHostResume.median)} vs ${ms(f.cloneGit.median)} ms (${scheme(f)}) = ${x(f.speedupVsClone)}${floorNote(f)}`).join(', ') : 'not measured',
       met: large.length ? large.every((f) => f.speedupVsClone >= 10) : null,
     },
   ];
@@ -101,7 +108,8 @@ function table(head: string[], rows: (string | number)[][]): string {
 
 export function renderRemote(r: RemoteFigure[]): string {
   const out: string[] = [];
-  out.push('### 7. Many hosts: checkpoint remote (git daemon on 127.0.0.1) and cross-host resume (ms, median / p99)');
+  out.push(`### 7. Many hosts: checkpoint remote (${served(r)} on 127.0.0.1) and cross-host resume (ms, median / p99)`);
+  const clone = `git clone ${r[0] ? scheme(r[0]) : 'git://'}`;
   const model = r.find((f) => f.modelMs !== undefined)?.modelMs;
   if (model !== undefined) {
     out.push(`"On the round": write() plus what the next tool call still waits for after a ${model} ms model call; "counted after": write() start → the row in (after the push with the remote) and the index in step.`);
@@ -114,7 +122,7 @@ export function renderRemote(r: RemoteFigure[]): string {
     ]),
   ));
   out.push(table(
-    ['files', 'cross-host resume: claim → first tool call (spare)', 'cold host (no spare)', 'git clone git://', 'git clone --no-local (path)', 'partial clone --filter=blob:none', 'speed-up vs clone', 'cold vs clone', 'vs --no-local', 'vs partial'],
+    ['files', 'cross-host resume: claim → first tool call (spare)', 'cold host (no spare)', clone, 'git clone --no-local (path)', 'partial clone --filter=blob:none', 'speed-up vs clone', 'cold vs clone', 'vs --no-local', 'vs partial'],
     r.map((f) => [f.files, mp(f.crossHostResume), f.crossHostResumeCold ? mp(f.crossHostResumeCold) : 'n/a', mp(f.cloneGit), mp(f.cloneFile), mp(f.partialClone), x(f.speedupVsClone), x(f.speedupColdVsClone ?? NaN), x(f.speedupVsCloneFile), x(f.speedupVsPartial)]),
   ));
   out.push(table(
@@ -124,7 +132,7 @@ export function renderRemote(r: RemoteFigure[]): string {
   if (r.some((f) => floorOf(f))) {
     out.push('The floor of a resume that fetches at the claim: on a fresh host B, bare, the worker\'s fetch of the run\'s branch and notes, then the spare\'s `read-tree -m -u` at the checkpoint (no Postgres, no verification). A clone divided by it is the most such a resume could gain.');
     out.push(table(
-      ['files', 'fetch', 'spare checkout', 'floor (sum of medians)', 'clone git://', 'clone / floor', 'cross-host resume (spare)', 'resume / floor'],
+      ['files', 'fetch', 'spare checkout', 'floor (sum of medians)', clone, 'clone / floor', 'cross-host resume (spare)', 'resume / floor'],
       r.filter((f) => floorOf(f)).map((f) => {
         const floor = floorOf(f)!;
         return [f.files, mp(f.floorFetch!), mp(f.floorCheckout!), ms(floor.ms), ms(f.cloneGit.median), x(floor.speedup), ms(f.crossHostResume.median), x(f.crossHostResume.median / floor.ms)];

@@ -1,6 +1,8 @@
 // Benchmark 7 (issue 13, many hosts): what WORKER_CHECKPOINT_REMOTE costs a checkpoint, and what a
-// resume on another host costs next to cloning. The remote is a bare repository served by a real
-// `git daemon` on 127.0.0.1 (git://), never a file path.
+// resume on another host costs next to cloning. The remote is a bare repository served on
+// 127.0.0.1, never a file path: by a real `git daemon` (git://, the default), or with
+// --remote-transport=http by git's smart HTTP (`git http-backend` behind a loopback HTTP server:
+// the transport hosted remotes speak). The clones it is compared with use the same transport.
 // Checkpoint cost: two runs on the same repository ("host A"), one whose CheckpointWriter has no
 // remote and one built as run-job.ts builds it with the remote (RemotePusher); samples alternate
 // between them, each a round touching the same paths. What a checkpoint costs the round is what
@@ -14,11 +16,12 @@ import { parseConfig } from '../core/config.ts';
 import { RemotePusher, objectStoreBytes, runNotesRef } from '../worker/checkpoints/remote.ts';
 import { CheckpointWriter } from '../worker/checkpoints/writer.ts';
 import { runGit } from '../worker/git.ts';
-import { startGitDaemon, type GitDaemon } from '../test/support/git-daemon.ts';
+import { startGitDaemon } from '../test/support/git-daemon.ts';
+import { startGitHttpServer } from '../test/support/git-http.ts';
 import type { BenchEnv } from './env.ts';
 import { createRunFixture, silentLog, type RunFixture } from './fixture.ts';
 import { measureCrossHostResume } from './remote-resume.ts';
-import type { RemoteFigure } from './remote-results.ts';
+import type { RemoteFigure, RemoteTransport } from './remote-results.ts';
 import { ensurePristineRepo, spreadPaths, workingRepo } from './repos.ts';
 import { ratio, round, Samples } from './stats.ts';
 
@@ -33,14 +36,20 @@ const RESUME_SAMPLES_AT: Record<number, number> = { 50_000: 5 };
 export interface RemoteSetup {
   files: number;
   pristine: string;
-  /** The bare repository the daemon serves, and its git:// URL. */
+  /** The bare repository the server serves, and its URL there. */
   remoteDir: string;
   url: string;
   repoPackedBytes: number;
   hostA: string;
 }
 
-async function setUp(env: BenchEnv, daemon: GitDaemon, base: string, files: number, log: (line: string) => void): Promise<RemoteSetup> {
+/** What serves the remotes: its URL for a repository under the base path. */
+interface RemoteServer {
+  url(name: string): string;
+  stop(): Promise<void>;
+}
+
+async function setUp(env: BenchEnv, server: RemoteServer, base: string, files: number, log: (line: string) => void): Promise<RemoteSetup> {
   const pristine = await ensurePristineRepo(files, log);
   const name = `files-${files}.git`;
   const remoteDir = path.join(base, name);
@@ -51,7 +60,7 @@ async function setUp(env: BenchEnv, daemon: GitDaemon, base: string, files: numb
   const hostA = await workingRepo(pristine, path.join(env.workDir, 'remote', `host-a-${files}`));
   // No auto gc in the middle of a sample (as freshRepo in scripts/bench.ts).
   await runGit(hostA, ['config', 'gc.auto', '0']);
-  return { files, pristine, remoteDir, url: daemon.url(name), repoPackedBytes, hostA };
+  return { files, pristine, remoteDir, url: server.url(name), repoPackedBytes, hostA };
 }
 
 /**
@@ -134,18 +143,18 @@ async function measureCheckpoints(env: BenchEnv, setup: RemoteSetup, samples: nu
 
 export async function measureRemote(
   env: BenchEnv,
-  plan: { sizes: number[]; samples: number; remoteResumeSamples: number },
+  plan: { sizes: number[]; samples: number; remoteResumeSamples: number; transport: RemoteTransport },
   s: Samples,
   log: (line: string) => void,
   since: () => string,
 ): Promise<RemoteFigure[]> {
   const base = path.join(env.workDir, 'remotes');
   await mkdir(base, { recursive: true });
-  const daemon = await startGitDaemon(base);
+  const server: RemoteServer = plan.transport === 'http' ? await startGitHttpServer(base) : await startGitDaemon(base);
   const figures: RemoteFigure[] = [];
   try {
     for (const files of plan.sizes) {
-      const setup = await setUp(env, daemon, base, files, log);
+      const setup = await setUp(env, server, base, files, log);
       const key = `remote.${files}`;
       await measureCheckpoints(env, setup, plan.samples, s, key);
       const off = s.summary(`${key}.off`);
@@ -157,6 +166,7 @@ export async function measureRemote(
       const fetched = s.summary(`${key}.fetchedBytes`);
       const fig: RemoteFigure = {
         files,
+        transport: plan.transport,
         touched: REMOTE_TOUCHED,
         repoPackedBytes: setup.repoPackedBytes,
         checkpointOff: off,
@@ -190,7 +200,7 @@ export async function measureRemote(
       log(`remote ${files} files: cross-host resume ${resume.median.toFixed(1)} ms with a spare, ${resumeCold.median.toFixed(1)} ms cold (fetched ${fetched.median} B) vs clone ${fig.cloneGit.median.toFixed(1)} ms, partial ${fig.partialClone.median.toFixed(1)} ms (${since()})`);
     }
   } finally {
-    await daemon.stop();
+    await server.stop();
   }
   return figures;
 }

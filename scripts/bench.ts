@@ -1,4 +1,5 @@
 // npm run bench [-- --quick] [-- --only=checkpoint,integrity,resume,peers,throughput,mission-control,long-run,remote] [-- --out=FILE]
+// [-- --remote-transport=git|http]
 // (--only without --out writes bench/results.<names>.json, so a partial run never replaces the full one)
 // Runs the benchmarks of docs/benchmarks.md on a fresh embedded PostgreSQL (or DATABASE_URL),
 // prints the tables and writes bench/results.json (--quick: bench/tmp/results.quick.json).
@@ -55,6 +56,10 @@ const plan = quick
 // 250k files (where Cline users report 20 s per checkpoint), with fewer samples there (one
 // `git status` is ~0.5 s, one clone a minute). --sizes=1000,10000 picks some.
 const sizesArg = args.find((a) => a.startsWith('--sizes='));
+// --remote-transport=http: the many-hosts bench serves its remotes over git's smart HTTP instead of git://.
+const transportArg = args.find((a) => a.startsWith('--remote-transport='))?.slice('--remote-transport='.length) ?? 'git';
+if (transportArg !== 'git' && transportArg !== 'http') throw new Error(`--remote-transport must be git or http, not "${transportArg}"`);
+const remoteTransport: 'git' | 'http' = transportArg;
 const repoSizes = sizesArg ? sizesArg.slice('--sizes='.length).split(',').map(Number) : quick ? plan.sizes : [...plan.sizes, 250_000];
 const SAMPLES_AT: Record<number, { checkpoint: number; resume: number }> = { 250_000: { checkpoint: 10, resume: 5 } };
 // --samples=N: fewer samples everywhere, for a machine too loaded to run the full plan in time.
@@ -243,7 +248,8 @@ try {
 
   await settle();
   // Issue 13, many hosts (bench/remote.ts): after resume, for the same reason (its clones).
-  const remote = only.has('remote') ? await measureRemote(env, { ...plan, sizes: (sizesArg ? repoSizes : plan.sizes).filter((n) => n <= 50_000) }, s, log, since) : undefined;
+  const remotePlan = { ...plan, sizes: (sizesArg ? repoSizes : plan.sizes).filter((n) => n <= 50_000), transport: remoteTransport };
+  const remote = only.has('remote') ? await measureRemote(env, remotePlan, s, log, since) : undefined;
 
   await settle();
   let longRun: LongRunResult | undefined;

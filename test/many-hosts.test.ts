@@ -15,7 +15,7 @@ import { checkRunIntegrity } from '../worker/integrity.ts';
 import type { Child } from './support/child.ts';
 import { startGitDaemon, type GitDaemon } from './support/git-daemon.ts';
 import { git } from './support/git.ts';
-import { moveOn } from './support/hosts.ts';
+import { finishWith, moveOn } from './support/hosts.ts';
 import { createScenario, sampleSteps, type Scenario, type TranscriptStep } from './support/scenario.ts';
 
 const ROUNDS = 6;
@@ -38,18 +38,7 @@ function spawnOn(host: Host, extra: Record<string, string> = {}): Child {
 /** Jobs leave repoPath out: each host serves them from its own WORKER_REPO_ROOT. */
 const dispatch = (overrides: Record<string, unknown> = {}) => s.dispatch({ repoPath: undefined, ...overrides });
 
-async function finishOn(host: Host, agentRunId: string): Promise<void> {
-  const w = spawnOn(host);
-  const deadline = Date.now() + 180_000;
-  for (;;) {
-    await s.sweep();
-    const run = await s.run(agentRunId);
-    if (run.status === 'completed' || run.status === 'failed') break;
-    if (Date.now() > deadline) throw new Error(`run ${agentRunId} not finished: ${run.status}\n${w.lines.slice(-30).join('\n')}`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
-  await w.stop('SIGTERM', 8000);
-}
+const finishOn = (host: Host, agentRunId: string) => finishWith(s, spawnOn(host), agentRunId);
 
 /** The run's final state, as seen on host `host` and on the remote. */
 async function assertFinished(agentRunId: string, host: Host) {

@@ -18,7 +18,7 @@ import { registerConfigSecrets } from '../worker/secrets.ts';
 import type { Child } from './support/child.ts';
 import { startGitHttpServer, type GitHttpServer } from './support/git-http.ts';
 import { git } from './support/git.ts';
-import { assertFinishedOnRemote, type Host, type Hosts } from './support/hosts.ts';
+import { assertFinishedOnRemote, finishWith, type Host, type Hosts } from './support/hosts.ts';
 import { createScenario, sampleSteps, type Scenario } from './support/scenario.ts';
 
 const ROUNDS = 6;
@@ -47,19 +47,6 @@ function spawnOn(h: Host, extra: Record<string, string> = {}): Child {
   const w = s.spawnWorker({ ...h.env, ...extra });
   workers.push(w);
   return w;
-}
-
-async function finishOn(h: Host, agentRunId: string): Promise<void> {
-  const w = spawnOn(h);
-  const deadline = Date.now() + 180_000;
-  for (;;) {
-    await s.sweep();
-    const run = await s.run(agentRunId);
-    if (run.status === 'completed' || run.status === 'failed') break;
-    if (Date.now() > deadline) throw new Error(`run ${agentRunId} not finished: ${run.status}\n${w.lines.slice(-30).join('\n')}`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
-  await w.stop('SIGTERM', 8000);
 }
 
 before(async () => {
@@ -114,7 +101,7 @@ describe('a checkpoint remote over HTTP that needs credentials', () => {
     ({ agentRunId } = await s.dispatch({ repoPath: undefined }));
     const victim = spawnOn(hosts.byName.a!, { ECHODO_FAULT: 'during-model-call@3', WORKER_LEASE_MS: '3000', WORKER_HEARTBEAT_MS: '300' });
     assert.equal((await victim.exited).signal, 'SIGKILL');
-    await finishOn(hosts.byName.c!, agentRunId);
+    await finishWith(s, spawnOn(hosts.byName.c!), agentRunId);
   });
 
   test('the remote refuses a request without them', async () => {

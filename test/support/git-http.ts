@@ -1,8 +1,8 @@
 // A real git transport over HTTP for tests: git's smart HTTP (`git http-backend`, run as a CGI by
 // a node:http server on 127.0.0.1) serving the bare repositories under a base path, the transport
 // hosted remotes speak. With `credentials`, every request must carry them (HTTP Basic, as git
-// sends a URL's user and password); others get 401. Authenticated requests may push (http-backend
-// enables receive-pack when REMOTE_USER is set).
+// sends a URL's user and password); others get 401. Every request it serves may push (http-backend
+// enables receive-pack when REMOTE_USER is set), as git daemon's --enable=receive-pack.
 import { spawn } from 'node:child_process';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -71,7 +71,7 @@ export async function startGitHttpServer(basePath: string, credentials?: { user:
       QUERY_STRING: url.search.slice(1),
       CONTENT_TYPE: req.headers['content-type'] ?? '',
       REMOTE_ADDR: '127.0.0.1',
-      ...(credentials ? { REMOTE_USER: credentials.user } : {}),
+      REMOTE_USER: credentials?.user ?? 'anonymous',
       ...(req.headers['git-protocol'] ? { GIT_PROTOCOL: String(req.headers['git-protocol']) } : {}),
       ...(req.headers['content-encoding'] ? { HTTP_CONTENT_ENCODING: String(req.headers['content-encoding']) } : {}),
     };

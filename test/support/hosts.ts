@@ -134,6 +134,22 @@ export async function assertFinishedOnRemote(s: Scenario, hosts: Hosts, agentRun
   return host;
 }
 
+/**
+ * Lets worker `w` finish the run (completed or failed), sweeping as the stall detector would
+ * (another host's dead worker leaves a lease to expire), then stops it.
+ */
+export async function finishWith(s: Scenario, w: Child, agentRunId: string): Promise<void> {
+  const deadline = Date.now() + 180_000;
+  for (;;) {
+    await s.sweep();
+    const run = await s.run(agentRunId);
+    if (run.status === 'completed' || run.status === 'failed') break;
+    if (Date.now() > deadline) throw new Error(`run ${agentRunId} not finished: ${run.status}\n${w.lines.slice(-30).join('\n')}`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  await w.stop('SIGTERM', 8000);
+}
+
 /** Kills every process a test started; ECHODO_DUMP_WORKERS=file keeps their logs, in spawn order, for debugging. */
 export async function stopProcesses(children: Child[]): Promise<void> {
   await Promise.all(children.map((c) => c.stop('SIGKILL', 100)));
