@@ -84,6 +84,7 @@ before(async () => {
   root = await realpath(await mkdtemp(path.join(os.tmpdir(), 'echodo-hosts-')));
   remoteDir = path.join(root, 'remote.git');
   await git(root, 'clone', '-q', '--bare', s.repo, remoteDir);
+  await git(remoteDir, 'config', 'uploadpack.allowFilter', 'true'); // so host C's clone really is partial
   daemon = await startGitDaemon(root);
   remoteUrl = daemon.url('remote.git');
   for (const host of ['a', 'b'] as const) {
@@ -182,6 +183,8 @@ describe('many hosts: the checkpoint remote', () => {
     assert.equal(resumed?.metadata.partialClone, true);
     assert.equal(resumed?.metadata.recloned, false);
     assert.equal(await git(hosts.c.repo, 'config', 'remote.origin.partialclonefilter'), 'blob:none');
+    // Really partial: the blobs of main's history that no checkout needed were never fetched.
+    assert.match(await git(hosts.c.repo, 'rev-list', '--objects', '--missing=print', 'refs/remotes/origin/main'), /^\?[0-9a-f]{40}$/m);
   });
 
   test('a push failing behind the round stops the run at once, interrupting the model\'s call', { timeout: 300_000 }, async () => {

@@ -69,10 +69,11 @@ const SAFE_PAIRS: [string, string][] = SAFE_GIT_CONFIG.map((kv) => {
  * A remote URL's credentials (`https://user:token@host/repo.git`) reach git through the
  * environment only: git is given the URL without them, and every worker git gets
  * `url.<with credentials>.insteadOf=<without>`, so git connects with them. git would otherwise
- * write them down: a clone keeps its URL as remote.origin.url in the repository's config, which
- * the sandboxed git reads (and argv is readable by every user of the host). A partial clone's
- * later fetches of blobs go through the same rewrite. Only http(s) and ftp(s) carry credentials
- * this way; any other URL (ssh's user is not a secret) is left as it is.
+ * write them down: a clone keeps its URL as remote.origin.url in the repository's config (on disk
+ * for good, and mounted read-only in every sandbox that runs git), and argv is readable by every
+ * user of the host. A partial clone's later fetches of blobs go through the same rewrite. Only
+ * http(s) and ftp(s) carry credentials this way; any other URL (ssh's user is not a secret) is
+ * left as it is.
  */
 const credentialRewrites = new Map<string, string>(); // without credentials -> with
 
