@@ -33,6 +33,7 @@ import { maskedConfig } from '../core/config.ts';
 import { redactString, redactValue, registerUrlCredentials, storableText } from '../core/redact.ts';
 import { createLogger } from '../worker/log.ts';
 import { deadLetterReason, deadLetterText } from '../worker/queue/postgres.ts';
+import { remoteForGit, safeGitEnv } from '../worker/git.ts';
 import { registerConfigSecrets } from '../worker/secrets.ts';
 
 const rand = (n: number) => randomBytes(n).toString('hex').slice(0, n);
@@ -262,6 +263,19 @@ test('a checkpoint remote over http(s): a token given as the user is a secret to
   assert.equal(redactString('role svcuser'), 'role svcuser');
   const masked = maskedConfig({ WORKER_CHECKPOINT_REMOTE: `https://${token}@git.example.com/acme/repo.git` } as never);
   assert.equal(masked.WORKER_CHECKPOINT_REMOTE, 'https://***@git.example.com/acme/repo.git');
+});
+
+test('git is given a remote URL without its credentials, and gets them from its environment as a rewrite', async () => {
+  const token = `tok${rand(24)}`;
+  assert.equal(remoteForGit(`https://x-access-token:${token}@git.example.com/acme/repo.git`), 'https://git.example.com/acme/repo.git');
+  assert.equal(remoteForGit(`http://${token}@127.0.0.1:8080/repo.git`), 'http://127.0.0.1:8080/repo.git');
+  for (const untouched of ['ssh://git@git.example.com/acme/repo.git', 'git@git.example.com:acme/repo.git', 'git://127.0.0.1/repo.git', '/srv/git/repo.git', 'origin']) {
+    assert.equal(remoteForGit(untouched), untouched);
+  }
+  const env = await safeGitEnv(os.tmpdir());
+  const pairs = Array.from({ length: Number(env.GIT_CONFIG_COUNT) }, (_, i) => `${env[`GIT_CONFIG_KEY_${i}`]}=${env[`GIT_CONFIG_VALUE_${i}`]}`);
+  assert.ok(pairs.includes(`url.https://x-access-token:${token}@git.example.com/acme/repo.git.insteadOf=https://git.example.com/acme/repo.git`), pairs.join('\n'));
+  assert.ok(pairs.includes(`url.http://${token}@127.0.0.1:8080/repo.git.insteadOf=http://127.0.0.1:8080/repo.git`));
 });
 
 test('without DATABASE_URL, the embedded superuser password in ECHODO_HOME is registered too', async () => {
