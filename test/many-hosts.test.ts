@@ -12,7 +12,7 @@ import { parseConfig } from '../core/config.ts';
 import { verifyChain } from '../core/checkpoint-hash.ts';
 import { objectStoreBytes, runNotesRef } from '../worker/checkpoints/remote.ts';
 import { checkRunIntegrity } from '../worker/integrity.ts';
-import type { Child } from './support/child.ts';
+import { waitFor, type Child } from './support/child.ts';
 import { startGitDaemon, type GitDaemon } from './support/git-daemon.ts';
 import { git } from './support/git.ts';
 import { finishWith, moveOn } from './support/hosts.ts';
@@ -185,6 +185,23 @@ describe('many hosts: the checkpoint remote', () => {
     assert.equal(await git(hosts.c.repo, 'config', 'remote.origin.partialclonefilter'), 'blob:none');
     // Really partial: the blobs of main's history that no checkout needed were never fetched.
     assert.match(await git(hosts.c.repo, 'rev-list', '--objects', '--missing=print', 'refs/remotes/origin/main'), /^\?[0-9a-f]{40}$/m);
+  });
+
+  test('a run cancelled while its host was dead ends on the other host, leaving no prefetched ref behind', { timeout: 300_000 }, async () => {
+    const { agentRunId } = await dispatch();
+    const victim = spawnOn('a', { ECHODO_FAULT: 'during-model-call@3', WORKER_LEASE_MS: '3000', WORKER_HEARTBEAT_MS: '300' });
+    assert.equal((await victim.exited).signal, 'SIGKILL');
+    // Asked while nobody could act on it: the next worker to claim the run, on host B, cancels it
+    // before any worktree, while its fetch of the run's checkpoints (started at the claim) runs.
+    await s.su`update agent_runs set cancel_requested_at = now(), cancel_requested_by = 'operator' where id = ${agentRunId}`;
+    const wb = spawnOn('b');
+    await waitFor(async () => (await s.sweep(), (await s.run(agentRunId)).status === 'cancelled'), { timeoutMs: 120_000, intervalMs: 200 });
+    // Host B's worker stays up well past its fetch (~0.1 s here), which outlives the cancel.
+    await new Promise((r) => setTimeout(r, 2000));
+    const left = await git(hosts.b.repo, 'for-each-ref', 'refs/echodo-prefetch/');
+    await wb.stop('SIGTERM', 8000);
+    assert.equal(left, '', 'the prefetch\'s scratch ref is gone');
+    assert.ok(wb.lines.some((l) => l.includes('run cancelled')), 'host B cancelled it');
   });
 
   test('a push failing behind the round stops the run at once, interrupting the model\'s call', { timeout: 300_000 }, async () => {

@@ -52,8 +52,24 @@ export async function ensureLocalRepo(repoPath: string, remote: string, log: Log
 
 /** A fetch of the run's branch (onto a scratch ref) and notes started at the claim: prefetchRun. */
 export interface PrefetchedRun {
+  repoPath: string;
   scratchRef: string;
   result: Promise<{ fetchedBytes: number } | Error>;
+  /** Set once the scratch ref was moved onto the branch or deleted. */
+  settled?: boolean;
+}
+
+/**
+ * The scratch ref of a prefetch the resume did not use (the run failed, was cancelled or released
+ * before its worktree, or had no checkpoint): deleted once the fetch is over, so it neither
+ * outlives the run nor lands after the delete. Never throws. (A worker killed in between leaves
+ * the ref, and the few KB of the run's objects it holds, until that run is prefetched here again.)
+ */
+export async function discardPrefetch(prefetched: PrefetchedRun | undefined): Promise<void> {
+  if (!prefetched || prefetched.settled) return;
+  await prefetched.result;
+  prefetched.settled = true;
+  await runGit(prefetched.repoPath, ['update-ref', '-d', prefetched.scratchRef]).catch(() => {});
 }
 
 /**
@@ -68,7 +84,7 @@ export function prefetchRun(config: Config, run: RunRow): PrefetchedRun | undefi
   const scratchRef = `refs/echodo-prefetch/${run.workspace_id}/${run.id}`;
   const notesRef = runNotesRef(run.workspace_id, run.id);
   const result = fetchRun({ repoPath, remote, branch: run.branch, notesRef, branchInto: scratchRef }).catch((err: unknown) => err as Error);
-  return { scratchRef, result };
+  return { repoPath, scratchRef, result };
 }
 
 export async function prepareRemoteResume(args: {
@@ -93,9 +109,10 @@ export async function prepareRemoteResume(args: {
     // Fetched at the claim; the branch is the run's own (run-job checked): moved onto it in one go.
     const scratch = args.prefetched!.scratchRef;
     await runGit(args.repoPath, ['update-ref', '--stdin'], { input: `update refs/heads/${run.branch} ${scratch}\ndelete ${scratch}\n` });
+    args.prefetched!.settled = true;
     return fetchedFrom(args, here, notesRef, early.fetchedBytes);
   }
-  if (args.prefetched) await runGit(args.repoPath, ['update-ref', '-d', args.prefetched.scratchRef]).catch(() => {});
+  await discardPrefetch(args.prefetched);
   const present = (await runGit(args.repoPath, ['cat-file', '-e', `${target}^{commit}`], { allowExitCodes: [1, 128] })).exitCode === 0;
   if (present && (!otherHost || !latest)) return { run: here, notesRef };
   const remote = config.WORKER_CHECKPOINT_REMOTE!;

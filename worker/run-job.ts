@@ -32,7 +32,7 @@ import { sandboxFor, sandboxOptionsFromConfig } from './sandbox/index.ts';
 import { finishCancelledRun } from './cancel.ts';
 import { forkStartState } from './fork.ts';
 import { CheckpointRemoteError, RemotePusher, runNotesRef } from './checkpoints/remote.ts';
-import { finishMirror, prefetchRun } from './remote-resume.ts';
+import { discardPrefetch, finishMirror, prefetchRun, type PrefetchedRun } from './remote-resume.ts';
 
 export type JobResult = 'completed' | 'failed' | 'released' | 'skipped' | 'dead_lettered' | 'lease_lost';
 
@@ -65,8 +65,11 @@ export async function processDelivery(deps: JobDeps, delivery: Delivery): Promis
     log: runLog,
   });
   lease.start();
+  // A run last on another host: its checkpoints are fetched from the remote from now on, while
+  // Postgres answers (remote-resume.ts); whatever way the run ends, the fetch leaves no ref behind.
+  const prefetchedRun = prefetchRun(deps.config, run);
   try {
-    return await executeRun({ ...deps, log: runLog }, run, lease);
+    return await executeRun({ ...deps, log: runLog }, run, lease, prefetchedRun);
   } catch (err) {
     if (err instanceof LeaseLostError || lease.isLost) {
       runLog.warn({ error: errorMessage(err) }, 'lease lost: this worker stops touching the run');
@@ -90,18 +93,17 @@ export async function processDelivery(deps: JobDeps, delivery: Delivery): Promis
     return 'failed';
   } finally {
     lease.stop();
+    await discardPrefetch(prefetchedRun);
   }
 }
 
-async function executeRun(deps: JobDeps, run: RunRow, lease: Lease): Promise<JobResult> {
+async function executeRun(deps: JobDeps, run: RunRow, lease: Lease, prefetchedRun: PrefetchedRun | undefined): Promise<JobResult> {
   const { config, db, log } = deps;
   const job = run.job;
   const scoped = inWorkspace(db.app, run.workspace_id, log);
   // A resume's slowest read, `git status` of the worktree the row names on this host, starts now
   // and runs while Postgres answers (verify.ts uses it only if the row still names that path).
   const prefetchedStatus = prefetchStatus(run, config);
-  // A run last on another host: its checkpoints are fetched from the remote meanwhile (remote-resume.ts).
-  const prefetchedRun = prefetchRun(config, run);
   // Every read the run starts from, pipelined in one transaction: the harness, the API key
   // variables to redact, the last rows (a bounded tail, resume-chain.ts), the run's whole
   // manifest (for verification) and the model alias's provider row.
