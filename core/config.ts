@@ -55,6 +55,8 @@ const schema = z.object({
   // Many hosts (docs/checkpoints.md): where this worker runs, and the remote every checkpoint is pushed to.
   WORKER_HOST_ID: z.string().min(1).max(200).regex(/^[A-Za-z0-9][A-Za-z0-9._:-]*$/, 'may hold only letters, digits, ".", "_", ":" and "-"').default(os.hostname()),
   WORKER_CHECKPOINT_REMOTE: z.string().min(1).optional(),
+  // One push, fetch or ref listing of it longer than this: the remote counts as down.
+  WORKER_REMOTE_TIMEOUT_MS: int(100).default(60_000),
   // One warm, checked-out spare worktree per repository per host (worker/spare-worktrees.ts).
   WORKER_SPARE_WORKTREE: bool.default(true),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),

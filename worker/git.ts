@@ -240,17 +240,25 @@ export interface GitResult {
   exitCode: number;
 }
 
-function spawnGit(cwd: string, argv: string[], input: string | Buffer | undefined, env: NodeJS.ProcessEnv): Promise<GitResult> {
+function spawnGit(cwd: string, argv: string[], input: string | Buffer | undefined, env: NodeJS.ProcessEnv, timeoutMs?: number): Promise<GitResult> {
   return new Promise((resolve, reject) => {
     const child = spawn('git', argv, { cwd, env: { ...GIT_ENV, ...env }, stdio: ['pipe', 'pipe', 'pipe'] });
     const out: Buffer[] = [];
     const err: Buffer[] = [];
+    // A remote that accepts the connection and never answers would hold git (and the run) forever.
+    let timedOut = false;
+    const timer = timeoutMs === undefined ? undefined : setTimeout(() => {
+      timedOut = true;
+      child.kill('SIGKILL');
+    }, timeoutMs);
     child.stdout.on('data', (d: Buffer) => out.push(d));
     child.stderr.on('data', (d: Buffer) => err.push(d));
     child.on('error', reject);
     child.stdin.on('error', () => {}); // git may exit before reading all input; its exit code tells
     child.on('close', (code) => {
-      resolve({ stdout: Buffer.concat(out).toString('utf8'), stderr: Buffer.concat(err).toString('utf8'), exitCode: code ?? -1 });
+      clearTimeout(timer);
+      const stderr = Buffer.concat(err).toString('utf8') + (timedOut ? `\nno answer within ${timeoutMs} ms: stopped` : '');
+      resolve({ stdout: Buffer.concat(out).toString('utf8'), stderr, exitCode: timedOut ? -1 : (code ?? -1) });
     });
     child.stdin.end(input ?? '');
   });
@@ -259,10 +267,10 @@ function spawnGit(cwd: string, argv: string[], input: string | Buffer | undefine
 export async function runGit(
   cwd: string,
   args: string[],
-  options: { input?: string | Buffer; env?: NodeJS.ProcessEnv; allowExitCodes?: number[] } = {},
+  options: { input?: string | Buffer; env?: NodeJS.ProcessEnv; allowExitCodes?: number[]; timeoutMs?: number } = {},
 ): Promise<GitResult> {
   const env = { ...options.env, ...configEnv(await driverOverrides(cwd)) };
-  const result = await spawnGit(cwd, args, options.input, env);
+  const result = await spawnGit(cwd, args, options.input, env, options.timeoutMs);
   if (result.exitCode === 0 || options.allowExitCodes?.includes(result.exitCode)) return result;
   throw new GitError(args, result.exitCode, result.stderr);
 }

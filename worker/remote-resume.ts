@@ -83,7 +83,8 @@ export function prefetchRun(config: Config, run: RunRow): PrefetchedRun | undefi
   if (!remote || !run.branch || !run.host_id || run.host_id === config.WORKER_HOST_ID || !existsSync(repoPath)) return undefined;
   const scratchRef = `refs/echodo-prefetch/${run.workspace_id}/${run.id}`;
   const notesRef = runNotesRef(run.workspace_id, run.id);
-  const result = fetchRun({ repoPath, remote, branch: run.branch, notesRef, branchInto: scratchRef }).catch((err: unknown) => err as Error);
+  const timeoutMs = config.WORKER_REMOTE_TIMEOUT_MS;
+  const result = fetchRun({ repoPath, remote, branch: run.branch, notesRef, branchInto: scratchRef, timeoutMs }).catch((err: unknown) => err as Error);
   return { repoPath, scratchRef, result };
 }
 
@@ -116,9 +117,10 @@ export async function prepareRemoteResume(args: {
   const present = (await runGit(args.repoPath, ['cat-file', '-e', `${target}^{commit}`], { allowExitCodes: [1, 128] })).exitCode === 0;
   if (present && (!otherHost || !latest)) return { run: here, notesRef };
   const remote = config.WORKER_CHECKPOINT_REMOTE!;
+  const timeoutMs = config.WORKER_REMOTE_TIMEOUT_MS;
   const { fetchedBytes } = latest
-    ? await fetchRun({ repoPath: args.repoPath, remote, branch: run.branch, notesRef })
-    : await fetchBase({ repoPath: args.repoPath, remote, oid: target, branch: run.branch });
+    ? await fetchRun({ repoPath: args.repoPath, remote, branch: run.branch, notesRef, timeoutMs })
+    : await fetchBase({ repoPath: args.repoPath, remote, oid: target, branch: run.branch, timeoutMs });
   return fetchedFrom(args, here, notesRef, fetchedBytes);
 }
 

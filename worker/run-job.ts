@@ -143,7 +143,18 @@ async function executeRun(deps: JobDeps, run: RunRow, lease: Lease, prefetchedRu
     // Many hosts: every checkpoint commit on WORKER_CHECKPOINT_REMOTE before its row (worker/checkpoints/remote.ts).
     const remoteNotesRef = runNotesRef(run.workspace_id, run.id);
     const remote = config.WORKER_CHECKPOINT_REMOTE && tree.git
-      ? { notesRef: remoteNotesRef, pusher: new RemotePusher({ cwd: tree.root, remote: config.WORKER_CHECKPOINT_REMOTE, branch: tree.git.branch, notesRef: remoteNotesRef, assertHeld: () => lease.assertHeld(), log }) }
+      ? {
+          notesRef: remoteNotesRef,
+          pusher: new RemotePusher({
+            cwd: tree.root,
+            remote: config.WORKER_CHECKPOINT_REMOTE,
+            branch: tree.git.branch,
+            notesRef: remoteNotesRef,
+            assertHeld: () => lease.assertHeld(),
+            log,
+            timeoutMs: config.WORKER_REMOTE_TIMEOUT_MS,
+          }),
+        }
       : undefined;
     const writer = new CheckpointWriter(
       { sql: db.app, run: { workspaceId: run.workspace_id, agentRunId: run.id, convoyId: run.convoy_id, briefId: run.brief_id, attempt: run.attempt }, lease, tree, tracker, notesRef: config.WORKER_NOTES_REF, historyLimit: config.WORKER_CHECKPOINT_HISTORY_LIMIT, leaseMs: config.WORKER_LEASE_MS, log, remote },

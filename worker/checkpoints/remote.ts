@@ -10,6 +10,13 @@ import type { Logger } from '../log.ts';
 import { repoCommonDir } from '../worktrees.ts';
 import { redactString } from '../../core/redact.ts';
 
+/**
+ * How long one push, fetch or ref listing may take before git is stopped and the remote counts
+ * as down (WORKER_REMOTE_TIMEOUT_MS in the daemon). A remote that accepts connections and never
+ * answers would otherwise hold a run, its lease heartbeating, for good.
+ */
+export const DEFAULT_REMOTE_TIMEOUT_MS = 60_000;
+
 /** The remote could not take (or give) a checkpoint: the run stops at its last checkpoint and is released. */
 export class CheckpointRemoteError extends EchodoError {
   constructor(message: string, options?: { cause?: unknown }) {
@@ -43,8 +50,9 @@ function parsePorcelain(stdout: string): PushedRef[] {
     });
 }
 
-export async function push(cwd: string, remote: string, refspecs: string[], options: string[] = []): Promise<PushedRef[]> {
-  const r = await runGit(cwd, ['push', '--porcelain', '--no-verify', ...options, remoteForGit(remote), ...refspecs], { allowExitCodes: [1, 128] }).catch((err: unknown) => {
+export async function push(cwd: string, remote: string, refspecs: string[], options: string[] = [], timeoutMs = DEFAULT_REMOTE_TIMEOUT_MS): Promise<PushedRef[]> {
+  const argv = ['push', '--porcelain', '--no-verify', ...options, remoteForGit(remote), ...refspecs];
+  const r = await runGit(cwd, argv, { allowExitCodes: [1, 128], timeoutMs }).catch((err: unknown) => {
     throw new CheckpointRemoteError(`git push to the checkpoint remote failed: ${(err as Error).message}`, { cause: err });
   });
   const refs = parsePorcelain(r.stdout);
@@ -72,12 +80,14 @@ export class RemotePusher {
       /** The fencing check (Lease.assertHeld): only the lease holder may force the branch. */
       assertHeld: () => Promise<void>;
       log: Logger;
+      /** Per push or ref listing (DEFAULT_REMOTE_TIMEOUT_MS when unset). */
+      timeoutMs?: number;
     },
   ) {}
 
   /** The oid the remote's branch points at ('' when it has none: a lease that expects no branch). */
   private async remoteBranchOid(branchRef: string): Promise<string> {
-    const refs = await lsRemote(this.deps.cwd, this.deps.remote, [branchRef]).catch((err: unknown) => {
+    const refs = await lsRemote(this.deps.cwd, this.deps.remote, [branchRef], this.deps.timeoutMs).catch((err: unknown) => {
       throw new CheckpointRemoteError(`git ls-remote of the checkpoint remote failed: ${gitErrorDetail(err)}`, { cause: err });
     });
     return refs.get(branchRef) ?? '';
@@ -100,7 +110,7 @@ export class RemotePusher {
   async pushCheckpoint(commitOid: string): Promise<void> {
     const branchRef = `refs/heads/${this.deps.branch}`;
     const notes = await this.notesRefspec();
-    let refs = await push(this.deps.cwd, this.deps.remote, [`${commitOid}:${branchRef}`, ...notes]);
+    let refs = await push(this.deps.cwd, this.deps.remote, [`${commitOid}:${branchRef}`, ...notes], [], this.deps.timeoutMs);
     let branch = refs.find((r) => r.to === branchRef);
     // The force replaces exactly what the remote held when the lease was confirmed, read before the
     // check: a newer lease holder's push landing between the check and the force (this worker fenced
@@ -110,7 +120,7 @@ export class RemotePusher {
       const seen = await this.remoteBranchOid(branchRef);
       await this.deps.assertHeld();
       this.deps.log.warn({ branch: this.deps.branch, summary: branch.summary }, 'remote branch is past the last checkpoint (a killed or fenced push); forcing it to the checkpoint');
-      refs = await push(this.deps.cwd, this.deps.remote, [`${commitOid}:${branchRef}`], [`--force-with-lease=${branchRef}:${seen}`]);
+      refs = await push(this.deps.cwd, this.deps.remote, [`${commitOid}:${branchRef}`], [`--force-with-lease=${branchRef}:${seen}`], this.deps.timeoutMs);
       branch = refs.find((r) => r.to === branchRef);
     }
     if (!branch || branch.flag === '!') {
@@ -123,7 +133,7 @@ export class RemotePusher {
   async pushNotes(): Promise<void> {
     const notes = await this.notesRefspec();
     if (!notes.length) return;
-    await this.settleRefusedNotes(await push(this.deps.cwd, this.deps.remote, notes));
+    await this.settleRefusedNotes(await push(this.deps.cwd, this.deps.remote, notes, [], this.deps.timeoutMs));
   }
 
   /**
@@ -140,7 +150,7 @@ export class RemotePusher {
     if (notes?.flag !== '!') return;
     try {
       await this.deps.assertHeld();
-      const forced = (await push(this.deps.cwd, this.deps.remote, [`+${ref}:${ref}`])).find((r) => r.to === ref);
+      const forced = (await push(this.deps.cwd, this.deps.remote, [`+${ref}:${ref}`], [], this.deps.timeoutMs)).find((r) => r.to === ref);
       if (forced && forced.flag !== '!') return;
     } catch (err) {
       this.deps.log.warn({ notesRef: ref, error: (err as Error).message }, 'could not force the run\'s notes ref on the checkpoint remote');
@@ -178,9 +188,11 @@ export async function fetchRun(args: {
   notesRef: string;
   /** Where the branch lands (default: the local branch): a scratch ref when fetched ahead of the ownership check. */
   branchInto?: string;
+  timeoutMs?: number;
 }): Promise<{ fetchedBytes: number }> {
   const branchRef = `refs/heads/${args.branch}`;
-  return fetchMeasured(args.repoPath, args.remote, [`+${branchRef}:${args.branchInto ?? branchRef}`, `+${args.notesRef}*:${args.notesRef}*`], branchRef);
+  const refspecs = [`+${branchRef}:${args.branchInto ?? branchRef}`, `+${args.notesRef}*:${args.notesRef}*`];
+  return fetchMeasured(args.repoPath, args.remote, refspecs, branchRef, args.timeoutMs);
 }
 
 /**
@@ -188,10 +200,17 @@ export async function fetchRun(args: {
  * (unpackLimit=1, like every checkpoint object here: packed, never loose), and its size is the
  * bytes fetched.
  */
-async function fetchMeasured(repoPath: string, remote: string, refspecs: string[], what: string): Promise<{ fetchedBytes: number }> {
+async function fetchMeasured(
+  repoPath: string,
+  remote: string,
+  refspecs: string[],
+  what: string,
+  timeoutMs = DEFAULT_REMOTE_TIMEOUT_MS,
+): Promise<{ fetchedBytes: number }> {
   const commonDir = await repoCommonDir(repoPath);
   const before = await packs(commonDir);
-  await runGit(repoPath, ['-c', 'fetch.unpackLimit=1', 'fetch', '--quiet', '--no-tags', '--no-write-fetch-head', '--update-head-ok', remoteForGit(remote), ...refspecs])
+  const argv = ['-c', 'fetch.unpackLimit=1', 'fetch', '--quiet', '--no-tags', '--no-write-fetch-head', '--update-head-ok', remoteForGit(remote), ...refspecs];
+  await runGit(repoPath, argv, { timeoutMs })
     .catch((err: unknown) => {
       throw new CheckpointRemoteError(`could not fetch ${what} from the checkpoint remote: ${gitErrorDetail(err)}`, { cause: err });
     });
@@ -201,11 +220,11 @@ async function fetchMeasured(repoPath: string, remote: string, refspecs: string[
 }
 
 /** `git ls-remote` of exactly these refs: name → oid; absent refs are not listed (ls-remote matches by tail). */
-export async function lsRemote(cwd: string, remote: string, refs: string[]): Promise<Map<string, string>> {
+export async function lsRemote(cwd: string, remote: string, refs: string[], timeoutMs = DEFAULT_REMOTE_TIMEOUT_MS): Promise<Map<string, string>> {
   const found = new Map<string, string>();
   if (!refs.length) return found;
   const wanted = new Set(refs);
-  const r = await runGit(cwd, ['ls-remote', remoteForGit(remote), ...wanted]);
+  const r = await runGit(cwd, ['ls-remote', remoteForGit(remote), ...wanted], { timeoutMs });
   for (const line of r.stdout.split('\n').filter(Boolean)) {
     const [oid, name] = line.split('\t');
     if (wanted.has(name!)) found.set(name!, oid!);
@@ -219,6 +238,6 @@ export async function lsRemote(cwd: string, remote: string, refs: string[]): Pro
  * the branch, so the objects are referenced at once; the worktree is then added on it. Fetching a
  * reachable oid needs protocol v2 (git's default) or uploadpack.allowReachableSHA1InWant on the remote.
  */
-export async function fetchBase(args: { repoPath: string; remote: string; oid: string; branch: string }): Promise<{ fetchedBytes: number }> {
-  return fetchMeasured(args.repoPath, args.remote, [`+${args.oid}:refs/heads/${args.branch}`], `the run's base ${args.oid}`);
+export async function fetchBase(args: { repoPath: string; remote: string; oid: string; branch: string; timeoutMs?: number }): Promise<{ fetchedBytes: number }> {
+  return fetchMeasured(args.repoPath, args.remote, [`+${args.oid}:refs/heads/${args.branch}`], `the run's base ${args.oid}`, args.timeoutMs);
 }
