@@ -13,6 +13,13 @@ const bool = z
   .transform((v) => v === '1' || v === 'true' || v === 'yes');
 const int = (min: number) => z.coerce.number().int().min(min);
 
+/**
+ * How long one push, fetch or ref listing of the checkpoint remote may take before git is stopped
+ * and the remote counts as down: a remote that accepts connections and never answers would
+ * otherwise hold a run, its lease heartbeating, for good. The CLIs use it as it is.
+ */
+export const DEFAULT_REMOTE_TIMEOUT_MS = 60_000;
+
 const schema = z.object({
   DATABASE_URL: z.string().url().optional(),
   ECHODO_HOME: z.string().min(1).default(path.join(PROJECT_ROOT, '.echodo')),
@@ -56,7 +63,7 @@ const schema = z.object({
   WORKER_HOST_ID: z.string().min(1).max(200).regex(/^[A-Za-z0-9][A-Za-z0-9._:-]*$/, 'may hold only letters, digits, ".", "_", ":" and "-"').default(os.hostname()),
   WORKER_CHECKPOINT_REMOTE: z.string().min(1).optional(),
   // One push, fetch or ref listing of it longer than this: the remote counts as down.
-  WORKER_REMOTE_TIMEOUT_MS: int(100).default(60_000),
+  WORKER_REMOTE_TIMEOUT_MS: int(100).default(DEFAULT_REMOTE_TIMEOUT_MS),
   // One warm, checked-out spare worktree per repository per host (worker/spare-worktrees.ts).
   WORKER_SPARE_WORKTREE: bool.default(true),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),

@@ -18,14 +18,14 @@ import { registerConfigSecrets } from '../worker/secrets.ts';
 import type { Child } from './support/child.ts';
 import { startGitHttpServer, type GitHttpServer } from './support/git-http.ts';
 import { git } from './support/git.ts';
-import { assertFinishedOnRemote, finishWith, type Host, type Hosts } from './support/hosts.ts';
+import { assertFinishedOnRemote, finishWith, type Host, type HostsSeen } from './support/hosts.ts';
 import { createScenario, sampleSteps, type Scenario } from './support/scenario.ts';
 
 const ROUNDS = 6;
 const PASSWORD = `pw-${randomBytes(12).toString('hex')}`;
 let s: Scenario;
 let server: GitHttpServer;
-let hosts: Hosts;
+let hosts: HostsSeen & { root: string; remoteUrl: string; byName: Record<string, Host> };
 let baselineTree: string;
 /** A blob only on the remote's branch `unread`, which no run checks out: a partial clone lacks it. */
 let unreadBlob: string;
@@ -72,11 +72,9 @@ before(async () => {
     root,
     remoteDir,
     remoteUrl,
-    daemon: undefined as never,
     byName,
     byId: (id) => Object.values(byName).find((h) => h.id === id)!,
     config: (h) => parseConfig({ ...s.env, ...h.env }),
-    close: () => rm(root, { recursive: true, force: true }),
   };
   // The uncrashed run, on host A: its tree is the reference for the resumed one.
   const { agentRunId } = await s.dispatch({ repoPath: undefined });
@@ -90,7 +88,7 @@ before(async () => {
 after(async () => {
   await Promise.all(workers.map((w) => w.stop('SIGKILL', 100)));
   await server?.stop();
-  await hosts?.close();
+  if (hosts) await rm(hosts.root, { recursive: true, force: true });
   await s?.close();
 });
 

@@ -94,7 +94,10 @@ export async function moveOn(hosts: Pick<Hosts, 'root' | 'remoteUrl'>, repo: str
 }
 
 /** Each commit on the remote's copy of `branch`, with its note in `notesRef` there (or ''). */
-async function remoteLog(hosts: Hosts, branch: string, notesRef: string): Promise<Map<string, string>> {
+/** What the checks below need of a set of hosts (any transport). */
+export type HostsSeen = Pick<Hosts, 'remoteDir' | 'byId' | 'config'>;
+
+async function remoteLog(hosts: HostsSeen, branch: string, notesRef: string): Promise<Map<string, string>> {
   const out = await git(hosts.remoteDir, 'log', `--notes=${notesRef}`, '--format=%H%x00%N%x01', `refs/heads/${branch}`);
   const notes = new Map<string, string>();
   for (const entry of out.split('\x01')) {
@@ -111,7 +114,7 @@ async function remoteLog(hosts: Hosts, branch: string, notesRef: string): Promis
  * remote with its note (seq and hash) in the run's notes ref there, integrity intact on that host.
  * Returns the host that finished it.
  */
-export async function assertFinishedOnRemote(s: Scenario, hosts: Hosts, agentRunId: string, rounds: number, baselineTree: string, context = ''): Promise<Host> {
+export async function assertFinishedOnRemote(s: Scenario, hosts: HostsSeen, agentRunId: string, rounds: number, baselineTree: string, context = ''): Promise<Host> {
   const run = await s.run(agentRunId);
   assert.equal(run.status, 'completed', `run ${agentRunId}: ${run.failure_reason ?? ''}${context ? `\n${context}` : ''}`);
   const host = hosts.byId(run.host_id);

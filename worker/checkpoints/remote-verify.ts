@@ -7,9 +7,9 @@ import { existsSync } from 'node:fs';
 import { EchodoError } from '../../core/errors.ts';
 import { redactString } from '../../core/redact.ts';
 import type { CheckpointRow } from '../../store/checkpoints.ts';
-import { gitErrorDetail, remoteForGit, runGit } from '../git.ts';
+import { gitErrorDetail, runGit } from '../git.ts';
 import type { CheckpointNote } from './notes.ts';
-import { DEFAULT_REMOTE_TIMEOUT_MS, lsRemote, runNotesRef } from './remote.ts';
+import { lsRemote, runNotesRef, runRemoteGit } from './remote.ts';
 
 export type RemoteFindingKind =
   | 'remote_branch_missing' // the run's branch is not on the remote at all
@@ -147,8 +147,7 @@ export async function inspectRemote(args: {
   ];
   try {
     if (specs.length) {
-      const argv = ['fetch', '--quiet', '--no-tags', '--no-write-fetch-head', remoteForGit(remote), ...specs];
-      await runGit(repoPath, argv, { timeoutMs: DEFAULT_REMOTE_TIMEOUT_MS }).catch((err: unknown) => {
+      await runRemoteGit(repoPath, ['fetch', '--quiet', '--no-tags', '--no-write-fetch-head'], remote, specs).catch((err: unknown) => {
         const what = `could not fetch ${branchRef} and ${notesRef} from the checkpoint remote`;
         throw new RemoteVerifyError(`${what}: ${gitErrorDetail(err)}`, { cause: err });
       });

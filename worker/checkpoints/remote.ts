@@ -4,18 +4,12 @@
 // checkpoint carries the branch and the run's notes ref (one connection, a thin pack).
 import { readdir, stat } from 'node:fs/promises';
 import path from 'node:path';
+import { DEFAULT_REMOTE_TIMEOUT_MS } from '../../core/config.ts';
 import { EchodoError } from '../../core/errors.ts';
-import { gitErrorDetail, remoteForGit, runGit } from '../git.ts';
+import { gitErrorDetail, remoteForGit, runGit, type GitResult } from '../git.ts';
 import type { Logger } from '../log.ts';
 import { repoCommonDir } from '../worktrees.ts';
 import { redactString } from '../../core/redact.ts';
-
-/**
- * How long one push, fetch or ref listing may take before git is stopped and the remote counts
- * as down (WORKER_REMOTE_TIMEOUT_MS in the daemon). A remote that accepts connections and never
- * answers would otherwise hold a run, its lease heartbeating, for good.
- */
-export const DEFAULT_REMOTE_TIMEOUT_MS = 60_000;
 
 /** The remote could not take (or give) a checkpoint: the run stops at its last checkpoint and is released. */
 export class CheckpointRemoteError extends EchodoError {
@@ -31,6 +25,22 @@ export class CheckpointRemoteError extends EchodoError {
  */
 export function runNotesRef(workspaceId: string, agentRunId: string): string {
   return `refs/notes/echodo-runs/${workspaceId}/${agentRunId}`;
+}
+
+/**
+ * Every git that talks to the checkpoint remote: `command`, the remote's URL without its
+ * credentials (remoteForGit: they reach git through its environment), then `operands`; stopped
+ * after timeoutMs (WORKER_REMOTE_TIMEOUT_MS in the daemon), and the remote then counts as down.
+ */
+export function runRemoteGit(
+  cwd: string,
+  command: string[],
+  remote: string,
+  operands: string[],
+  options: { allowExitCodes?: number[]; timeoutMs?: number } = {},
+): Promise<GitResult> {
+  const { allowExitCodes, timeoutMs = DEFAULT_REMOTE_TIMEOUT_MS } = options;
+  return runGit(cwd, [...command, remoteForGit(remote), ...operands], { allowExitCodes, timeoutMs });
 }
 
 /** One line of `git push --porcelain`: `<flag>\t<from>:<to>\t<summary>`. */
@@ -50,9 +60,14 @@ function parsePorcelain(stdout: string): PushedRef[] {
     });
 }
 
-export async function push(cwd: string, remote: string, refspecs: string[], options: string[] = [], timeoutMs = DEFAULT_REMOTE_TIMEOUT_MS): Promise<PushedRef[]> {
-  const argv = ['push', '--porcelain', '--no-verify', ...options, remoteForGit(remote), ...refspecs];
-  const r = await runGit(cwd, argv, { allowExitCodes: [1, 128], timeoutMs }).catch((err: unknown) => {
+export async function push(
+  cwd: string,
+  remote: string,
+  refspecs: string[],
+  options: { flags?: string[]; timeoutMs?: number } = {},
+): Promise<PushedRef[]> {
+  const command = ['push', '--porcelain', '--no-verify', ...(options.flags ?? [])];
+  const r = await runRemoteGit(cwd, command, remote, refspecs, { allowExitCodes: [1, 128], timeoutMs: options.timeoutMs }).catch((err: unknown) => {
     throw new CheckpointRemoteError(`git push to the checkpoint remote failed: ${(err as Error).message}`, { cause: err });
   });
   const refs = parsePorcelain(r.stdout);
@@ -80,10 +95,15 @@ export class RemotePusher {
       /** The fencing check (Lease.assertHeld): only the lease holder may force the branch. */
       assertHeld: () => Promise<void>;
       log: Logger;
-      /** Per push or ref listing (DEFAULT_REMOTE_TIMEOUT_MS when unset). */
+      /** Per push or ref listing (runRemoteGit's default when unset). */
       timeoutMs?: number;
     },
   ) {}
+
+  /** One push of this run's refs to the remote. */
+  private push(refspecs: string[], flags: string[] = []): Promise<PushedRef[]> {
+    return push(this.deps.cwd, this.deps.remote, refspecs, { flags, timeoutMs: this.deps.timeoutMs });
+  }
 
   /** The oid the remote's branch points at ('' when it has none: a lease that expects no branch). */
   private async remoteBranchOid(branchRef: string): Promise<string> {
@@ -110,7 +130,7 @@ export class RemotePusher {
   async pushCheckpoint(commitOid: string): Promise<void> {
     const branchRef = `refs/heads/${this.deps.branch}`;
     const notes = await this.notesRefspec();
-    let refs = await push(this.deps.cwd, this.deps.remote, [`${commitOid}:${branchRef}`, ...notes], [], this.deps.timeoutMs);
+    let refs = await this.push([`${commitOid}:${branchRef}`, ...notes]);
     let branch = refs.find((r) => r.to === branchRef);
     // The force replaces exactly what the remote held when the lease was confirmed, read before the
     // check: a newer lease holder's push landing between the check and the force (this worker fenced
@@ -120,7 +140,7 @@ export class RemotePusher {
       const seen = await this.remoteBranchOid(branchRef);
       await this.deps.assertHeld();
       this.deps.log.warn({ branch: this.deps.branch, summary: branch.summary }, 'remote branch is past the last checkpoint (a killed or fenced push); forcing it to the checkpoint');
-      refs = await push(this.deps.cwd, this.deps.remote, [`${commitOid}:${branchRef}`], [`--force-with-lease=${branchRef}:${seen}`], this.deps.timeoutMs);
+      refs = await this.push([`${commitOid}:${branchRef}`], [`--force-with-lease=${branchRef}:${seen}`]);
       branch = refs.find((r) => r.to === branchRef);
     }
     if (!branch || branch.flag === '!') {
@@ -133,7 +153,7 @@ export class RemotePusher {
   async pushNotes(): Promise<void> {
     const notes = await this.notesRefspec();
     if (!notes.length) return;
-    await this.settleRefusedNotes(await push(this.deps.cwd, this.deps.remote, notes, [], this.deps.timeoutMs));
+    await this.settleRefusedNotes(await this.push(notes));
   }
 
   /**
@@ -150,7 +170,7 @@ export class RemotePusher {
     if (notes?.flag !== '!') return;
     try {
       await this.deps.assertHeld();
-      const forced = (await push(this.deps.cwd, this.deps.remote, [`+${ref}:${ref}`], [], this.deps.timeoutMs)).find((r) => r.to === ref);
+      const forced = (await this.push([`+${ref}:${ref}`])).find((r) => r.to === ref);
       if (forced && forced.flag !== '!') return;
     } catch (err) {
       this.deps.log.warn({ notesRef: ref, error: (err as Error).message }, 'could not force the run\'s notes ref on the checkpoint remote');
@@ -200,17 +220,11 @@ export async function fetchRun(args: {
  * (unpackLimit=1, like every checkpoint object here: packed, never loose), and its size is the
  * bytes fetched.
  */
-async function fetchMeasured(
-  repoPath: string,
-  remote: string,
-  refspecs: string[],
-  what: string,
-  timeoutMs = DEFAULT_REMOTE_TIMEOUT_MS,
-): Promise<{ fetchedBytes: number }> {
+async function fetchMeasured(repoPath: string, remote: string, refspecs: string[], what: string, timeoutMs?: number): Promise<{ fetchedBytes: number }> {
   const commonDir = await repoCommonDir(repoPath);
   const before = await packs(commonDir);
-  const argv = ['-c', 'fetch.unpackLimit=1', 'fetch', '--quiet', '--no-tags', '--no-write-fetch-head', '--update-head-ok', remoteForGit(remote), ...refspecs];
-  await runGit(repoPath, argv, { timeoutMs })
+  const command = ['-c', 'fetch.unpackLimit=1', 'fetch', '--quiet', '--no-tags', '--no-write-fetch-head', '--update-head-ok'];
+  await runRemoteGit(repoPath, command, remote, refspecs, { timeoutMs })
     .catch((err: unknown) => {
       throw new CheckpointRemoteError(`could not fetch ${what} from the checkpoint remote: ${gitErrorDetail(err)}`, { cause: err });
     });
@@ -220,11 +234,11 @@ async function fetchMeasured(
 }
 
 /** `git ls-remote` of exactly these refs: name → oid; absent refs are not listed (ls-remote matches by tail). */
-export async function lsRemote(cwd: string, remote: string, refs: string[], timeoutMs = DEFAULT_REMOTE_TIMEOUT_MS): Promise<Map<string, string>> {
+export async function lsRemote(cwd: string, remote: string, refs: string[], timeoutMs?: number): Promise<Map<string, string>> {
   const found = new Map<string, string>();
   if (!refs.length) return found;
   const wanted = new Set(refs);
-  const r = await runGit(cwd, ['ls-remote', remoteForGit(remote), ...wanted], { timeoutMs });
+  const r = await runRemoteGit(cwd, ['ls-remote'], remote, [...wanted], { timeoutMs });
   for (const line of r.stdout.split('\n').filter(Boolean)) {
     const [oid, name] = line.split('\t');
     if (wanted.has(name!)) found.set(name!, oid!);
