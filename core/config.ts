@@ -64,6 +64,8 @@ const schema = z.object({
   WORKER_CHECKPOINT_REMOTE: z.string().min(1).optional(),
   // One push, fetch or ref listing of it longer than this: the remote counts as down.
   WORKER_REMOTE_TIMEOUT_MS: int(100).default(DEFAULT_REMOTE_TIMEOUT_MS),
+  // How often the remote standby fetches the latest checkpoints of runs other hosts hold (0: never).
+  WORKER_REMOTE_STANDBY_MS: int(0).refine((ms) => ms === 0 || ms >= 100, 'must be 0 (off) or at least 100').default(2000),
   // One warm, checked-out spare worktree per repository per host (worker/spare-worktrees.ts).
   WORKER_SPARE_WORKTREE: bool.default(true),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),

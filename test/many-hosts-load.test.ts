@@ -4,11 +4,13 @@
 // worker on a random host SIGKILLed every few seconds and replaced. Every run completes; its seqs are
 // 1..n with no duplicate or gap, written by one lease holder after another; every row's commit is
 // reachable from the run's branch on the remote and its note is in the run's notes ref there; the
-// final tree is the one the transcript's writes make; integrity is intact on the host that finished it.
+// final tree is the one the transcript's writes make; integrity is intact on the host that finished it;
+// no host's remote standby holds anything once every run is over.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { after, before, test } from 'node:test';
-import type { Child } from './support/child.ts';
+import { waitFor, type Child } from './support/child.ts';
+import { git } from './support/git.ts';
 import { assertFinishedOnRemote, setUpHosts, stopProcesses, type Host, type Hosts } from './support/hosts.ts';
 import { createScenario, type Scenario, type TranscriptStep } from './support/scenario.ts';
 
@@ -26,6 +28,9 @@ const LEASE = { WORKER_LEASE_MS: '6000', WORKER_HEARTBEAT_MS: '500', STALL_CHECK
 // No job is lost from the queue here: a run queued for a while is waiting for a free worker, and
 // re-enqueuing it every minute would only add deliveries to skip.
 const STALL_QUEUED_MS = '120000';
+// The remote standby on (test/support/hosts.ts turns it off): a take-over resumes from what it holds
+// when it is current, and fetches when it is not; both happen here.
+const STANDBY = { WORKER_REMOTE_STANDBY_MS: '500' };
 
 /** Every round writes: new files, and one file rewritten every round (so every checkpoint has content). */
 function writingSteps(rounds: number): TranscriptStep[] {
@@ -97,7 +102,7 @@ test(`many hosts under load: ${HOSTS.length} hosts × ${WORKERS_PER_HOST} worker
     for (const [host, pool] of pools) {
       pool.splice(0, pool.length, ...pool.filter(alive));
       while (pool.length < WORKERS_PER_HOST) {
-        const w = s.spawnWorker(host.env);
+        const w = s.spawnWorker({ ...host.env, ...STANDBY });
         children.push(w);
         pool.push(w);
       }
@@ -145,9 +150,17 @@ test(`many hosts under load: ${HOSTS.length} hosts × ${WORKERS_PER_HOST} worker
   const moves = await s.su<{ n: number }[]>`
     select count(*)::int as n from convoy_events
      where agent_run_id in ${s.su(ids)} and type = 'run_resumed' and metadata->>'fromHost' <> metadata->>'toHost'`;
+  const [{ n: fromStandby }] = await s.su<{ n: number }[]>`
+    select count(*)::int as n from convoy_events
+     where agent_run_id in ${s.su(ids)} and type = 'run_resumed' and metadata->>'standby' = 'true'`;
   const resumes = runs.reduce((n, r) => n + r.attempt - 1, 0);
   const hostsUsed = JSON.stringify(Object.fromEntries(finishedOn));
-  console.log(`many-hosts load: ${RUNS} runs, ${RUNS * ROUNDS} rounds, ${kills} kills, ${resumes} resumes, ${moves[0]!.n} across hosts, finished on ${hostsUsed}, wall ${(wallMs / 1000).toFixed(1)} s`);
+  console.log(`many-hosts load: ${RUNS} runs, ${RUNS * ROUNDS} rounds, ${kills} kills, ${resumes} resumes, ${moves[0]!.n} across hosts (${fromStandby} from the standby), finished on ${hostsUsed}, wall ${(wallMs / 1000).toFixed(1)} s`);
+  // Every run is over: no host's standby holds anything after its next sweeps.
+  for (const host of Object.values(hosts.byName)) {
+    const held = () => git(host.repo, 'for-each-ref', 'refs/echodo-standby/');
+    await waitFor(async () => (await held()) === '', { timeoutMs: 30_000, intervalMs: 200 }).catch(async () => assert.fail(`standby refs left on ${host.id}: ${await held()}`));
+  }
   assert.ok(kills > 0, 'workers were killed');
   assert.ok(moves[0]!.n > 0, 'runs resumed on another host');
 });

@@ -15,7 +15,7 @@ import { checkRunIntegrity } from '../worker/integrity.ts';
 import { waitFor, type Child } from './support/child.ts';
 import { startGitDaemon, type GitDaemon } from './support/git-daemon.ts';
 import { git } from './support/git.ts';
-import { finishWith, moveOn } from './support/hosts.ts';
+import { finishWith, moveOn, NO_STANDBY } from './support/hosts.ts';
 import { createScenario, sampleSteps, type Scenario, type TranscriptStep } from './support/scenario.ts';
 
 const ROUNDS = 6;
@@ -92,14 +92,14 @@ before(async () => {
     await git(root, 'clone', '-q', remoteUrl, repo); // over the real transport
     hosts[host] = {
       repo,
-      env: { WORKER_REPO_ROOT: repo, WORKER_WORKTREE_BASE: path.join(root, `worktrees-${host}`), WORKER_HOST_ID: `host-${host}`, WORKER_CHECKPOINT_REMOTE: remoteUrl },
+      env: { WORKER_REPO_ROOT: repo, WORKER_WORKTREE_BASE: path.join(root, `worktrees-${host}`), WORKER_HOST_ID: `host-${host}`, WORKER_CHECKPOINT_REMOTE: remoteUrl, ...NO_STANDBY },
     };
   }
   await moveOn({ root, remoteUrl }, hostA(), 100);
   // Host C has no copy of the repository at all.
   hosts.c = {
     repo: path.join(root, 'host-c', 'repo'),
-    env: { WORKER_REPO_ROOT: path.join(root, 'host-c', 'repo'), WORKER_WORKTREE_BASE: path.join(root, 'worktrees-c'), WORKER_HOST_ID: 'host-c', WORKER_CHECKPOINT_REMOTE: remoteUrl },
+    env: { WORKER_REPO_ROOT: path.join(root, 'host-c', 'repo'), WORKER_WORKTREE_BASE: path.join(root, 'worktrees-c'), WORKER_HOST_ID: 'host-c', WORKER_CHECKPOINT_REMOTE: remoteUrl, ...NO_STANDBY },
   };
   // The uncrashed run, on host A: its tree is the reference for every resumed run.
   const { agentRunId } = await dispatch();

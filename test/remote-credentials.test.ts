@@ -18,7 +18,7 @@ import { registerConfigSecrets } from '../worker/secrets.ts';
 import type { Child } from './support/child.ts';
 import { startGitHttpServer, type GitHttpServer } from './support/git-http.ts';
 import { git } from './support/git.ts';
-import { assertFinishedOnRemote, finishWith, type Host, type HostsSeen } from './support/hosts.ts';
+import { assertFinishedOnRemote, finishWith, NO_STANDBY, type Host, type HostsSeen } from './support/hosts.ts';
 import { createScenario, sampleSteps, type Scenario } from './support/scenario.ts';
 
 const ROUNDS = 6;
@@ -40,7 +40,7 @@ const plainGit = (cwd: string, ...args: string[]) =>
 function host(name: string, root: string, repo: string, remoteUrl: string): Host {
   const worktreeBase = path.join(root, `worktrees-${name}`);
   const id = `host-${name}`;
-  return { name, id, repo, worktreeBase, env: { WORKER_REPO_ROOT: repo, WORKER_WORKTREE_BASE: worktreeBase, WORKER_HOST_ID: id, WORKER_CHECKPOINT_REMOTE: remoteUrl } };
+  return { name, id, repo, worktreeBase, env: { WORKER_REPO_ROOT: repo, WORKER_WORKTREE_BASE: worktreeBase, WORKER_HOST_ID: id, WORKER_CHECKPOINT_REMOTE: remoteUrl, ...NO_STANDBY } };
 }
 
 function spawnOn(h: Host, extra: Record<string, string> = {}): Child {

@@ -7,6 +7,7 @@ import type { Database } from '../store/connection.ts';
 import { errorMessage } from '../core/errors.ts';
 import type { Logger } from './log.ts';
 import type { JobQueue } from './queue/types.ts';
+import { dropStandby, RemoteStandby } from './remote-standby.ts';
 import { processDelivery, type JobResult } from './run-job.ts';
 import { removeSpareWorktrees, SpareKeeper } from './spare-keeper.ts';
 
@@ -22,6 +23,7 @@ export class WorkerDaemon {
   readonly results: Record<JobResult, number> = { completed: 0, failed: 0, released: 0, skipped: 0, dead_lettered: 0, lease_lost: 0 };
   private readonly shutdown = new AbortController();
   private spares: SpareKeeper | undefined;
+  private standby: RemoteStandby | undefined;
 
   constructor(
     private readonly deps: { config: Config; db: Database; queue: JobQueue; workerId: string; log: Logger },
@@ -37,11 +39,33 @@ export class WorkerDaemon {
   /** Runs until stop() or a lost lease; resolves with the exit code. */
   async run(options: { maxJobs?: number } = {}): Promise<number> {
     this.spares = this.keepSpares();
+    this.standby = this.keepStandby();
     try {
       return await this.serve(options);
     } finally {
-      await this.spares?.stop();
+      await Promise.all([this.spares?.stop(), this.standby?.stop()]);
     }
+  }
+
+  /** With a checkpoint remote: the runs of other hosts kept fetched ahead (worker/remote-standby.ts). */
+  private keepStandby(): RemoteStandby | undefined {
+    const { config, db, log } = this.deps;
+    if (!config.WORKER_CHECKPOINT_REMOTE) return undefined;
+    if (!config.WORKER_REMOTE_STANDBY_MS) {
+      void dropStandby(config.WORKER_REPO_ROOT).catch((err) => log.warn({ error: errorMessage(err) }, 'could not drop the remote standby\'s refs'));
+      return undefined;
+    }
+    const standby = new RemoteStandby({
+      repoPath: config.WORKER_REPO_ROOT,
+      remote: config.WORKER_CHECKPOINT_REMOTE,
+      hostId: config.WORKER_HOST_ID,
+      intervalMs: config.WORKER_REMOTE_STANDBY_MS,
+      timeoutMs: config.WORKER_REMOTE_TIMEOUT_MS,
+      admin: db.admin,
+      log,
+    });
+    standby.start();
+    return standby;
   }
 
   /** The warm spare worktree (worker/spare-keeper.ts): made in the background, never in the way. */

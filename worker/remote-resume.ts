@@ -14,6 +14,7 @@ import { remoteForGit, runGit } from './git.ts';
 import type { Logger } from './log.ts';
 import { notedCommits, writeCheckpointNotes } from './checkpoints/notes.ts';
 import { fetchBase, fetchRun, runNotesRef } from './checkpoints/remote.ts';
+import { readStandby } from './remote-standby.ts';
 import { noteForRow } from './resume.ts';
 import { worktreePathFor } from './worktrees.ts';
 
@@ -22,8 +23,11 @@ export interface RemoteResume {
   run: RunRow;
   /** The run's own notes ref: what the remote holds, so what resume verifies. */
   notesRef: string;
-  /** For run_resumed, when the run's checkpoints were fetched. */
-  fetched?: { fromHost: string | null; toHost: string; fetchedBytes: number; recloned: false; partialClone?: true };
+  /**
+   * For run_resumed, when the run's checkpoints came from the remote: fetched by the resume, or
+   * earlier by this host's remote standby (`standby: true`; fetchedBytes is what the resume fetched: 0).
+   */
+  fetched?: { fromHost: string | null; toHost: string; fetchedBytes: number; recloned: false; partialClone?: true; standby?: true };
 }
 
 /**
@@ -50,11 +54,14 @@ export async function ensureLocalRepo(repoPath: string, remote: string, log: Log
   return true;
 }
 
-/** A fetch of the run's branch (onto a scratch ref) and notes started at the claim: prefetchRun. */
+/**
+ * A fetch of the run's branch (onto a scratch ref) and notes started at the claim (prefetchRun);
+ * none when this host's remote standby holds the run: then `standby` is what it holds.
+ */
 export interface PrefetchedRun {
   repoPath: string;
   scratchRef: string;
-  result: Promise<{ fetchedBytes: number } | Error>;
+  result: Promise<{ fetchedBytes: number; standby?: { branch: string; notes?: string } } | Error>;
   /** Set once the scratch ref was moved onto the branch or deleted. */
   settled?: boolean;
 }
@@ -74,7 +81,9 @@ export async function discardPrefetch(prefetched: PrefetchedRun | undefined): Pr
 
 /**
  * A run last recorded by another host: its branch and notes are fetched from the remote at once,
- * while Postgres answers. The branch's ownership is not checked yet, so it lands on a scratch ref;
+ * while Postgres answers, unless this host's remote standby already holds them (its copy is
+ * checked against the latest checkpoint by prepareRemoteResume, which fetches then if it is
+ * behind). The branch's ownership is not checked yet, so a fetch lands on a scratch ref;
  * prepareRemoteResume moves it onto the branch once it is (or fetches again if this failed).
  */
 export function prefetchRun(config: Config, run: RunRow): PrefetchedRun | undefined {
@@ -84,7 +93,12 @@ export function prefetchRun(config: Config, run: RunRow): PrefetchedRun | undefi
   const scratchRef = `refs/echodo-prefetch/${run.workspace_id}/${run.id}`;
   const notesRef = runNotesRef(run.workspace_id, run.id);
   const timeoutMs = config.WORKER_REMOTE_TIMEOUT_MS;
-  const result = fetchRun({ repoPath, remote, branch: run.branch, notesRef, branchInto: scratchRef, timeoutMs }).catch((err: unknown) => err as Error);
+  const branch = run.branch;
+  const result = (async () => {
+    const standby = await readStandby(repoPath, run.workspace_id, run.id);
+    if (standby) return { fetchedBytes: 0, standby };
+    return fetchRun({ repoPath, remote, branch, notesRef, branchInto: scratchRef, timeoutMs });
+  })().catch((err: unknown) => err as Error);
   return { repoPath, scratchRef, result };
 }
 
@@ -106,7 +120,16 @@ export async function prepareRemoteResume(args: {
   const target = latest ?? run.base_oid;
   if (!target || !run.branch) return { run: here, notesRef };
   const early = otherHost && latest ? await args.prefetched?.result : undefined;
-  if (early && !(early instanceof Error)) {
+  const standby = early && !(early instanceof Error) ? early.standby : undefined;
+  if (standby && standby.branch === latest) {
+    // The standby fetched the run's latest checkpoint ahead: no fetch at all. (Its notes ref is the
+    // remote's as of that fetch: a note it lacks is rewritten from Postgres by the verification.)
+    const notes = standby.notes ? `update ${notesRef} ${standby.notes}\n` : '';
+    await runGit(args.repoPath, ['update-ref', '--stdin'], { input: `update refs/heads/${run.branch} ${latest}\n${notes}` });
+    args.prefetched!.settled = true;
+    return fetchedFrom(args, here, notesRef, 0, true);
+  }
+  if (early && !(early instanceof Error) && !standby) {
     // Fetched at the claim; the branch is the run's own (run-job checked): moved onto it in one go.
     const scratch = args.prefetched!.scratchRef;
     await runGit(args.repoPath, ['update-ref', '--stdin'], { input: `update refs/heads/${run.branch} ${scratch}\ndelete ${scratch}\n` });
@@ -124,10 +147,13 @@ export async function prepareRemoteResume(args: {
   return fetchedFrom(args, here, notesRef, fetchedBytes);
 }
 
-function fetchedFrom(args: { config: Config; run: RunRow; log: Logger }, here: RunRow, notesRef: string, fetchedBytes: number): RemoteResume {
+function fetchedFrom(args: { config: Config; run: RunRow; log: Logger }, here: RunRow, notesRef: string, fetchedBytes: number, standby = false): RemoteResume {
   const { config, run } = args;
-  args.log.info({ fromHost: run.host_id, toHost: config.WORKER_HOST_ID, branch: run.branch, fetchedBytes }, 'fetched the run\'s checkpoints from the checkpoint remote');
-  return { run: here, notesRef, fetched: { fromHost: run.host_id ?? null, toHost: config.WORKER_HOST_ID, fetchedBytes, recloned: false } };
+  const fetched = { fromHost: run.host_id ?? null, toHost: config.WORKER_HOST_ID, fetchedBytes, recloned: false as const };
+  args.log.info({ ...fetched, branch: run.branch, standby }, standby
+    ? 'the run\'s checkpoints were already here, fetched ahead by the remote standby'
+    : 'fetched the run\'s checkpoints from the checkpoint remote');
+  return { run: here, notesRef, fetched: standby ? { ...fetched, standby: true } : fetched };
 }
 
 /** How long after a resume the local notes mirror starts (scheduleNotesMirror). */

@@ -15,6 +15,12 @@ import { git } from './git.ts';
 import type { Scenario } from './scenario.ts';
 import type { Child } from './child.ts';
 
+/**
+ * The remote standby off: a resume then always fetches at the claim, which these tests assert
+ * (test/remote-standby.test.ts and the load test turn it on).
+ */
+export const NO_STANDBY = { WORKER_REMOTE_STANDBY_MS: '0' };
+
 export interface Host {
   name: string;
   /** WORKER_HOST_ID */
@@ -50,7 +56,7 @@ export async function setUpHosts(s: Scenario, names: string[]): Promise<Hosts> {
     await git(root, 'clone', '-q', remoteUrl, repo); // over the real transport
     const worktreeBase = path.join(root, `worktrees-${name}`);
     const id = `host-${name}`;
-    byName[name] = { name, id, repo, worktreeBase, env: { WORKER_REPO_ROOT: repo, WORKER_WORKTREE_BASE: worktreeBase, WORKER_HOST_ID: id, WORKER_CHECKPOINT_REMOTE: remoteUrl } };
+    byName[name] = { name, id, repo, worktreeBase, env: { WORKER_REPO_ROOT: repo, WORKER_WORKTREE_BASE: worktreeBase, WORKER_HOST_ID: id, WORKER_CHECKPOINT_REMOTE: remoteUrl, ...NO_STANDBY } };
   }
   return {
     root,

@@ -220,7 +220,7 @@ export async function fetchRun(args: {
  * (unpackLimit=1, like every checkpoint object here: packed, never loose), and its size is the
  * bytes fetched.
  */
-async function fetchMeasured(repoPath: string, remote: string, refspecs: string[], what: string, timeoutMs?: number): Promise<{ fetchedBytes: number }> {
+export async function fetchMeasured(repoPath: string, remote: string, refspecs: string[], what: string, timeoutMs?: number): Promise<{ fetchedBytes: number }> {
   const commonDir = await repoCommonDir(repoPath);
   const before = await packs(commonDir);
   const command = ['-c', 'fetch.unpackLimit=1', 'fetch', '--quiet', '--no-tags', '--no-write-fetch-head', '--update-head-ok'];

@@ -1,0 +1,15 @@
+// The remote standby's one cross-workspace read (migration 013, worker/remote-standby.ts).
+import type { Sql } from 'postgres';
+
+export interface StandbyRun {
+  workspace_id: string;
+  agent_run_id: string;
+  branch: string;
+  /** The run's latest checkpoint commit: on the checkpoint remote before its row was written. */
+  commit_oid: string;
+}
+
+/** Runs running or queued on a host other than `hostId`, with their latest checkpoint (at most 1,000). */
+export async function runsOnOtherHosts(admin: Sql, hostId: string): Promise<StandbyRun[]> {
+  return admin<StandbyRun[]>`select * from echodo_standby_runs(${hostId})`;
+}

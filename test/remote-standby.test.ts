@@ -1,0 +1,141 @@
+// The remote standby (worker/remote-standby.ts): a host keeps the latest checkpoint of each run
+// another host holds fetched ahead, so taking the run over fetches nothing. Two hosts on this
+// machine and a bare remote behind a real `git daemon`; host A's worker is SIGKILLed mid-brief.
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { parseConfig } from '../core/config.ts';
+import { waitFor, type Child } from './support/child.ts';
+import { git } from './support/git.ts';
+import { assertFinishedOnRemote, setUpHosts, stopProcesses, type Host, type Hosts } from './support/hosts.ts';
+import { createScenario, sampleSteps, type Scenario } from './support/scenario.ts';
+import { standbyRefs } from '../worker/remote-standby.ts';
+
+const ROUNDS = 6;
+const VICTIM = { ECHODO_FAULT: 'before-tool-call@4', WORKER_LEASE_MS: '3000', WORKER_HEARTBEAT_MS: '300' };
+let s: Scenario;
+let hosts: Hosts;
+let baselineTree: string;
+const children: Child[] = [];
+
+function spawnOn(host: Host, extra: Record<string, string> = {}): Child {
+  const w = s.spawnWorker({ ...host.env, ...extra });
+  children.push(w);
+  return w;
+}
+
+const dispatch = () => s.dispatch({ repoPath: undefined });
+
+/** Host A's worker runs the brief until its fault point kills it after checkpoint 3. */
+async function killedOnA(): Promise<{ agentRunId: string; rows: Record<string, any>[] }> {
+  const { agentRunId } = await dispatch();
+  const victim = spawnOn(hosts.byName.a!, VICTIM);
+  assert.equal((await victim.exited).signal, 'SIGKILL', 'host A worker killed at its fault point');
+  const rows = await s.checkpoints(agentRunId);
+  assert.equal(rows.length, 3, 'three checkpoints written on host A');
+  return { agentRunId, rows };
+}
+
+/** Sweeps (as the stall detector would) until the run is over. */
+async function sweepUntilFinished(agentRunId: string, w: Child): Promise<void> {
+  await waitFor(async () => {
+    await s.sweep();
+    const { status } = await s.run(agentRunId);
+    return status === 'completed' || status === 'failed';
+  }, { timeoutMs: 180_000, intervalMs: 200 }).catch((err) => assert.fail(`${(err as Error).message}\n${w.lines.slice(-30).join('\n')}`));
+}
+
+/** Host B's standby fetches checkpoint `latest` while dead host A holds the run; B takes it over from it. */
+async function checkTakeOver(b: Host, wb: Child, agentRunId: string, latest: string): Promise<void> {
+  const run = await s.run(agentRunId);
+  const refs = standbyRefs(s.workspaceId, agentRunId);
+  const held = async () => (await git(b.repo, 'rev-parse', '--verify', '-q', refs.branch).catch(() => '')) === latest;
+  await waitFor(held, { timeoutMs: 60_000, intervalMs: 100 })
+    .catch(() => assert.fail(`host B's standby never fetched ${latest}\n${wb.lines.slice(-20).join('\n')}`));
+  // Onto its own refs only: the run's branch is set by whoever resumes it, after its ownership check.
+  assert.equal(await git(b.repo, 'rev-parse', '--verify', '-q', `refs/heads/${run.branch}`).catch(() => 'absent'), 'absent');
+  assert.match(await standbyHeld(b), new RegExp(`^${refs.notes} [0-9a-f]{40}$`, 'm'), 'the run\'s notes are held too');
+
+  await sweepUntilFinished(agentRunId, wb);
+  await assertFinishedOnRemote(s, hosts, agentRunId, ROUNDS, baselineTree);
+  const [resumed] = await s.events(agentRunId, 'run_resumed');
+  assert.deepEqual(
+    { fromHost: resumed?.metadata.fromHost, toHost: resumed?.metadata.toHost, fromSeq: resumed?.metadata.fromSeq, standby: resumed?.metadata.standby, fetchedBytes: resumed?.metadata.fetchedBytes },
+    { fromHost: 'host-a', toHost: 'host-b', fromSeq: 3, standby: true, fetchedBytes: 0 },
+    'resumed from what the standby held, with no fetch',
+  );
+  // The run is host B's now and then finished: nothing of it stays held.
+  await waitFor(async () => (await standbyHeld(b)) === '', { timeoutMs: 30_000, intervalMs: 100 })
+    .catch(async () => assert.fail(`standby refs left on host B: ${await standbyHeld(b)}`));
+}
+
+const standbyHeld = (host: Host) => git(host.repo, 'for-each-ref', '--format=%(refname) %(objectname)', 'refs/echodo-standby/');
+
+before(async () => {
+  s = await createScenario({ steps: sampleSteps(40, ROUNDS), env: { WORKER_LEASE_MS: '8000', WORKER_HEARTBEAT_MS: '500' } });
+  hosts = await setUpHosts(s, ['a', 'b']);
+  // The uncrashed run, on host A: its tree is the reference for every resumed run.
+  const { agentRunId } = await dispatch();
+  const w = spawnOn(hosts.byName.a!);
+  await s.waitForStatus(agentRunId, 'completed', 120_000);
+  await w.stop('SIGTERM', 8000);
+  const run = await s.run(agentRunId);
+  baselineTree = await git(hosts.byName.a!.repo, 'rev-parse', `refs/heads/${run.branch}^{tree}`);
+});
+
+after(async () => {
+  await stopProcesses(children);
+  await hosts?.close();
+  await s?.close();
+});
+
+describe('the remote standby', () => {
+  test('host B holds the dead host\'s last checkpoint before the take-over, which then fetches nothing', { timeout: 300_000 }, async () => {
+    const b = hosts.byName.b!;
+    const { agentRunId, rows } = await killedOnA();
+    // Host B's worker is up while the run is still held by dead host A (its lease not yet swept).
+    const wb = spawnOn(b, { WORKER_REMOTE_STANDBY_MS: '200' });
+    try {
+      await checkTakeOver(b, wb, agentRunId, rows[2]!.commit_oid);
+    } finally {
+      await wb.stop('SIGTERM', 8000); // a failed check leaves no worker to take the next test's run
+    }
+  });
+
+  test('a standby behind the latest checkpoint is not used: the take-over fetches', { timeout: 300_000 }, async () => {
+    const b = hosts.byName.b!;
+    const { agentRunId, rows } = await killedOnA();
+    // What a standby that last swept after checkpoint 2 holds.
+    const refs = standbyRefs(s.workspaceId, agentRunId);
+    await git(b.repo, 'fetch', '-q', hosts.remoteUrl, `+${rows[1]!.commit_oid}:${refs.branch}`);
+    // Its next sweep is far off: the take-over meets the lagging copy.
+    const wb = spawnOn(b, { WORKER_REMOTE_STANDBY_MS: '600000' });
+    try {
+      await sweepUntilFinished(agentRunId, wb);
+    } finally {
+      await wb.stop('SIGTERM', 8000);
+    }
+    await assertFinishedOnRemote(s, hosts, agentRunId, ROUNDS, baselineTree);
+    const [resumed] = await s.events(agentRunId, 'run_resumed');
+    assert.equal(resumed?.metadata.fromSeq, 3);
+    assert.equal(resumed?.metadata.standby, undefined, 'not resumed from the standby');
+    assert.ok(resumed?.metadata.fetchedBytes > 0, `fetched at the take-over: ${resumed?.metadata.fetchedBytes} bytes`);
+  });
+
+  test('switched off, a worker lets go of what the standby held', { timeout: 120_000 }, async () => {
+    const b = hosts.byName.b!;
+    await git(b.repo, 'update-ref', 'refs/echodo-standby/branches/ws/gone-run', await git(b.repo, 'rev-parse', 'HEAD'));
+    const wb = spawnOn(b, { WORKER_REMOTE_STANDBY_MS: '0' });
+    try {
+      await waitFor(async () => (await standbyHeld(b)) === '', { timeoutMs: 60_000, intervalMs: 100 })
+        .catch(async () => assert.fail(`standby refs left on host B: ${await standbyHeld(b)}`));
+    } finally {
+      await wb.stop('SIGTERM', 8000);
+    }
+  });
+
+  test('WORKER_REMOTE_STANDBY_MS is 0 or at least 100 ms', () => {
+    assert.throws(() => parseConfig({ ...s.env, WORKER_REMOTE_STANDBY_MS: '50' }), /WORKER_REMOTE_STANDBY_MS: must be 0 \(off\) or at least 100/);
+    assert.equal(parseConfig({ ...s.env, WORKER_REMOTE_STANDBY_MS: '0' }).WORKER_REMOTE_STANDBY_MS, 0);
+    assert.equal(parseConfig({ ...s.env }).WORKER_REMOTE_STANDBY_MS, 2000);
+  });
+});
