@@ -8,9 +8,13 @@
 // worktree at the checkpoint commit and verify it. The clock starts at the claim (the delivery's
 // ack) and stops when the first resumed tool call touches the new worktree (inotify), as in
 // bench/resume.ts. Every sample gets a fresh host B clone and worktree base (made untimed), so
-// every sample really fetches. Host B is measured two ways, interleaved: a host that has been up
-// (its warm spare worktree made untimed before the claim, by makeSpareWorktree, what the daemon
-// calls at start) and a cold host (no spare: `git worktree add` and a checkout of every file).
+// every sample starts from the same state. Host B is measured three ways, interleaved:
+//  - a host that has been up while host A held the run (the daemon's defaults): its warm spare
+//    worktree (makeSpareWorktree, what the daemon calls at start) and its remote standby's copy of
+//    the run's latest checkpoint (one RemoteStandby sweep, as every WORKER_REMOTE_STANDBY_MS), both
+//    made untimed before the claim: the resume fetches nothing;
+//  - the same host with a standby that is behind (or off): the spare, and the fetch at the claim;
+//  - a cold host (no spare, no standby: `git worktree add` and a checkout of every file).
 // Starting over from the same remote, each sample: `git clone` over git://, `git clone
 // --no-local` of its path, and a partial clone (--filter=blob:none) over git://, all checked out;
 // and the floor (measureFloor): the fetch and the spare's checkout alone.
@@ -26,6 +30,7 @@ import type { Logger } from '../worker/log.ts';
 import type { Delivery, JobQueue } from '../worker/queue/types.ts';
 import { processDelivery } from '../worker/run-job.ts';
 import { sandboxFor, sandboxOptionsFromConfig } from '../worker/sandbox/index.ts';
+import { RemoteStandby } from '../worker/remote-standby.ts';
 import { makeSpareWorktree } from '../worker/spare-keeper.ts';
 import { TAKE_INDEX_CONFIG } from '../worker/spare-worktrees.ts';
 import { worktreePathFor } from '../worker/worktrees.ts';
@@ -41,13 +46,17 @@ const FIRST_CALL_FILE = 'bench-first-resumed-call-on-host-b.txt';
 /** The queue is not consulted by a run that completes; a stub keeps the bench off Redis. */
 const noQueue: JobQueue = { backend: 'postgres', enqueue: async () => {}, take: async () => null, deadLetter: async () => {}, close: async () => {} };
 
+/** What host B had ready at the claim (see the top of this file). */
+type HostState = 'standby' | 'fetch' | 'cold';
+
 export interface CrossHostResult {
   rounds: number;
   outcomes: Record<string, number>;
   cloneGitBytes: number;
   partialCloneBytes: number;
+  /** One traced resume of each kind. */
   timeline: { msAfterClaim: number; msg: string }[];
-  /** The same, host B cold (no spare worktree). */
+  timelineFetch: { msAfterClaim: number; msg: string }[];
   timelineCold: { msAfterClaim: number; msg: string }[];
 }
 
@@ -80,7 +89,7 @@ export async function measureCrossHostResume(env: BenchEnv, setup: RemoteSetup, 
 
   let sample = 0;
   /** Back to the state a crash of host A after round ROUNDS leaves; a fresh host B. */
-  const crash = async (warm: boolean): Promise<{ config: ReturnType<typeof parseConfig>; worktree: string }> => {
+  const crash = async (state: HostState): Promise<{ config: ReturnType<typeof parseConfig>; worktree: string }> => {
     const i = sample++;
     await env.su`delete from worker_checkpoints where agent_run_id = ${f.run.id} and checkpoint_seq > ${RESUME_ROUNDS}`;
     await env.su`delete from checkpoint_manifest where agent_run_id = ${f.run.id} and seq > ${RESUME_ROUNDS}`;
@@ -110,15 +119,22 @@ export async function measureCrossHostResume(env: BenchEnv, setup: RemoteSetup, 
     // scripts/worker.ts does. The probe is cached per configuration, and each sample's host B has
     // its own worktree base, so without this every sample would pay a bwrap start-up probe.
     await sandboxFor(sandboxOptionsFromConfig(config));
-    // A host that has been up has its spare worktree (at its clone's HEAD): made untimed.
-    if (warm) await makeSpareWorktree({ repoPath: hostB, worktreeBase: base, log: silentLog });
+    // A host that has been up has its spare worktree (at its clone's HEAD), and its standby has
+    // swept since host A's last checkpoint (the lease must expire first): made untimed.
+    if (state !== 'cold') await makeSpareWorktree({ repoPath: hostB, worktreeBase: base, log: silentLog });
+    if (state === 'standby') {
+      const { WORKER_CHECKPOINT_REMOTE: remote, WORKER_HOST_ID: hostId, WORKER_REMOTE_TIMEOUT_MS: timeoutMs } = config;
+      const standby = new RemoteStandby({ repoPath: hostB, remote: remote!, hostId, intervalMs: 1000, timeoutMs, admin: env.db.admin, log: silentLog });
+      const swept = await standby.sweepOnce();
+      if (!swept?.fetched) throw new Error(`host B's standby fetched nothing for the run: ${JSON.stringify(swept)}`);
+    }
     await mkdir(path.dirname(worktree), { recursive: true, mode: 0o700 });
     return { config, worktree };
   };
 
   /** One resume on host B; ms from claim to the first tool call touching host B's worktree. */
-  const resumeOnce = async (warm: boolean, log: Logger = silentLog): Promise<{ ms: number | null; result: string; claimedAt: number; fetchedBytes: number | null }> => {
-    const { config, worktree } = await crash(warm);
+  const resumeOnce = async (state: HostState, log: Logger = silentLog): Promise<{ ms: number | null; result: string; claimedAt: number; fetchedBytes: number | null }> => {
+    const { config, worktree } = await crash(state);
     const [{ job }] = (await env.su<{ job: Job }[]>`select job from agent_runs where id = ${f.run.id}`) as unknown as [{ job: Job }];
     let claimedAt = 0;
     let firstCallAt = 0;
@@ -146,9 +162,12 @@ export async function measureCrossHostResume(env: BenchEnv, setup: RemoteSetup, 
       ]);
       if (uncaught) result = `process would have crashed: ${(uncaught as Error).message?.slice(0, 120) ?? String(uncaught)}`;
       if (!claimedAt) throw new Error(`cross-host resume saw no claim (result ${result})`);
-      const [event] = await env.su<{ metadata: { fetchedBytes?: number; toHost?: string } }[]>`
+      const [event] = await env.su<{ metadata: { fetchedBytes?: number; toHost?: string; standby?: boolean } }[]>`
         select metadata from convoy_events where agent_run_id = ${f.run.id} and type = 'run_resumed' order by id desc limit 1`;
       const fetchedBytes = event?.metadata.toHost === 'host-b' ? (event.metadata.fetchedBytes ?? null) : null;
+      if (firstCallAt && (state === 'standby') !== (event?.metadata.standby === true)) {
+        result = `resumed ${event?.metadata.standby ? 'from' : 'without'} the standby, expected ${state}`;
+      }
       return { ms: firstCallAt && !uncaught ? firstCallAt - claimedAt : null, result, claimedAt, fetchedBytes };
     } finally {
       clearTimeout(timer);
@@ -192,30 +211,31 @@ export async function measureCrossHostResume(env: BenchEnv, setup: RemoteSetup, 
   const outcomes: Record<string, number> = {};
   try {
     // One warm-up of each (a resume and the clones are seconds each: one is enough to warm caches).
-    for (const warm of [true, false]) {
-      const first = await resumeOnce(warm);
-      if (first.ms === null) throw new Error(`cross-host resume warm-up (${warm ? 'spare' : 'cold'}) failed: ${first.result}`);
+    const states: HostState[] = ['standby', 'fetch', 'cold'];
+    for (const state of states) {
+      const first = await resumeOnce(state);
+      if (first.ms === null) throw new Error(`cross-host resume warm-up (${state}) failed: ${first.result}`);
     }
     await startOver();
-    // Interleaved: a sample is a resume with the spare, one without, and the clones.
+    // Interleaved: a sample is a resume of each kind, and the clones.
     for (let tries = 0, ok = 0; ok < samples && tries < samples + 10; tries++) {
-      const [spare, cold] = [await resumeOnce(true), await resumeOnce(false)];
-      for (const r of [spare, cold]) outcomes[r.result] = (outcomes[r.result] ?? 0) + 1;
-      if (spare.ms === null || cold.ms === null) continue;
+      const [standby, fetch, cold] = [await resumeOnce('standby'), await resumeOnce('fetch'), await resumeOnce('cold')];
+      for (const r of [standby, fetch, cold]) outcomes[r.result] = (outcomes[r.result] ?? 0) + 1;
+      if (standby.ms === null || fetch.ms === null || cold.ms === null) continue;
       ok++;
-      s.add(`${key}.resume`, spare.ms);
+      s.add(`${key}.resume`, standby.ms);
+      s.add(`${key}.resumeFetch`, fetch.ms);
       s.add(`${key}.resumeCold`, cold.ms);
-      if (spare.fetchedBytes !== null) s.add(`${key}.fetchedBytes`, spare.fetchedBytes);
+      if (fetch.fetchedBytes !== null) s.add(`${key}.fetchedBytes`, fetch.fetchedBytes);
       await startOver();
     }
-    const traceOf = async (warm: boolean) => {
+    const traceOf = async (state: HostState) => {
       const trace = stampingLogger();
-      const traced = await resumeOnce(warm, trace.log);
+      const traced = await resumeOnce(state, trace.log);
       return resumeTimeline(trace.lines, traced, '(first resumed tool call touches host B\'s worktree)');
     };
-    const timeline = await traceOf(true);
-    const timelineCold = await traceOf(false);
-    return { rounds: RESUME_ROUNDS, outcomes, cloneGitBytes: bytes.cloneGit, partialCloneBytes: bytes.partialClone, timeline, timelineCold };
+    const [timeline, timelineFetch, timelineCold] = [await traceOf('standby'), await traceOf('fetch'), await traceOf('cold')];
+    return { rounds: RESUME_ROUNDS, outcomes, cloneGitBytes: bytes.cloneGit, partialCloneBytes: bytes.partialClone, timeline, timelineFetch, timelineCold };
   } finally {
     await rm(dir, { recursive: true, force: true });
   }

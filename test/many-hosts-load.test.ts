@@ -30,7 +30,7 @@ const LEASE = { WORKER_LEASE_MS: '6000', WORKER_HEARTBEAT_MS: '500', STALL_CHECK
 const STALL_QUEUED_MS = '120000';
 // The remote standby on (test/support/hosts.ts turns it off): a take-over resumes from what it holds
 // when it is current, and fetches when it is not; both happen here.
-const STANDBY = { WORKER_REMOTE_STANDBY_MS: '500' };
+const STANDBY = { WORKER_REMOTE_STANDBY_MS: '2000' };
 
 /** Every round writes: new files, and one file rewritten every round (so every checkpoint has content). */
 function writingSteps(rounds: number): TranscriptStep[] {

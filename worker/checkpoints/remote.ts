@@ -218,12 +218,16 @@ export async function fetchRun(args: {
 /**
  * One fetch from the checkpoint remote, measured exactly: the received pack is kept as it came
  * (unpackLimit=1, like every checkpoint object here: packed, never loose), and its size is the
- * bytes fetched.
+ * bytes fetched. Nothing after the objects: no `maintenance --auto` (22–108 ms of a resume's fetch;
+ * its gc is for loose objects and pack counts, which the worker's own packing keeps down, packing.ts)
+ * and no forced-update check (a history walk per ref, which the worker never reports).
  */
 export async function fetchMeasured(repoPath: string, remote: string, refspecs: string[], what: string, timeoutMs?: number): Promise<{ fetchedBytes: number }> {
   const commonDir = await repoCommonDir(repoPath);
   const before = await packs(commonDir);
-  const command = ['-c', 'fetch.unpackLimit=1', 'fetch', '--quiet', '--no-tags', '--no-write-fetch-head', '--update-head-ok'];
+  const command = [
+    '-c', 'fetch.unpackLimit=1', 'fetch', '--quiet', '--no-tags', '--no-write-fetch-head', '--update-head-ok', '--no-auto-maintenance', '--no-show-forced-updates',
+  ];
   await runRemoteGit(repoPath, command, remote, refspecs, { timeoutMs })
     .catch((err: unknown) => {
       throw new CheckpointRemoteError(`could not fetch ${what} from the checkpoint remote: ${gitErrorDetail(err)}`, { cause: err });
