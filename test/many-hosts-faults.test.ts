@@ -13,7 +13,7 @@ import { RemotePusher } from '../worker/checkpoints/remote.ts';
 import { createLogger } from '../worker/log.ts';
 import type { Child } from './support/child.ts';
 import { git } from './support/git.ts';
-import { assertFinishedOnRemote, moveOn, setUpHosts, stopProcesses, type Host, type Hosts } from './support/hosts.ts';
+import { assertFinishedOnRemote, dispatchToHosts, moveOn, setUpHosts, spawnOnHost, stopProcesses, type Host, type Hosts } from './support/hosts.ts';
 import { createScenario, sampleSteps, type Scenario } from './support/scenario.ts';
 
 const ROUNDS = 6;
@@ -29,14 +29,8 @@ let b: Host;
 let baselineTree: string;
 const workers: Child[] = [];
 
-function spawnOn(host: Host, extra: Record<string, string> = {}): Child {
-  const w = s.spawnWorker({ ...host.env, ...extra });
-  workers.push(w);
-  return w;
-}
-
-/** Jobs leave repoPath out: each host serves them from its own WORKER_REPO_ROOT. */
-const dispatch = () => s.dispatch({ repoPath: undefined });
+const spawnOn = (host: Host, extra: Record<string, string> = {}) => spawnOnHost(s, workers, host, extra);
+const dispatch = () => dispatchToHosts(s);
 
 /** 'tool round done' log lines of a run, across every worker process that touched it. */
 const roundsExecuted = (agentRunId: string) =>

@@ -6,7 +6,7 @@ import { after, before, describe, test } from 'node:test';
 import { parseConfig } from '../core/config.ts';
 import { waitFor, type Child } from './support/child.ts';
 import { git } from './support/git.ts';
-import { assertFinishedOnRemote, setUpHosts, stopProcesses, type Host, type Hosts } from './support/hosts.ts';
+import { assertFinishedOnRemote, dispatchToHosts, setUpHosts, spawnOnHost, stopProcesses, type Host, type Hosts } from './support/hosts.ts';
 import { createScenario, sampleSteps, type Scenario } from './support/scenario.ts';
 import { standbyRefs } from '../worker/remote-standby.ts';
 
@@ -17,13 +17,8 @@ let hosts: Hosts;
 let baselineTree: string;
 const children: Child[] = [];
 
-function spawnOn(host: Host, extra: Record<string, string> = {}): Child {
-  const w = s.spawnWorker({ ...host.env, ...extra });
-  children.push(w);
-  return w;
-}
-
-const dispatch = () => s.dispatch({ repoPath: undefined });
+const spawnOn = (host: Host, extra: Record<string, string> = {}) => spawnOnHost(s, children, host, extra);
+const dispatch = () => dispatchToHosts(s);
 
 /** Host A's worker runs the brief until its fault point kills it after checkpoint 3. */
 async function killedOnA(): Promise<{ agentRunId: string; rows: Record<string, any>[] }> {

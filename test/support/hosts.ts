@@ -43,6 +43,16 @@ export interface Hosts {
   close(): Promise<void>;
 }
 
+/** A worker process on `host` (its environment, then `extra`), kept in `children` for stopProcesses. */
+export function spawnOnHost(s: Scenario, children: Child[], host: Host, extra: Record<string, string> = {}): Child {
+  const w = s.spawnWorker({ ...host.env, ...extra });
+  children.push(w);
+  return w;
+}
+
+/** A job that leaves repoPath out: each host serves it from its own WORKER_REPO_ROOT. */
+export const dispatchToHosts = (s: Scenario) => s.dispatch({ repoPath: undefined });
+
 /** A bare remote made from `sourceRepo`, served by git daemon, and one clone of it per host name. */
 export async function setUpHosts(s: Scenario, names: string[]): Promise<Hosts> {
   const root = await realpath(await mkdtemp(path.join(os.tmpdir(), 'echodo-hosts-')));
