@@ -74,8 +74,9 @@ export interface PrefetchedRun {
  */
 export async function discardPrefetch(prefetched: PrefetchedRun | undefined): Promise<void> {
   if (!prefetched || prefetched.settled) return;
-  await prefetched.result;
+  const result = await prefetched.result;
   prefetched.settled = true;
+  if (!(result instanceof Error) && result.standby) return; // the standby held the run: no scratch ref was made
   await runGit(prefetched.repoPath, ['update-ref', '-d', prefetched.scratchRef]).catch(() => {});
 }
 
@@ -94,8 +95,10 @@ export function prefetchRun(config: Config, run: RunRow): PrefetchedRun | undefi
   const notesRef = runNotesRef(run.workspace_id, run.id);
   const timeoutMs = config.WORKER_REMOTE_TIMEOUT_MS;
   const branch = run.branch;
+  // The standby holds only runs of WORKER_REPO_ROOT (no job repoPath), and nothing when it is off.
+  const standbyMayHold = config.WORKER_REMOTE_STANDBY_MS > 0 && !run.job.repoPath;
   const result = (async () => {
-    const standby = await readStandby(repoPath, run.workspace_id, run.id);
+    const standby = standbyMayHold ? await readStandby(repoPath, run.workspace_id, run.id) : undefined;
     if (standby) return { fetchedBytes: 0, standby };
     return fetchRun({ repoPath, remote, branch, notesRef, branchInto: scratchRef, timeoutMs });
   })().catch((err: unknown) => err as Error);
@@ -120,21 +123,21 @@ export async function prepareRemoteResume(args: {
   const target = latest ?? run.base_oid;
   if (!target || !run.branch) return { run: here, notesRef };
   const early = otherHost && latest ? await args.prefetched?.result : undefined;
-  const standby = early && !(early instanceof Error) ? early.standby : undefined;
-  if (standby && standby.branch === latest) {
+  const got = early instanceof Error ? undefined : early;
+  if (got?.standby && got.standby.branch === latest) {
     // The standby fetched the run's latest checkpoint ahead: no fetch at all. (Its notes ref is the
     // remote's as of that fetch: a note it lacks is rewritten from Postgres by the verification.)
-    const notes = standby.notes ? `update ${notesRef} ${standby.notes}\n` : '';
+    const notes = got.standby.notes ? `update ${notesRef} ${got.standby.notes}\n` : '';
     await runGit(args.repoPath, ['update-ref', '--stdin'], { input: `update refs/heads/${run.branch} ${latest}\n${notes}` });
     args.prefetched!.settled = true;
     return fetchedFrom(args, here, notesRef, 0, true);
   }
-  if (early && !(early instanceof Error) && !standby) {
+  if (got && !got.standby) {
     // Fetched at the claim; the branch is the run's own (run-job checked): moved onto it in one go.
     const scratch = args.prefetched!.scratchRef;
     await runGit(args.repoPath, ['update-ref', '--stdin'], { input: `update refs/heads/${run.branch} ${scratch}\ndelete ${scratch}\n` });
     args.prefetched!.settled = true;
-    return fetchedFrom(args, here, notesRef, early.fetchedBytes);
+    return fetchedFrom(args, here, notesRef, got.fetchedBytes);
   }
   await discardPrefetch(args.prefetched);
   const present = (await runGit(args.repoPath, ['cat-file', '-e', `${target}^{commit}`], { allowExitCodes: [1, 128] })).exitCode === 0;

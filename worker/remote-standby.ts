@@ -131,17 +131,16 @@ export class RemoteStandby {
 
   private async sweep(): Promise<SweepOutcome> {
     const { repoPath, log } = this.o;
-    const runs = await runsOnOtherHosts(this.o.admin, this.o.hostId);
+    const runs = (await runsOnOtherHosts(this.o.admin, this.o.hostId)).map((run) => ({ run, refs: standbyRefs(run.workspace_id, run.agent_run_id) }));
     const held = await refsUnder(repoPath, [STANDBY_PREFIX]);
-    const wanted = new Set(runs.flatMap((r) => Object.values(standbyRefs(r.workspace_id, r.agent_run_id))));
+    const wanted = new Set(runs.flatMap(({ refs }) => [refs.branch, refs.notes]));
     const gone = [...held.keys()].filter((ref) => !wanted.has(ref));
     await deleteRefs(repoPath, gone);
     for (const ref of this.failed.keys()) if (!wanted.has(ref)) this.failed.delete(ref);
     const now = Date.now();
-    const due = runs.filter((r) => {
-      const ref = standbyRefs(r.workspace_id, r.agent_run_id).branch;
-      const tried = this.failed.get(ref);
-      return held.get(ref) !== r.commit_oid && !(tried?.commit === r.commit_oid && now - tried.at < STANDBY_RETRY_MS);
+    const due = runs.filter(({ run, refs }) => {
+      const tried = this.failed.get(refs.branch);
+      return held.get(refs.branch) !== run.commit_oid && !(tried?.commit === run.commit_oid && now - tried.at < STANDBY_RETRY_MS);
     });
     if (!due.length) return { fetched: 0, fetchedBytes: 0, removed: gone.length };
     try {
@@ -151,7 +150,7 @@ export class RemoteStandby {
       if (fetchedBytes) this.packer.afterCheckpoint();
       return { fetched: due.length, fetchedBytes, removed: gone.length };
     } catch (err) {
-      for (const r of due) this.failed.set(standbyRefs(r.workspace_id, r.agent_run_id).branch, { commit: r.commit_oid, at: now });
+      for (const { run, refs } of due) this.failed.set(refs.branch, { commit: run.commit_oid, at: now });
       log.warn({ runs: due.length, error: errorMessage(err) }, `remote standby: fetch failed; tried again in ${STANDBY_RETRY_MS / 1000} s`);
       return { fetched: 0, fetchedBytes: 0, removed: gone.length };
     }
@@ -162,7 +161,6 @@ export class RemoteStandby {
  * A run's branch and notes onto its standby refs. The notes ref is a pattern (as in fetchRun): a
  * run whose first note has not reached the remote yet (it follows its commit) fetches none.
  */
-function refspecs(run: StandbyRun): string[] {
-  const into = standbyRefs(run.workspace_id, run.agent_run_id);
-  return [`+refs/heads/${run.branch}:${into.branch}`, `+${runNotesRef(run.workspace_id, run.agent_run_id)}*:${into.notes}*`];
+function refspecs({ run, refs }: { run: StandbyRun; refs: { branch: string; notes: string } }): string[] {
+  return [`+refs/heads/${run.branch}:${refs.branch}`, `+${runNotesRef(run.workspace_id, run.agent_run_id)}*:${refs.notes}*`];
 }
