@@ -34,10 +34,13 @@ export interface RemoteFigure {
   outcomes: Record<string, number>;
   /**
    * Host B, an older clone that has been up while host A held the run: its warm spare worktree and
-   * its remote standby's copy of the run's latest checkpoint made before the claim (in results without
+   * its remote standby's copy of the run's latest checkpoint made before the claim, the spare aimed
+   * at that checkpoint (in results without crossHostResumeUnaimed: the spare at HEAD; without
    * crossHostResumeFetch: the spare only, fetching at the claim). Claim → first resumed tool call.
    */
   crossHostResume: Summary;
+  /** The same host with its spare at its clone's HEAD: the take checks out the checkpoint. */
+  crossHostResumeUnaimed?: Summary;
   /** The same host with its standby behind: the spare, and the fetch at the claim. */
   crossHostResumeFetch?: Summary;
   /** Host B cold: an older clone and an empty worktree base (no spare), interleaved with the above. */
@@ -56,6 +59,8 @@ export interface RemoteFigure {
   speedupVsClone: number;
   speedupVsCloneFile: number;
   speedupVsPartial: number;
+  /** cloneGit.median / crossHostResumeUnaimed.median */
+  speedupUnaimedVsClone?: number;
   /** cloneGit.median / crossHostResumeFetch.median */
   speedupFetchVsClone?: number;
   /** cloneGit.median / crossHostResumeCold.median */
@@ -67,6 +72,7 @@ export interface RemoteFigure {
   fetchedShareOfRepo: number;
   /** The worker's own log lines during one traced cross-host resume, ms after the claim. */
   timeline: { msAfterClaim: number; msg: string }[];
+  timelineUnaimed?: { msAfterClaim: number; msg: string }[];
   timelineFetch?: { msAfterClaim: number; msg: string }[];
   timelineCold: { msAfterClaim: number; msg: string }[];
 }
@@ -133,11 +139,11 @@ export function renderRemote(r: RemoteFigure[]): string {
     ]),
   ));
   out.push(table(
-    ['files', 'cross-host resume: claim → first tool call (standby + spare)', 'standby behind: fetch at the claim (spare)', 'cold host (no spare, no standby)', clone, 'git clone --no-local (path)', 'partial clone --filter=blob:none', 'speed-up vs clone', 'fetching vs clone', 'cold vs clone', 'vs --no-local', 'vs partial'],
+    ['files', 'cross-host resume: claim → first tool call (standby + spare aimed)', 'standby + spare at HEAD', 'standby behind: fetch at the claim (spare)', 'cold host (no spare, no standby)', clone, 'git clone --no-local (path)', 'partial clone --filter=blob:none', 'speed-up vs clone', 'spare at HEAD vs clone', 'fetching vs clone', 'cold vs clone', 'vs --no-local', 'vs partial'],
     r.map((f) => [
-      f.files, mp(f.crossHostResume), f.crossHostResumeFetch ? mp(f.crossHostResumeFetch) : 'n/a', f.crossHostResumeCold ? mp(f.crossHostResumeCold) : 'n/a',
+      f.files, mp(f.crossHostResume), f.crossHostResumeUnaimed ? mp(f.crossHostResumeUnaimed) : 'n/a', f.crossHostResumeFetch ? mp(f.crossHostResumeFetch) : 'n/a', f.crossHostResumeCold ? mp(f.crossHostResumeCold) : 'n/a',
       mp(f.cloneGit), mp(f.cloneFile), mp(f.partialClone),
-      x(f.speedupVsClone), x(f.speedupFetchVsClone ?? NaN), x(f.speedupColdVsClone ?? NaN), x(f.speedupVsCloneFile), x(f.speedupVsPartial),
+      x(f.speedupVsClone), x(f.speedupUnaimedVsClone ?? NaN), x(f.speedupFetchVsClone ?? NaN), x(f.speedupColdVsClone ?? NaN), x(f.speedupVsCloneFile), x(f.speedupVsPartial),
     ]),
   ));
   out.push(table(
@@ -157,7 +163,8 @@ export function renderRemote(r: RemoteFigure[]): string {
   }
   out.push('How the timed cross-host resumes ended: ' + r.map((f) => `${f.files} files: ${Object.entries(f.outcomes).map(([k, n]) => `${n} ${k}`).join(', ')}`).join('; '));
   const trace = (t: { msAfterClaim: number; msg: string }[]) => t.map((e) => `${e.msAfterClaim} ${e.msg}`).join(' → ');
-  for (const f of r) if (f.timeline.length) out.push(`Traced cross-host resume (standby + spare) at ${f.files} files (ms after claim): ${trace(f.timeline)}`);
+  for (const f of r) if (f.timeline.length) out.push(`Traced cross-host resume (standby + spare aimed) at ${f.files} files (ms after claim): ${trace(f.timeline)}`);
+  for (const f of r) if (f.timelineUnaimed?.length) out.push(`Traced cross-host resume (standby + spare at HEAD) at ${f.files} files (ms after claim): ${trace(f.timelineUnaimed)}`);
   for (const f of r) if (f.timelineFetch?.length) out.push(`Traced cross-host resume fetching at the claim at ${f.files} files (ms after claim): ${trace(f.timelineFetch)}`);
   for (const f of r) if (f.timelineCold?.length) out.push(`Traced cold cross-host resume at ${f.files} files (ms after claim): ${trace(f.timelineCold)}`);
   return out.join('\n\n');

@@ -12,7 +12,10 @@
 //  - a host that has been up while host A held the run (the daemon's defaults): its warm spare
 //    worktree (makeSpareWorktree, what the daemon calls at start) and its remote standby's copy of
 //    the run's latest checkpoint (one RemoteStandby sweep, as every WORKER_REMOTE_STANDBY_MS), both
-//    made untimed before the claim: the resume fetches nothing;
+//    made untimed before the claim; the sweep also aimed the spare at that checkpoint (the run is
+//    queued: it looks abandoned): the resume fetches nothing and checks out nothing;
+//  - the same, the spare left at the clone's HEAD (the standby aims it elsewhere, or spares were
+//    aimed before this run looked abandoned): the resume fetches nothing, the take checks out;
 //  - the same host with a standby that is behind (or off): the spare, and the fetch at the claim;
 //  - a cold host (no spare, no standby: `git worktree add` and a checkout of every file).
 // Starting over from the same remote, each sample: `git clone` over git://, `git clone
@@ -47,7 +50,7 @@ const FIRST_CALL_FILE = 'bench-first-resumed-call-on-host-b.txt';
 const noQueue: JobQueue = { backend: 'postgres', enqueue: async () => {}, take: async () => null, deadLetter: async () => {}, close: async () => {} };
 
 /** What host B had ready at the claim (see the top of this file). */
-type HostState = 'standby' | 'fetch' | 'cold';
+type HostState = 'standby' | 'unaimed' | 'fetch' | 'cold';
 
 export interface CrossHostResult {
   rounds: number;
@@ -56,6 +59,7 @@ export interface CrossHostResult {
   partialCloneBytes: number;
   /** One traced resume of each kind. */
   timeline: { msAfterClaim: number; msg: string }[];
+  timelineUnaimed: { msAfterClaim: number; msg: string }[];
   timelineFetch: { msAfterClaim: number; msg: string }[];
   timelineCold: { msAfterClaim: number; msg: string }[];
 }
@@ -122,9 +126,11 @@ export async function measureCrossHostResume(env: BenchEnv, setup: RemoteSetup, 
     // A host that has been up has its spare worktree (at its clone's HEAD), and its standby has
     // swept since host A's last checkpoint (the lease must expire first): made untimed.
     if (state !== 'cold') await makeSpareWorktree({ repoPath: hostB, worktreeBase: base, log: silentLog });
-    if (state === 'standby') {
+    if (state === 'standby' || state === 'unaimed') {
       const { WORKER_CHECKPOINT_REMOTE: remote, WORKER_HOST_ID: hostId, WORKER_REMOTE_TIMEOUT_MS: timeoutMs } = config;
-      const standby = new RemoteStandby({ repoPath: hostB, remote: remote!, hostId, intervalMs: 1000, timeoutMs, admin: env.db.admin, log: silentLog });
+      // As the daemon wires it (worker/daemon.ts), for the default host state.
+      const aim = state === 'standby' ? { aimSpare: (aim: string | null) => makeSpareWorktree({ repoPath: hostB, worktreeBase: base, aim, log: silentLog }) } : {};
+      const standby = new RemoteStandby({ repoPath: hostB, remote: remote!, hostId, intervalMs: 1000, timeoutMs, admin: env.db.admin, ...aim, log: silentLog });
       const swept = await standby.sweepOnce();
       if (!swept?.fetched) throw new Error(`host B's standby fetched nothing for the run: ${JSON.stringify(swept)}`);
     }
@@ -162,11 +168,14 @@ export async function measureCrossHostResume(env: BenchEnv, setup: RemoteSetup, 
       ]);
       if (uncaught) result = `process would have crashed: ${(uncaught as Error).message?.slice(0, 120) ?? String(uncaught)}`;
       if (!claimedAt) throw new Error(`cross-host resume saw no claim (result ${result})`);
-      const [event] = await env.su<{ metadata: { fetchedBytes?: number; toHost?: string; standby?: boolean } }[]>`
+      const [event] = await env.su<{ metadata: { fetchedBytes?: number; toHost?: string; standby?: boolean; aimedSpare?: boolean } }[]>`
         select metadata from convoy_events where agent_run_id = ${f.run.id} and type = 'run_resumed' order by id desc limit 1`;
       const fetchedBytes = event?.metadata.toHost === 'host-b' ? (event.metadata.fetchedBytes ?? null) : null;
-      if (firstCallAt && (state === 'standby') !== (event?.metadata.standby === true)) {
+      const fromStandby = state === 'standby' || state === 'unaimed';
+      if (firstCallAt && fromStandby !== (event?.metadata.standby === true)) {
         result = `resumed ${event?.metadata.standby ? 'from' : 'without'} the standby, expected ${state}`;
+      } else if (firstCallAt && (state === 'standby') !== (event?.metadata.aimedSpare === true)) {
+        result = `resumed ${event?.metadata.aimedSpare ? 'with' : 'without'} an aimed spare, expected ${state}`;
       }
       return { ms: firstCallAt && !uncaught ? firstCallAt - claimedAt : null, result, claimedAt, fetchedBytes };
     } finally {
@@ -211,7 +220,7 @@ export async function measureCrossHostResume(env: BenchEnv, setup: RemoteSetup, 
   const outcomes: Record<string, number> = {};
   try {
     // One warm-up of each (a resume and the clones are seconds each: one is enough to warm caches).
-    const states: HostState[] = ['standby', 'fetch', 'cold'];
+    const states: HostState[] = ['standby', 'unaimed', 'fetch', 'cold'];
     for (const state of states) {
       const first = await resumeOnce(state);
       if (first.ms === null) throw new Error(`cross-host resume warm-up (${state}) failed: ${first.result}`);
@@ -219,11 +228,12 @@ export async function measureCrossHostResume(env: BenchEnv, setup: RemoteSetup, 
     await startOver();
     // Interleaved: a sample is a resume of each kind, and the clones.
     for (let tries = 0, ok = 0; ok < samples && tries < samples + 10; tries++) {
-      const [standby, fetch, cold] = [await resumeOnce('standby'), await resumeOnce('fetch'), await resumeOnce('cold')];
-      for (const r of [standby, fetch, cold]) outcomes[r.result] = (outcomes[r.result] ?? 0) + 1;
-      if (standby.ms === null || fetch.ms === null || cold.ms === null) continue;
+      const [standby, unaimed, fetch, cold] = [await resumeOnce('standby'), await resumeOnce('unaimed'), await resumeOnce('fetch'), await resumeOnce('cold')];
+      for (const r of [standby, unaimed, fetch, cold]) outcomes[r.result] = (outcomes[r.result] ?? 0) + 1;
+      if (standby.ms === null || unaimed.ms === null || fetch.ms === null || cold.ms === null) continue;
       ok++;
       s.add(`${key}.resume`, standby.ms);
+      s.add(`${key}.resumeUnaimed`, unaimed.ms);
       s.add(`${key}.resumeFetch`, fetch.ms);
       s.add(`${key}.resumeCold`, cold.ms);
       if (fetch.fetchedBytes !== null) s.add(`${key}.fetchedBytes`, fetch.fetchedBytes);
@@ -234,8 +244,10 @@ export async function measureCrossHostResume(env: BenchEnv, setup: RemoteSetup, 
       const traced = await resumeOnce(state, trace.log);
       return resumeTimeline(trace.lines, traced, '(first resumed tool call touches host B\'s worktree)');
     };
-    const [timeline, timelineFetch, timelineCold] = [await traceOf('standby'), await traceOf('fetch'), await traceOf('cold')];
-    return { rounds: RESUME_ROUNDS, outcomes, cloneGitBytes: bytes.cloneGit, partialCloneBytes: bytes.partialClone, timeline, timelineFetch, timelineCold };
+    const [timeline, timelineUnaimed] = [await traceOf('standby'), await traceOf('unaimed')];
+    const [timelineFetch, timelineCold] = [await traceOf('fetch'), await traceOf('cold')];
+    const { cloneGit: cloneGitBytes, partialClone: partialCloneBytes } = bytes;
+    return { rounds: RESUME_ROUNDS, outcomes, cloneGitBytes, partialCloneBytes, timeline, timelineUnaimed, timelineFetch, timelineCold };
   } finally {
     await rm(dir, { recursive: true, force: true });
   }

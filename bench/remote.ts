@@ -162,6 +162,7 @@ export async function measureRemote(
       log(`remote ${files} files: checkpoint ${on.median.toFixed(1)} ms on the round with the remote vs ${off.median.toFixed(1)} ms without; counted after ${s.summary(`${key}.onCounted`).median.toFixed(1)} vs ${s.summary(`${key}.offCounted`).median.toFixed(1)} ms (${since()})`);
       const r = await measureCrossHostResume(env, setup, Math.min(plan.samples, plan.remoteResumeSamples, RESUME_SAMPLES_AT[files] ?? Infinity), s, key);
       const resume = s.summary(`${key}.resume`);
+      const resumeUnaimed = s.summary(`${key}.resumeUnaimed`);
       const resumeFetch = s.summary(`${key}.resumeFetch`);
       const resumeCold = s.summary(`${key}.resumeCold`);
       const fetched = s.summary(`${key}.fetchedBytes`);
@@ -180,6 +181,7 @@ export async function measureRemote(
         rounds: r.rounds,
         outcomes: r.outcomes,
         crossHostResume: resume,
+        crossHostResumeUnaimed: resumeUnaimed,
         crossHostResumeFetch: resumeFetch,
         crossHostResumeCold: resumeCold,
         fetchedBytes: fetched,
@@ -191,17 +193,19 @@ export async function measureRemote(
         speedupVsClone: ratio(s.summary(`${key}.cloneGit`).median, resume.median),
         speedupVsCloneFile: ratio(s.summary(`${key}.cloneFile`).median, resume.median),
         speedupVsPartial: ratio(s.summary(`${key}.partialClone`).median, resume.median),
+        speedupUnaimedVsClone: ratio(s.summary(`${key}.cloneGit`).median, resumeUnaimed.median),
         speedupFetchVsClone: ratio(s.summary(`${key}.cloneGit`).median, resumeFetch.median),
         speedupColdVsClone: ratio(s.summary(`${key}.cloneGit`).median, resumeCold.median),
         floorFetch: s.summary(`${key}.floorFetch`),
         floorCheckout: s.summary(`${key}.floorCheckout`),
         fetchedShareOfRepo: round(fetched.median / setup.repoPackedBytes, 5),
         timeline: r.timeline,
+        timelineUnaimed: r.timelineUnaimed,
         timelineFetch: r.timelineFetch,
         timelineCold: r.timelineCold,
       };
       figures.push(fig);
-      log(`remote ${files} files: cross-host resume ${resume.median.toFixed(1)} ms with the standby, ${resumeFetch.median.toFixed(1)} ms fetching, ${resumeCold.median.toFixed(1)} ms cold (fetched ${fetched.median} B) vs clone ${fig.cloneGit.median.toFixed(1)} ms, partial ${fig.partialClone.median.toFixed(1)} ms (${since()})`);
+      log(`remote ${files} files: cross-host resume ${resume.median.toFixed(1)} ms with the standby (${resumeUnaimed.median.toFixed(1)} unaimed), ${resumeFetch.median.toFixed(1)} ms fetching, ${resumeCold.median.toFixed(1)} ms cold (fetched ${fetched.median} B) vs clone ${fig.cloneGit.median.toFixed(1)} ms, partial ${fig.partialClone.median.toFixed(1)} ms (${since()})`);
     }
   } finally {
     await server.stop();

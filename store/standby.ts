@@ -7,6 +7,9 @@ export interface StandbyRun {
   branch: string;
   /** The run's latest checkpoint commit: on the checkpoint remote before its row was written. */
   commit_oid: string;
+  status: 'running' | 'queued';
+  /** Milliseconds until the lease expires (negative: expired); null when queued. */
+  lease_left_ms: number | null;
 }
 
 /** Runs running or queued on a host other than `hostId`, with their latest checkpoint (at most 1,000). */

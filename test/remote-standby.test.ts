@@ -8,7 +8,10 @@ import { waitFor, type Child } from './support/child.ts';
 import { git } from './support/git.ts';
 import { assertFinishedOnRemote, dispatchToHosts, setUpHosts, spawnOnHost, stopProcesses, type Host, type Hosts } from './support/hosts.ts';
 import { createScenario, sampleSteps, type Scenario } from './support/scenario.ts';
-import { standbyRefs } from '../worker/remote-standby.ts';
+import { readdir, readFile } from 'node:fs/promises';
+import path from 'node:path';
+import { pickAim, standbyRefs } from '../worker/remote-standby.ts';
+import type { StandbyRun } from '../store/standby.ts';
 
 const ROUNDS = 6;
 const VICTIM = { ECHODO_FAULT: 'before-tool-call@4', WORKER_LEASE_MS: '3000', WORKER_HEARTBEAT_MS: '300' };
@@ -50,17 +53,30 @@ async function checkTakeOver(b: Host, wb: Child, agentRunId: string, latest: str
   assert.equal(await git(b.repo, 'rev-parse', '--verify', '-q', `refs/heads/${run.branch}`).catch(() => 'absent'), 'absent');
   assert.match(await standbyHeld(b), new RegExp(`^${refs.notes} [0-9a-f]{40}$`, 'm'), 'the run\'s notes are held too');
 
+  // The run looks abandoned (its lease unrenewed): host B's spare worktree is aimed at its checkpoint.
+  await waitFor(async () => (await aimsOn(b)).includes(latest), { timeoutMs: 60_000, intervalMs: 100 })
+    .catch(async () => assert.fail(`host B's spare was never aimed at ${latest} (aims: ${await aimsOn(b)})\n${wb.lines.slice(-20).join('\n')}`));
+
   await sweepUntilFinished(agentRunId, wb);
   await assertFinishedOnRemote(s, hosts, agentRunId, ROUNDS, baselineTree);
   const [resumed] = await s.events(agentRunId, 'run_resumed');
+  const { fromHost, toHost, fromSeq, standby, fetchedBytes, aimedSpare } = resumed?.metadata ?? {};
   assert.deepEqual(
-    { fromHost: resumed?.metadata.fromHost, toHost: resumed?.metadata.toHost, fromSeq: resumed?.metadata.fromSeq, standby: resumed?.metadata.standby, fetchedBytes: resumed?.metadata.fetchedBytes },
-    { fromHost: 'host-a', toHost: 'host-b', fromSeq: 3, standby: true, fetchedBytes: 0 },
-    'resumed from what the standby held, with no fetch',
+    { fromHost, toHost, fromSeq, standby, fetchedBytes, aimedSpare },
+    { fromHost: 'host-a', toHost: 'host-b', fromSeq: 3, standby: true, fetchedBytes: 0, aimedSpare: true },
+    'resumed from what the standby held, with no fetch, into the spare already checked out at the checkpoint',
   );
   // The run is host B's now and then finished: nothing of it stays held.
   await waitFor(async () => (await standbyHeld(b)) === '', { timeoutMs: 30_000, intervalMs: 100 })
     .catch(async () => assert.fail(`standby refs left on host B: ${await standbyHeld(b)}`));
+}
+
+/** The commits the spares of the host's repository are aimed at (spare-worktrees.ts AIM_MARK). */
+async function aimsOn(host: Host): Promise<string[]> {
+  const admins = path.join(host.repo, '.git', 'worktrees');
+  const names = await readdir(admins).catch(() => [] as string[]);
+  const aims = await Promise.all(names.map((name) => readFile(path.join(admins, name, 'echodo-aimed'), 'utf8').catch(() => '')));
+  return aims.map((aim) => aim.trim()).filter(Boolean);
 }
 
 const standbyHeld = (host: Host) => git(host.repo, 'for-each-ref', '--format=%(refname) %(objectname)', 'refs/echodo-standby/');
@@ -126,6 +142,16 @@ describe('the remote standby', () => {
     } finally {
       await wb.stop('SIGTERM', 8000);
     }
+  });
+
+  test('the spare is aimed at the run likeliest to be taken over: queued first, then the most overdue lease', () => {
+    const run = (id: string, status: 'running' | 'queued', leftMs: number | null): StandbyRun =>
+      ({ workspace_id: 'ws', agent_run_id: id, branch: `b-${id}`, commit_oid: id.padEnd(40, '0'), status, lease_left_ms: leftMs });
+    const overdue = 6000; // WORKER_LEASE_MS 10 s less two 2 s heartbeats
+    assert.equal(pickAim([run('fresh', 'running', 9500), run('renewed', 'running', 7000)], overdue), undefined, 'every lease renewed: none');
+    assert.equal(pickAim([run('late', 'running', 5000), run('later', 'running', -200), run('fresh', 'running', 9000)], overdue)?.agent_run_id, 'later');
+    assert.equal(pickAim([run('later', 'running', -200), run('released', 'queued', null)], overdue)?.agent_run_id, 'released');
+    assert.equal(pickAim([], overdue), undefined);
   });
 
   test('WORKER_REMOTE_STANDBY_MS is 0 or at least 100 ms', () => {

@@ -187,6 +187,38 @@ describe('a spare worktree, in process and in child processes', () => {
     assert.match(await git(repo, 'reflog', 'show', '--format=%gs', `refs/heads/${wt.branch}`), new RegExp(`branch: Created from ${baseOid}`));
   });
 
+  test('aimed by the remote standby: the take writes no file; the keeper leaves it; let go, it is back at HEAD', async () => {
+    const mainHead = await git(repo, 'rev-parse', 'HEAD');
+    // A checkpoint of another run: a commit off main that changes one file.
+    await git(repo, 'switch', '-q', '-c', 'aim-source');
+    const target = await commitChange(repo, 'd3/f3.txt', 'checkpointed elsewhere\n');
+    await git(repo, 'switch', '-q', 'main');
+    const aimed = await makeSpareWorktree({ repoPath: repo, worktreeBase: base, aim: target, log });
+    assert.equal(await git(aimed.path!, 'rev-parse', 'HEAD'), target);
+    assert.equal(await git(aimed.path!, 'status', '--porcelain', '--ignored', '--untracked-files=all'), '');
+    const kept = await makeSpareWorktree({ repoPath: repo, worktreeBase: base, log });
+    assert.deepEqual([kept.action, await git(aimed.path!, 'rev-parse', 'HEAD')], ['ready', target], 'the keeper leaves an aimed spare');
+
+    const prior = await stat(path.join(aimed.path!, 'd3', 'f3.txt'));
+    const wt = await make('aimed-run', { knownBaseOid: mainHead, checkoutOid: target });
+    assert.deepEqual([wt.fromSpare, wt.spareAimed, wt.headOid], [true, true, target]);
+    const taken = await stat(path.join(wt.path, 'd3', 'f3.txt'));
+    assert.deepEqual([taken.ino, taken.mtimeMs], [prior.ino, prior.mtimeMs], 'not even the file the checkpoint changed was written');
+    assert.equal(await readFile(path.join(wt.path, 'd3', 'f3.txt'), 'utf8'), 'checkpointed elsewhere\n');
+    assert.equal(await git(wt.path, 'rev-parse', '--abbrev-ref', 'HEAD'), wt.branch);
+    assert.equal(await git(wt.path, 'status', '--porcelain', '--ignored', '--untracked-files=all'), '');
+    const admin = (await readFile(path.join(wt.path, '.git'), 'utf8')).trim().replace(/^gitdir:\s*/, '');
+    assert.ok((await readFile(path.join(admin, 'index'))).includes(`Location ${wt.path},`), 'untracked cache made anew at the run\'s path');
+    assert.equal(existsSync(path.join(admin, 'echodo-aimed')), false, 'the run\'s admin folder carries no aim');
+
+    // Aimed again, then let go (no run looks abandoned any more): back at the repository's HEAD.
+    await makeSpareWorktree({ repoPath: repo, worktreeBase: base, aim: target, log });
+    const back = await makeSpareWorktree({ repoPath: repo, worktreeBase: base, aim: null, log });
+    assert.deepEqual([back.action, await git(back.path!, 'rev-parse', 'HEAD')], ['refreshed', mainHead]);
+    assert.equal(await git(back.path!, 'status', '--porcelain', '--ignored', '--untracked-files=all'), '');
+    await assertNoDeadWorktrees(repo);
+  });
+
   test('two processes take at once: exactly one gets the spare, both get working worktrees', async () => {
     await makeSpareWorktree({ repoPath: repo, worktreeBase: base, log });
     const script = await childScript(

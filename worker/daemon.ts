@@ -9,7 +9,7 @@ import type { Logger } from './log.ts';
 import type { JobQueue } from './queue/types.ts';
 import { dropStandby, RemoteStandby } from './remote-standby.ts';
 import { processDelivery, type JobResult } from './run-job.ts';
-import { removeSpareWorktrees, SpareKeeper } from './spare-keeper.ts';
+import { makeSpareWorktree, removeSpareWorktrees, SpareKeeper } from './spare-keeper.ts';
 
 /** A spare taken by a run is made again this long after: not while the run starts its first round. */
 const SPARE_REPLENISH_DELAY_MS = 3_000;
@@ -62,6 +62,11 @@ export class WorkerDaemon {
       intervalMs: config.WORKER_REMOTE_STANDBY_MS,
       timeoutMs: config.WORKER_REMOTE_TIMEOUT_MS,
       admin: db.admin,
+      // The spare worktree (when spares are on) is aimed at the run likeliest to be taken over.
+      aimSpare: config.WORKER_SPARE_WORKTREE
+        ? (aim) => makeSpareWorktree({ repoPath: config.WORKER_REPO_ROOT, worktreeBase: config.WORKER_WORKTREE_BASE, aim, log })
+        : undefined,
+      overdueLeftMs: config.WORKER_LEASE_MS - 2 * config.WORKER_HEARTBEAT_MS,
       log,
     });
     standby.start();

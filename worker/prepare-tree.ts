@@ -104,7 +104,9 @@ export async function prepareTree(
       ));
     }
     log.info({ fromSeq: report.fromSeq, findings: report.findings, repairs: report.repairs }, 'worktree verified against Postgres and the git notes');
-    const fetched = fromRemote?.fetched && (partialClone ? { ...fromRemote.fetched, partialClone: true } : fromRemote.fetched);
+    // aimedSpare: the worktree was the host's spare, aimed at the checkpoint ahead by the standby.
+    const aimed = worktree.spareAimed ? { aimedSpare: true } : {};
+    const fetched = fromRemote?.fetched && { ...fromRemote.fetched, ...(partialClone ? { partialClone: true } : {}), ...aimed };
     resumed = resumeEvent(run, report.fromSeq, report.findings.map((f) => `${f.kind}: ${f.detail}`), report.repairs, fetched);
   } else {
     const knownBaseOid = run.base_oid ?? (await vetBaseRef({ repoPath, baseRef: job.baseRef, ownBranchesAmong: (names) => scoped((tx) => ownBranchesAmong(tx, repoDir, names)) }));

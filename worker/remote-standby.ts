@@ -11,7 +11,12 @@
 //  2. fetches, in one `git fetch`, the branch and notes of those whose standby ref is not at that
 //     checkpoint, onto refs/echodo-standby/{branches,notes}/<workspace>/<run>: never onto the run's
 //     own refs, whose branch ownership is checked by whoever resumes the run;
-//  3. deletes the standby refs of runs no longer held elsewhere (finished, or taken over here).
+//  3. deletes the standby refs of runs no longer held elsewhere (finished, or taken over here);
+//  4. aims the host's spare worktree (spare-worktrees.ts) at the latest checkpoint of the run that
+//     looks abandoned (queued, or its lease unrenewed for two heartbeats: pickAim), so that the
+//     take-over of that run writes no file either: a two-way checkout reads every tree of both
+//     commits (80-120 ms at 10k files, most of a resume from the standby). One spare, so one run;
+//     once no run looks abandoned, the spare goes back to the repository's HEAD.
 // A failed fetch is tried again for that commit after STANDBY_RETRY_MS (a resume meanwhile fetches
 // for itself, as without a standby). Fetched objects are packed, never loose (fetchMeasured), and
 // the packs are rolled up geometrically, as a run's checkpoint packs are (packing.ts).
@@ -75,7 +80,24 @@ export interface StandbyOptions {
   timeoutMs: number;
   /** The system connection: the runs of other hosts are listed across workspaces (migration 013). */
   admin: Sql;
+  /**
+   * Brings the host's spare worktree to a commit (null: back to the repository's HEAD); none when
+   * spares are off. Runs whose lease has less than `overdueLeftMs` left look abandoned.
+   */
+  aimSpare?: (commit: string | null) => Promise<unknown>;
+  overdueLeftMs?: number;
   log: Logger;
+}
+
+/**
+ * The run whose take-over is likeliest next, among those the standby holds current: a queued one
+ * (released, waiting for a taker), else the running one whose lease has least left, if that is
+ * under `overdueLeftMs` (WORKER_LEASE_MS less two heartbeats: its holder stopped renewing it).
+ */
+export function pickAim(runs: StandbyRun[], overdueLeftMs: number): StandbyRun | undefined {
+  const left = (run: StandbyRun) => (run.status === 'queued' ? -Infinity : (run.lease_left_ms ?? Infinity));
+  const [first] = runs.filter((run) => left(run) < overdueLeftMs).sort((a, b) => left(a) - left(b));
+  return first;
 }
 
 export interface SweepOutcome {
@@ -91,6 +113,8 @@ export class RemoteStandby {
   /** Standby branch ref → the commit last tried and when, for runs whose fetch failed. */
   private readonly failed = new Map<string, { commit: string; at: number }>();
   private readonly packer: ObjectPacker;
+  /** The commit this process last aimed the spare at (null: let go); undefined: not yet this process. */
+  private aimed: string | null | undefined;
 
   constructor(private readonly o: StandbyOptions) {
     this.packer = new ObjectPacker(o.repoPath, ROLL_UP_EVERY, o.log);
@@ -142,17 +166,38 @@ export class RemoteStandby {
       const tried = this.failed.get(refs.branch);
       return held.get(refs.branch) !== run.commit_oid && !(tried?.commit === run.commit_oid && now - tried.at < STANDBY_RETRY_MS);
     });
-    if (!due.length) return { fetched: 0, fetchedBytes: 0, removed: gone.length };
+    const outcome = { fetched: 0, fetchedBytes: 0, removed: gone.length };
+    if (due.length) {
+      try {
+        const what = `the checkpoints of ${due.length} run(s) held by other hosts`;
+        const { fetchedBytes } = await fetchMeasured(repoPath, this.o.remote, due.flatMap(refspecs), what, this.o.timeoutMs);
+        log.debug({ runs: due.length, fetchedBytes, removed: gone.length }, 'remote standby: fetched');
+        if (fetchedBytes) this.packer.afterCheckpoint();
+        Object.assign(outcome, { fetched: due.length, fetchedBytes });
+        for (const { run, refs } of due) held.set(refs.branch, run.commit_oid);
+      } catch (err) {
+        for (const { run, refs } of due) this.failed.set(refs.branch, { commit: run.commit_oid, at: now });
+        log.warn({ runs: due.length, error: errorMessage(err) }, `remote standby: fetch failed; tried again in ${STANDBY_RETRY_MS / 1000} s`);
+      }
+    }
+    const current = runs.filter(({ run, refs }) => held.get(refs.branch) === run.commit_oid).map(({ run }) => run);
+    await this.aim(pickAim(current, this.o.overdueLeftMs ?? 0)?.commit_oid ?? null);
+    return outcome;
+  }
+
+  /**
+   * The spare to `commit` (null: HEAD). Asked every sweep while a run looks abandoned: a run of
+   * this host may have taken the aimed spare meanwhile (then the new one is aimed; else it is a
+   * few file reads, no git). Let go once. Never throws.
+   */
+  private async aim(commit: string | null): Promise<void> {
+    if (!this.o.aimSpare || (commit === null && this.aimed === null)) return;
     try {
-      const what = `the checkpoints of ${due.length} run(s) held by other hosts`;
-      const { fetchedBytes } = await fetchMeasured(repoPath, this.o.remote, due.flatMap(refspecs), what, this.o.timeoutMs);
-      log.debug({ runs: due.length, fetchedBytes, removed: gone.length }, 'remote standby: fetched');
-      if (fetchedBytes) this.packer.afterCheckpoint();
-      return { fetched: due.length, fetchedBytes, removed: gone.length };
+      await this.o.aimSpare(commit);
+      if (commit !== this.aimed) this.o.log.debug({ commit }, commit ? 'remote standby: spare worktree aimed at an abandoned run\'s checkpoint' : 'remote standby: spare worktree back at HEAD');
+      this.aimed = commit;
     } catch (err) {
-      for (const { run, refs } of due) this.failed.set(refs.branch, { commit: run.commit_oid, at: now });
-      log.warn({ runs: due.length, error: errorMessage(err) }, `remote standby: fetch failed; tried again in ${STANDBY_RETRY_MS / 1000} s`);
-      return { fetched: 0, fetchedBytes: 0, removed: gone.length };
+      this.o.log.warn({ commit, error: errorMessage(err) }, 'remote standby: could not aim the spare worktree; a take-over checks it out as before');
     }
   }
 }

@@ -92,7 +92,8 @@ export async function verifyAndRepair(args: {
   report.repairs.push(...worktree.repairs);
   if (worktree.created) {
     const at = target ? ` at checkpoint commit ${target.slice(0, 12)}` : '';
-    const how = worktree.fromSpare ? '; the host\'s spare worktree, made with git worktree add, taken' : '';
+    const spare = worktree.spareAimed ? 'already checked out there (aimed by the remote standby)' : 'made with git worktree add';
+    const how = worktree.fromSpare ? `; the host's spare worktree, ${spare}, taken` : '';
     report.repairs.push(`worktree re-added with git worktree add from ${repoPath}${at} (no clone${how})`);
   }
 

@@ -24,10 +24,11 @@ const LOCK = { ...WORKTREE_LOCK_OPTIONS, what: 'spare worktree' };
 const SECOND_MARGIN_MS = 20;
 
 /**
- * Makes the repository's spare worktree, or brings the one there to the repository's HEAD.
- * What the daemon calls (and the bench, for a host that has been up).
+ * Makes the repository's spare worktree, or brings the one there to the repository's HEAD (or,
+ * for the remote standby, to `aim`: makeSpareLocked). What the daemon calls (and the bench, for
+ * a host that has been up).
  */
-export async function makeSpareWorktree(args: { repoPath: string; worktreeBase: string; log: Logger }): Promise<SpareOutcome> {
+export async function makeSpareWorktree(args: { repoPath: string; worktreeBase: string; aim?: string | null; log: Logger }): Promise<SpareOutcome> {
   const commonDir = await repoCommonDir(args.repoPath);
   const lock = worktreeLockPath(commonDir);
   const outcome = await withFileLock(lock, () => makeSpareLocked({ ...args, commonDir }), LOCK);

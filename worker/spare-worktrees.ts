@@ -5,6 +5,9 @@
 // ctime, so the index's stat data stays valid), HEAD is put on the run's branch and one
 // `git read-tree -m -u` (two-way) writes only the files that differ from the target commit.
 //
+// With a checkpoint remote, the remote standby may aim the spare at the latest checkpoint of a run
+// that looks abandoned on another host (remote-standby.ts): its take then writes no file at all.
+//
 // Everything here runs under the repository's worktree lock (the one worktrees.ts creates
 // worktrees under): a spare is made, refreshed, repaired and taken by one process at a time.
 // Crash safety rests on the rule inspectWorktree already applies: a worktree without an index in
@@ -29,6 +32,8 @@ export const worktreeLockPath = (commonDir: string) => path.join(commonDir, 'ech
 export const WORKTREE_LOCK_OPTIONS = { staleMs: 10_000, timeoutMs: 120_000 };
 
 const HIDDEN_INDEX = 'index.taking';
+/** In a spare's admin folder: the commit the remote standby aimed it at (the keeper leaves it there). */
+const AIM_MARK = 'echodo-aimed';
 /** The take's `read-tree` keeps the untracked cache and the split index, as addWorktree sets them. */
 export const TAKE_INDEX_CONFIG: readonly string[] = ['-c', 'core.untrackedCache=true', '-c', 'core.splitIndex=true'];
 const OID = /^[0-9a-f]{40}([0-9a-f]{24})?$/;
@@ -119,21 +124,38 @@ async function tidySpares(args: { commonDir: string; worktreeBase: string; log: 
 
 export interface SpareOutcome {
   path: string | null;
-  /** made: a new one; refreshed: brought to the repository's HEAD; ready: already there; none: nothing to check out. */
+  /** made: a new one; refreshed: brought to its target; ready: already there; none: nothing to check out. */
   action: 'made' | 'refreshed' | 'ready' | 'none';
   repairs: string[];
   /** When made or refreshed: Date.now() once the checkout had written its last file (settleSpareLocked). */
   checkedOutAt?: number;
 }
 
+/** The commit the standby aimed `spare` at, while it is still there; else undefined. */
+async function aimOf(spare: Spare): Promise<string | undefined> {
+  const aim = (await readFile(path.join(spare.admin, AIM_MARK), 'utf8').catch(() => '')).trim();
+  return aim && aim === spare.head ? aim : undefined;
+}
+
+/** Written once the checkout is complete: a kill before it leaves an unaimed spare, the keeper's. */
+async function markAim(admin: string, aim: string | null | undefined): Promise<void> {
+  if (aim) await writeAtomically(path.join(admin, AIM_MARK), `${aim}\n`);
+  else await rm(path.join(admin, AIM_MARK), { force: true });
+}
+
 /**
- * Makes (or refreshes to the repository's HEAD) the repository's spare. Call it holding the
- * repository's worktree lock (spare-keeper.ts makeSpareWorktree does).
+ * Makes the repository's spare, or brings the one there to its target. Call it holding the
+ * repository's worktree lock (spare-keeper.ts makeSpareWorktree does). The target:
+ *  - `aim` undefined (the keeper): the repository's HEAD, unless the remote standby aimed the
+ *    spare (then it is left where it is: it serves any run, and the standby lets it go);
+ *  - `aim` a commit (the remote standby): that commit, marked as aimed;
+ *  - `aim` null (the standby letting go): the repository's HEAD, unmarked.
  */
 export async function makeSpareLocked(args: {
   repoPath: string;
   commonDir: string;
   worktreeBase: string;
+  aim?: string | null;
   log: Logger;
 }): Promise<SpareOutcome> {
   const folder = spareFolderFor(args.worktreeBase, args.commonDir);
@@ -141,20 +163,25 @@ export async function makeSpareLocked(args: {
   await ensurePrivateDir(path.dirname(folder), 'the spare worktree folder');
   await ensurePrivateDir(folder, 'the spare worktree folder');
   const { spare, repairs } = await tidySpares(args);
-  const headOid = await resolveCommit(args.repoPath, 'HEAD');
-  if (!headOid) return { path: spare?.dir ?? null, action: 'none', repairs };
+  if (spare && args.aim === undefined && (await aimOf(spare))) return { path: spare.dir, action: 'ready', repairs };
+  const target = args.aim ?? (await resolveCommit(args.repoPath, 'HEAD'));
+  if (!target) return { path: spare?.dir ?? null, action: 'none', repairs };
   if (spare) {
-    if (spare.head === headOid) return { path: spare.dir, action: 'ready', repairs };
-    // Behind the repository: brought forward, its index hidden meanwhile (a kill: half made).
+    if (spare.head === target) {
+      await markAim(spare.admin, args.aim);
+      return { path: spare.dir, action: 'ready', repairs };
+    }
+    // Brought to the target, its index hidden meanwhile (a kill: half made).
     const hidden = path.join(spare.admin, HIDDEN_INDEX);
     await rename(path.join(spare.admin, 'index'), hidden);
-    await runGit(spare.dir, ['reset', '--hard', '--quiet', headOid], { env: { GIT_INDEX_FILE: hidden } });
+    await runGit(spare.dir, ['reset', '--hard', '--quiet', target], { env: { GIT_INDEX_FILE: hidden } });
     const checkedOutAt = Date.now();
     await rename(hidden, path.join(spare.admin, 'index'));
+    await markAim(spare.admin, args.aim);
     return { path: spare.dir, action: 'refreshed', repairs, checkedOutAt };
   }
   const dir = path.join(folder, `${sparePrefix(args.commonDir)}${Date.now()}${randomInt(1_000_000)}`);
-  await runGit(args.repoPath, ['worktree', 'add', '--quiet', '--no-checkout', '--detach', dir, headOid]);
+  await runGit(args.repoPath, ['worktree', 'add', '--quiet', '--no-checkout', '--detach', dir, target]);
   faultPoint('after-spare-admin');
   // As addWorktree: the checkout writes the index last; untracked cache and split index on.
   await runGit(dir, ['read-tree', '--reset', '-u', 'HEAD']);
@@ -163,6 +190,7 @@ export async function makeSpareLocked(args: {
     args.log.warn({ error: (err as Error).message }, 'could not enable the untracked cache / split index on the spare; continuing without'),
   );
   faultPoint('after-spare-checkout');
+  await markAim(pointerOf(dir)!, args.aim);
   return { path: dir, action: 'made', repairs, checkedOutAt };
 }
 
@@ -208,6 +236,8 @@ async function assertBranchFree(commonDir: string, branch: string, exceptAdmin: 
 export interface TakenSpare {
   /** The commit the worktree is at, clean. */
   headOid: string;
+  /** The spare was already checked out there (aimed by the remote standby): no file was written. */
+  aimed: boolean;
   /** The spare's folder before it was moved. */
   from: string;
 }
@@ -264,8 +294,9 @@ export async function takeSpareLocked(args: {
   // The index last: the worktree is complete from here on (inspectWorktree).
   await rename(hidden, path.join(spare.admin, 'index'));
   faultPoint('after-worktree-checkout');
-  args.log.info({ worktreePath: args.wtPath, spare: spare.dir, from: spare.head, to: target }, 'spare worktree taken');
-  return { headOid: target, from: spare.dir };
+  const aimed = spare.head === target;
+  args.log.info({ worktreePath: args.wtPath, spare: spare.dir, from: spare.head, to: target, aimed }, 'spare worktree taken');
+  return { headOid: target, aimed, from: spare.dir };
 }
 
 /** The moved spare made the run's: admin pointer, HEAD on the branch, checked out at the target. */
@@ -292,15 +323,21 @@ async function pointAndCheckOut(args: {
   const at = tip ?? args.baseOid;
   if (at !== target) await runGit(args.wtPath, ['update-ref', '-m', `reset: moving to ${target}`, ref, target, at]);
   await writeAtomically(path.join(spare.admin, 'HEAD'), `ref: refs/heads/${args.branch}\n`);
+  await rm(path.join(spare.admin, AIM_MARK), { force: true }); // the run's admin folder now
   faultPoint('after-worktree-admin');
+  const env = { GIT_INDEX_FILE: args.hidden };
+  if (spare.head === target) {
+    // Aimed at this checkpoint by the remote standby: checked out there, its index clean. Only
+    // the untracked cache is made anew: git keys it to the worktree's path, which just changed.
+    await runGit(args.wtPath, [...TAKE_INDEX_CONFIG, 'update-index', '--untracked-cache'], { env });
+    return target;
+  }
   // Two-way merge from the spare's commit to the target: the index matches the spare's commit
   // exactly (nothing writes in a spare), so only the entries that differ between the two trees
-  // are looked at and written; every other file is left as it is, unread. The config keeps the
-  // untracked cache (its recorded location is now the run's path) and the split index, as
-  // addWorktree sets them.
-  await runGit(args.wtPath, [...TAKE_INDEX_CONFIG, 'read-tree', '-m', '-u', spare.head, target], {
-    env: { GIT_INDEX_FILE: args.hidden },
-  });
+  // are written; every other file is left as it is, unread (but git reads every tree of both
+  // commits: 80-120 ms at 10k files). The config keeps the untracked cache (its recorded location
+  // is now the run's path) and the split index, as addWorktree sets them.
+  await runGit(args.wtPath, [...TAKE_INDEX_CONFIG, 'read-tree', '-m', '-u', spare.head, target], { env });
   return target;
 }
 

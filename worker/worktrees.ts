@@ -71,6 +71,8 @@ export interface PreparedWorktree {
   headOid?: string;
   /** When created: made from the host's spare worktree (spare-worktrees.ts), not by `git worktree add`. */
   fromSpare?: boolean;
+  /** That spare was already checked out at the target (the remote standby aimed it): nothing written. */
+  spareAimed?: boolean;
   /** What creation had to clean up first (half-made admin folders, the run's own half-made worktree). */
   repairs: string[];
 }
@@ -128,7 +130,7 @@ export async function prepareWorktree(args: {
       const headOid = spare?.headOid ?? (await addWorktree({ repoPath: args.repoPath, wtPath, branch, baseOid, log: args.log }));
       worktreeMetrics.created += 1;
       args.log.info({ worktreePath: wtPath, branch, fromSpare: !!spare, worktreesCreated: worktreeMetrics.created, repairs }, 'worktree created');
-      return { path: wtPath, branch, baseOid, created: true, headOid, fromSpare: !!spare, repairs };
+      return { path: wtPath, branch, baseOid, created: true, headOid, fromSpare: !!spare, spareAimed: spare?.aimed, repairs };
     },
     { ...WORKTREE_LOCK_OPTIONS, what: 'worktree creation' },
   );
