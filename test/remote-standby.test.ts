@@ -64,7 +64,7 @@ async function checkTakeOver(b: Host, wb: Child, agentRunId: string, latest: str
   assert.deepEqual(
     { fromHost, toHost, fromSeq, standby, fetchedBytes, aimedSpare },
     { fromHost: 'host-a', toHost: 'host-b', fromSeq: 3, standby: true, fetchedBytes: 0, aimedSpare: true },
-    'resumed from what the standby held, with no fetch, into the spare already checked out at the checkpoint',
+    `resumed from what the standby held, with no fetch, into the spare already checked out at the checkpoint\n${wb.lines.slice(-40).join('\n')}`,
   );
   // The run is host B's now and then finished: nothing of it stays held.
   await waitFor(async () => (await standbyHeld(b)) === '', { timeoutMs: 30_000, intervalMs: 100 })

@@ -5,14 +5,16 @@
 // named fault points, and the cross-host resume runs real workers against a `git daemon` remote.
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm, stat, utimes, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { after, before, describe, test } from 'node:test';
+import { changedPathsByGit } from '../worker/checkpoints/content.ts';
 import { createLogger } from '../worker/log.ts';
 import { makeSpareWorktree } from '../worker/spare-keeper.ts';
-import { spareFolderFor } from '../worker/spare-worktrees.ts';
+import { AIM_HOLD_MS, spareFolderFor } from '../worker/spare-worktrees.ts';
+import { pointerOf } from '../worker/worktree-repair.ts';
 import { prepareWorktree, repoCommonDir } from '../worker/worktrees.ts';
 import { spawnNode, waitFor, type Child } from './support/child.ts';
 import { git, makeRepo } from './support/git.ts';
@@ -207,14 +209,31 @@ describe('a spare worktree, in process and in child processes', () => {
     assert.equal(await readFile(path.join(wt.path, 'd3', 'f3.txt'), 'utf8'), 'checkpointed elsewhere\n');
     assert.equal(await git(wt.path, 'rev-parse', '--abbrev-ref', 'HEAD'), wt.branch);
     assert.equal(await git(wt.path, 'status', '--porcelain', '--ignored', '--untracked-files=all'), '');
+    // No git ran in it: its untracked cache is still keyed to the spare's path, until the first
+    // status after a command makes it anew for the run's.
     const admin = (await readFile(path.join(wt.path, '.git'), 'utf8')).trim().replace(/^gitdir:\s*/, '');
-    assert.ok((await readFile(path.join(admin, 'index'))).includes(`Location ${wt.path},`), 'untracked cache made anew at the run\'s path');
+    const keyedTo = async () => /Location ([^,]*),/.exec((await readFile(path.join(admin, 'index'))).toString('latin1'))?.[1];
+    assert.equal(await keyedTo(), aimed.path);
+    assert.deepEqual(await changedPathsByGit(wt.path), []);
+    assert.equal(await keyedTo(), wt.path, 'untracked cache made anew at the run\'s path');
     assert.equal(existsSync(path.join(admin, 'echodo-aimed')), false, 'the run\'s admin folder carries no aim');
 
-    // Aimed again, then let go (no run looks abandoned any more): back at the repository's HEAD.
-    await makeSpareWorktree({ repoPath: repo, worktreeBase: base, aim: target, log });
+    // Aimed again. The run no longer looks abandoned (just claimed: maybe here, about to take the
+    // spare), so for AIM_HOLD_MS the spare is neither let go nor aimed elsewhere...
+    const again = await makeSpareWorktree({ repoPath: repo, worktreeBase: base, aim: target, log });
+    for (const aim of [null, mainHead]) {
+      const held = await makeSpareWorktree({ repoPath: repo, worktreeBase: base, aim, log });
+      assert.deepEqual([held.action, await git(again.path!, 'rev-parse', 'HEAD')], ['ready', target], `held against ${aim}`);
+    }
+    // ...then it is let go: back at the repository's HEAD, and the keeper's again.
+    const mark = path.join(pointerOf(again.path!)!, 'echodo-aimed');
+    const stale = new Date(Date.now() - AIM_HOLD_MS - 1000);
+    await utimes(mark, stale, stale);
     const back = await makeSpareWorktree({ repoPath: repo, worktreeBase: base, aim: null, log });
     assert.deepEqual([back.action, await git(back.path!, 'rev-parse', 'HEAD')], ['refreshed', mainHead]);
+    assert.equal(existsSync(mark), false);
+    await commitChange(repo, 'd4/f4.txt', 'main moves on\n');
+    assert.equal((await makeSpareWorktree({ repoPath: repo, worktreeBase: base, aim: null, log })).action, 'ready', 'an unaimed spare is the keeper\'s');
     assert.equal(await git(back.path!, 'status', '--porcelain', '--ignored', '--untracked-files=all'), '');
     await assertNoDeadWorktrees(repo);
   });

@@ -85,6 +85,7 @@ export async function prepareTree(
       repoRoot: config.WORKER_REPO_ROOT,
       worktreeBase: config.WORKER_WORKTREE_BASE,
       notesRef: fromRemote?.notesRef ?? config.WORKER_NOTES_REF,
+      branchAt: fromRemote?.branchAt,
       prefetchedStatus: prefetched.status,
       log,
     });

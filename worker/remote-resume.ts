@@ -23,6 +23,8 @@ export interface RemoteResume {
   run: RunRow;
   /** The run's own notes ref: what the remote holds, so what resume verifies. */
   notesRef: string;
+  /** The commit the run's branch was just moved onto here (so present): what resume need not look up again. */
+  branchAt?: string;
   /**
    * For run_resumed, when the run's checkpoints came from the remote: fetched by the resume, or
    * earlier by this host's remote standby (`standby: true`; fetchedBytes is what the resume fetched: 0).
@@ -130,7 +132,7 @@ export async function prepareRemoteResume(args: {
     const notes = got.standby.notes ? `update ${notesRef} ${got.standby.notes}\n` : '';
     await runGit(args.repoPath, ['update-ref', '--stdin'], { input: `update refs/heads/${run.branch} ${latest}\n${notes}` });
     args.prefetched!.settled = true;
-    return fetchedFrom(args, here, notesRef, 0, true);
+    return { ...fetchedFrom(args, here, notesRef, 0, true), branchAt: latest };
   }
   if (got && !got.standby) {
     // Fetched at the claim; the branch is the run's own (run-job checked): moved onto it in one go.

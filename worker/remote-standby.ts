@@ -16,7 +16,7 @@
 //     looks abandoned (queued, or its lease unrenewed for two heartbeats: pickAim), so that the
 //     take-over of that run writes no file either: a two-way checkout reads every tree of both
 //     commits (80-120 ms at 10k files, most of a resume from the standby). One spare, so one run;
-//     once no run looks abandoned, the spare goes back to the repository's HEAD.
+//     once that run has not looked abandoned for AIM_HOLD_MS, the spare goes back to the repository's HEAD.
 // A failed fetch is tried again for that commit after STANDBY_RETRY_MS (a resume meanwhile fetches
 // for itself, as without a standby). Fetched objects are packed, never loose (fetchMeasured), and
 // the packs are rolled up geometrically, as a run's checkpoint packs are (packing.ts).
@@ -78,7 +78,7 @@ export interface StandbyOptions {
   hostId: string;
   intervalMs: number;
   timeoutMs: number;
-  /** The system connection: the runs of other hosts are listed across workspaces (migration 013). */
+  /** The system connection: the runs of other hosts are listed across workspaces (migrations 013, 014). */
   admin: Sql;
   /**
    * Brings the host's spare worktree to a commit (null: back to the repository's HEAD); none when
@@ -113,8 +113,8 @@ export class RemoteStandby {
   /** Standby branch ref → the commit last tried and when, for runs whose fetch failed. */
   private readonly failed = new Map<string, { commit: string; at: number }>();
   private readonly packer: ObjectPacker;
-  /** The commit this process last aimed the spare at (null: let go); undefined: not yet this process. */
-  private aimed: string | null | undefined;
+  /** The commit this process last aimed the spare at (null: let go), for the log. */
+  private aimed: string | null = null;
 
   constructor(private readonly o: StandbyOptions) {
     this.packer = new ObjectPacker(o.repoPath, ROLL_UP_EVERY, o.log);
@@ -186,15 +186,15 @@ export class RemoteStandby {
   }
 
   /**
-   * The spare to `commit` (null: HEAD). Asked every sweep while a run looks abandoned: a run of
-   * this host may have taken the aimed spare meanwhile (then the new one is aimed; else it is a
-   * few file reads, no git). Let go once. Never throws.
+   * The spare to `commit` (null: let go), every sweep: the spare's mark holds the state for every
+   * process of the host (makeSpareLocked), and a run of this host may have taken the aimed spare
+   * meanwhile (then the new one is aimed). Otherwise a few file reads, no git. Never throws.
    */
   private async aim(commit: string | null): Promise<void> {
-    if (!this.o.aimSpare || (commit === null && this.aimed === null)) return;
+    if (!this.o.aimSpare) return;
     try {
       await this.o.aimSpare(commit);
-      if (commit !== this.aimed) this.o.log.debug({ commit }, commit ? 'remote standby: spare worktree aimed at an abandoned run\'s checkpoint' : 'remote standby: spare worktree back at HEAD');
+      if (commit !== this.aimed) this.o.log.debug({ commit }, commit ? 'remote standby: spare worktree aimed at an abandoned run\'s checkpoint' : 'remote standby: nothing to aim at');
       this.aimed = commit;
     } catch (err) {
       this.o.log.warn({ commit, error: errorMessage(err) }, 'remote standby: could not aim the spare worktree; a take-over checks it out as before');

@@ -42,6 +42,8 @@ export async function verifyAndRepair(args: {
   repoRoot: string;
   worktreeBase: string;
   notesRef: string;
+  /** The commit the caller just moved the run's branch onto (remote-resume.ts): no lookup of it again. */
+  branchAt?: string;
   /** `git status` of the recorded worktree, started by the caller while Postgres answered. */
   prefetchedStatus?: PrefetchedStatus;
   log: Logger;
@@ -55,6 +57,7 @@ export async function verifyAndRepair(args: {
     manifest: args.manifest,
     repoRoot: args.repoRoot,
     notesRef: args.notesRef,
+    branchAt: args.branchAt,
     prefetchedStatus: args.prefetchedStatus,
   });
   const fatal = inspection.findings.filter((f) => UNREPAIRABLE.has(f.kind));
@@ -85,6 +88,7 @@ export async function verifyAndRepair(args: {
     worktreePath: run.worktree_path,
     // A worktree made now (from the host's spare) is checked out at the checkpoint directly.
     checkoutOid: target ?? undefined,
+    branchTip: args.branchAt,
     log,
   });
   report.worktree = worktree;

@@ -17,7 +17,7 @@
 // (removed and made again by prepareWorktree).
 import { createHash, randomInt } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { lstat, readdir, readFile, realpath, rename, rm, writeFile } from 'node:fs/promises';
+import { lstat, readdir, readFile, realpath, rename, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { EchodoError } from '../core/errors.ts';
 import { faultPoint } from './faults.ts';
@@ -34,6 +34,12 @@ export const WORKTREE_LOCK_OPTIONS = { staleMs: 10_000, timeoutMs: 120_000 };
 const HIDDEN_INDEX = 'index.taking';
 /** In a spare's admin folder: the commit the remote standby aimed it at (the keeper leaves it there). */
 const AIM_MARK = 'echodo-aimed';
+/**
+ * How long an aimed spare stays aimed after its run last looked abandoned (the standby renews the
+ * mark every sweep until then). The run stops looking abandoned the moment a worker claims it,
+ * which may be a worker of this host about to take the spare as it is.
+ */
+export const AIM_HOLD_MS = 30_000;
 /** The take's `read-tree` keeps the untracked cache and the split index, as addWorktree sets them. */
 export const TAKE_INDEX_CONFIG: readonly string[] = ['-c', 'core.untrackedCache=true', '-c', 'core.splitIndex=true'];
 const OID = /^[0-9a-f]{40}([0-9a-f]{24})?$/;
@@ -131,10 +137,12 @@ export interface SpareOutcome {
   checkedOutAt?: number;
 }
 
-/** The commit the standby aimed `spare` at, while it is still there; else undefined. */
-async function aimOf(spare: Spare): Promise<string | undefined> {
-  const aim = (await readFile(path.join(spare.admin, AIM_MARK), 'utf8').catch(() => '')).trim();
-  return aim && aim === spare.head ? aim : undefined;
+/** The commit the standby aimed `spare` at, while it is still there, and when it last renewed that; else undefined. */
+async function aimOf(spare: Spare): Promise<{ commit: string; renewedAt: number } | undefined> {
+  const mark = path.join(spare.admin, AIM_MARK);
+  const commit = (await readFile(mark, 'utf8').catch(() => '')).trim();
+  const renewedAt = commit === spare.head ? (await stat(mark).catch(() => undefined))?.mtimeMs : undefined;
+  return renewedAt === undefined ? undefined : { commit, renewedAt };
 }
 
 /** Written once the checkout is complete: a kill before it leaves an unaimed spare, the keeper's. */
@@ -148,8 +156,10 @@ async function markAim(admin: string, aim: string | null | undefined): Promise<v
  * repository's worktree lock (spare-keeper.ts makeSpareWorktree does). The target:
  *  - `aim` undefined (the keeper): the repository's HEAD, unless the remote standby aimed the
  *    spare (then it is left where it is: it serves any run, and the standby lets it go);
- *  - `aim` a commit (the remote standby): that commit, marked as aimed;
- *  - `aim` null (the standby letting go): the repository's HEAD, unmarked.
+ *  - `aim` a commit (the remote standby): that commit, marked as aimed (the mark renewed);
+ *  - `aim` null (the standby, no run looks abandoned): an aimed spare back to the repository's
+ *    HEAD, unmarked; an unaimed one is the keeper's, left as it is.
+ * An aimed spare whose mark was renewed within AIM_HOLD_MS is not aimed elsewhere or let go.
  */
 export async function makeSpareLocked(args: {
   repoPath: string;
@@ -163,7 +173,9 @@ export async function makeSpareLocked(args: {
   await ensurePrivateDir(path.dirname(folder), 'the spare worktree folder');
   await ensurePrivateDir(folder, 'the spare worktree folder');
   const { spare, repairs } = await tidySpares(args);
-  if (spare && args.aim === undefined && (await aimOf(spare))) return { path: spare.dir, action: 'ready', repairs };
+  const aimed = spare && (await aimOf(spare));
+  const held = aimed && aimed.commit !== args.aim && Date.now() - aimed.renewedAt < AIM_HOLD_MS;
+  if (spare && (aimed ? args.aim === undefined || held : args.aim === null)) return { path: spare.dir, action: 'ready', repairs };
   const target = args.aim ?? (await resolveCommit(args.repoPath, 'HEAD'));
   if (!target) return { path: spare?.dir ?? null, action: 'none', repairs };
   if (spare) {
@@ -249,12 +261,16 @@ export interface TakenSpare {
  * undefined: no spare (or one that could not be taken, removed: the caller adds a worktree).
  */
 export async function takeSpareLocked(args: {
+  /** The repository: refs are read and moved there (its git config is known to this process already). */
+  repoPath: string;
   commonDir: string;
   worktreeBase: string;
   wtPath: string;
   branch: string;
   baseOid: string;
   checkoutOid?: string;
+  /** The branch's tip, when the caller just set it (else looked up). */
+  branchTip?: string;
   log: Logger;
 }): Promise<TakenSpare | undefined> {
   const { spare } = await tidySpares(args);
@@ -301,10 +317,12 @@ export async function takeSpareLocked(args: {
 
 /** The moved spare made the run's: admin pointer, HEAD on the branch, checked out at the target. */
 async function pointAndCheckOut(args: {
+  repoPath: string;
   wtPath: string;
   branch: string;
   baseOid: string;
   checkoutOid?: string;
+  branchTip?: string;
   spare: Spare;
   hidden: string;
 }): Promise<string> {
@@ -316,28 +334,25 @@ async function pointAndCheckOut(args: {
     await writeAtomically(dotGit, `gitdir: ${spare.admin}\n`);
   }
   const ref = `refs/heads/${args.branch}`;
-  const tip = await resolveCommit(args.wtPath, ref);
+  const tip = args.branchTip ?? (await resolveCommit(args.repoPath, ref));
   const target = args.checkoutOid ?? tip ?? args.baseOid;
   // "" as the old value: created only if it still does not exist (as `git worktree add -b`).
-  if (!tip) await runGit(args.wtPath, ['update-ref', '-m', `branch: Created from ${args.baseOid}`, ref, args.baseOid, '']);
+  if (!tip) await runGit(args.repoPath, ['update-ref', '-m', `branch: Created from ${args.baseOid}`, ref, args.baseOid, '']);
   const at = tip ?? args.baseOid;
-  if (at !== target) await runGit(args.wtPath, ['update-ref', '-m', `reset: moving to ${target}`, ref, target, at]);
+  if (at !== target) await runGit(args.repoPath, ['update-ref', '-m', `reset: moving to ${target}`, ref, target, at]);
   await writeAtomically(path.join(spare.admin, 'HEAD'), `ref: refs/heads/${args.branch}\n`);
   await rm(path.join(spare.admin, AIM_MARK), { force: true }); // the run's admin folder now
   faultPoint('after-worktree-admin');
-  const env = { GIT_INDEX_FILE: args.hidden };
-  if (spare.head === target) {
-    // Aimed at this checkpoint by the remote standby: checked out there, its index clean. Only
-    // the untracked cache is made anew: git keys it to the worktree's path, which just changed.
-    await runGit(args.wtPath, [...TAKE_INDEX_CONFIG, 'update-index', '--untracked-cache'], { env });
-    return target;
-  }
+  // Aimed at this checkpoint by the remote standby: checked out there, its index clean, so no git
+  // runs in the worktree. Its untracked cache is keyed to the spare's path: git ignores it
+  // (silently) until the first status after a command re-keys it (content.ts changedPathsByGit).
+  if (spare.head === target) return target;
   // Two-way merge from the spare's commit to the target: the index matches the spare's commit
   // exactly (nothing writes in a spare), so only the entries that differ between the two trees
   // are written; every other file is left as it is, unread (but git reads every tree of both
   // commits: 80-120 ms at 10k files). The config keeps the untracked cache (its recorded location
   // is now the run's path) and the split index, as addWorktree sets them.
-  await runGit(args.wtPath, [...TAKE_INDEX_CONFIG, 'read-tree', '-m', '-u', spare.head, target], { env });
+  await runGit(args.wtPath, [...TAKE_INDEX_CONFIG, 'read-tree', '-m', '-u', spare.head, target], { env: { GIT_INDEX_FILE: args.hidden } });
   return target;
 }
 

@@ -273,9 +273,14 @@ export async function describeFiles(root: string, paths: string[]): Promise<File
   );
 }
 
-/** Paths git sees as changed or untracked (respecting .gitignore): the cross-check after commands. */
+/**
+ * Paths git sees as changed or untracked (respecting .gitignore): the cross-check after commands.
+ * core.untrackedCache=true: an untracked cache keyed to another path (an aimed spare taken as is,
+ * spare-worktrees.ts) is made anew for this one, and the status writes it back with the index.
+ */
 export async function changedPathsByGit(worktree: string): Promise<string[]> {
-  const out = (await runGit(worktree, ['status', '--porcelain=v1', '-z', '--untracked-files=all', '--no-renames'])).stdout;
+  const args = ['-c', 'core.untrackedCache=true', 'status', '--porcelain=v1', '-z', '--untracked-files=all', '--no-renames'];
+  const out = (await runGit(worktree, args)).stdout;
   return out
     .split('\0')
     .filter(Boolean)

@@ -59,6 +59,8 @@ export async function inspectRun(args: {
   manifest?: ManifestEntry[];
   repoRoot: string;
   notesRef: string;
+  /** The commit the caller just moved the run's branch onto: present in the repository, not looked up. */
+  branchAt?: string;
   /**
    * `git status` already started on `path` (STATUS_ARGS) by a caller that guessed the worktree
    * before the run row arrived: used only when the row names that same path.
@@ -92,7 +94,7 @@ export async function inspectRun(args: {
   }
   const wt = await inspectWorktree(args.run.worktree_path, commonDir);
   const unreachable = async (): Promise<Finding[]> => {
-    if (!targetOid) return [];
+    if (!targetOid || args.branchAt === targetOid) return [];
     const reachable = await runGit(repoPath, ['cat-file', '-e', `${targetOid}^{commit}`], { allowExitCodes: [1, 128] });
     return reachable.exitCode === 0 ? [] : [{ kind: 'commit_unreachable', detail: `checkpoint commit ${targetOid} is not in ${repoPath}` }];
   };
