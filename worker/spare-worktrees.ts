@@ -1,9 +1,7 @@
 // Warm spare worktrees (docs/checkpoints.md "Spare worktree"): one registered, fully checked-out,
 // detached worktree per repository per host, under WORKER_WORKTREE_BASE/.spare/<repo key>/, made
-// off the critical path. A run that needs a new worktree takes it instead of `git worktree add` +
-// a checkout of every file: the folder is renamed into place (every file keeps its inode and
-// ctime, so the index's stat data stays valid), HEAD is put on the run's branch and one
-// `git read-tree -m -u` (two-way) writes only the files that differ from the target commit.
+// off the critical path. A run that needs a new worktree takes it (spare-take.ts) instead of
+// `git worktree add` + a checkout of every file.
 //
 // With a checkpoint remote, the remote standby may aim the spare at the latest checkpoint of a run
 // that looks abandoned on another host (remote-standby.ts): its take then writes no file at all.
@@ -19,7 +17,6 @@ import { createHash, randomInt } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { lstat, readdir, readFile, realpath, rename, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { EchodoError } from '../core/errors.ts';
 import { faultPoint } from './faults.ts';
 import { resolveCommit, runGit } from './git.ts';
 import type { Logger } from './log.ts';
@@ -31,9 +28,9 @@ export const SPARE_FOLDER = '.spare';
 export const worktreeLockPath = (commonDir: string) => path.join(commonDir, 'echodo-worktrees.lock');
 export const WORKTREE_LOCK_OPTIONS = { staleMs: 10_000, timeoutMs: 120_000 };
 
-const HIDDEN_INDEX = 'index.taking';
+export const HIDDEN_INDEX = 'index.taking';
 /** In a spare's admin folder: the commit the remote standby aimed it at (the keeper leaves it there). */
-const AIM_MARK = 'echodo-aimed';
+export const AIM_MARK = 'echodo-aimed';
 /**
  * How long an aimed spare stays aimed after its run last looked abandoned (the standby renews the
  * mark every sweep until then). The run stops looking abandoned the moment a worker claims it,
@@ -57,13 +54,13 @@ export function spareFolderFor(worktreeBase: string, commonDir: string): string 
 }
 
 /** Atomic small-file write: a kill leaves the old content or the new, never an empty file. */
-async function writeAtomically(file: string, content: string): Promise<void> {
+export async function writeAtomically(file: string, content: string): Promise<void> {
   const temp = `${file}.echodo-${process.pid}`;
   await writeFile(temp, content);
   await rename(temp, file);
 }
 
-interface Spare {
+export interface Spare {
   dir: string;
   admin: string;
   head: string;
@@ -103,7 +100,7 @@ async function removeSpare(dir: string): Promise<void> {
  * The repository's spares: half-made ones (a worker killed while making, refreshing or taking
  * one) and any beyond the first removed; the complete one, if any, returned. Under the lock.
  */
-async function tidySpares(args: { commonDir: string; worktreeBase: string; log: Logger }): Promise<{ spare?: Spare; repairs: string[] }> {
+export async function tidySpares(args: { commonDir: string; worktreeBase: string; log: Logger }): Promise<{ spare?: Spare; repairs: string[] }> {
   const folder = spareFolderFor(args.worktreeBase, args.commonDir);
   // Admin folders of spares that a kill inside `git worktree add` left without even a gitdir file.
   const repairs = await repairAdminFolders({
@@ -228,132 +225,6 @@ export async function removeSparesLocked(args: { commonDir: string; worktreeBase
   for (const name of names) await removeSpare(path.join(folder, name));
   if (names.length) args.log.info({ folder, removed: names.length }, 'spare worktrees switched off: removed');
   return names.length;
-}
-
-/** git refuses to check one branch out in two worktrees; so does taking a spare. */
-async function assertBranchFree(commonDir: string, branch: string, exceptAdmin: string): Promise<void> {
-  const want = `ref: refs/heads/${branch}`;
-  const heads = [path.join(commonDir, 'HEAD')];
-  for (const name of await readdir(path.join(commonDir, 'worktrees')).catch(() => [] as string[])) {
-    const admin = path.join(commonDir, 'worktrees', name);
-    if (admin !== exceptAdmin) heads.push(path.join(admin, 'HEAD'));
-  }
-  for (const head of heads) {
-    if ((await readFile(head, 'utf8').catch(() => '')).trim() === want) {
-      throw new EchodoError('repo_invalid', `branch ${branch} is already checked out in another worktree (${path.dirname(head)})`);
-    }
-  }
-}
-
-export interface TakenSpare {
-  /** The commit the worktree is at, clean. */
-  headOid: string;
-  /** The spare was already checked out there (aimed by the remote standby): no file was written. */
-  aimed: boolean;
-  /** The spare's folder before it was moved. */
-  from: string;
-}
-
-/**
- * Takes the repository's spare for a run, if there is a complete one: renamed to `wtPath` (which
- * must not exist), HEAD on `branch` (created at baseOid when missing, as `git worktree add -b`
- * does), the branch and the files at `checkoutOid` (default: the branch tip). Under the lock;
- * undefined: no spare (or one that could not be taken, removed: the caller adds a worktree).
- */
-export async function takeSpareLocked(args: {
-  /** The repository: refs are read and moved there (its git config is known to this process already). */
-  repoPath: string;
-  commonDir: string;
-  worktreeBase: string;
-  wtPath: string;
-  branch: string;
-  baseOid: string;
-  checkoutOid?: string;
-  /** The branch's tip, when the caller just set it (else looked up). */
-  branchTip?: string;
-  log: Logger;
-}): Promise<TakenSpare | undefined> {
-  const { spare } = await tidySpares(args);
-  if (!spare) return undefined;
-  await assertBranchFree(args.commonDir, args.branch, spare.admin);
-  const hidden = path.join(spare.admin, HIDDEN_INDEX);
-  // The index goes aside first: from here until the checkout is complete, whatever a kill leaves
-  // (in .spare or at the run's path) is half made and is removed, never used.
-  try {
-    await rename(path.join(spare.admin, 'index'), hidden);
-  } catch (err) {
-    // Gone since it was inspected: only if this worker was paused long enough for its lock to be
-    // taken over as stale and another taker got there first. As for every step here that fails,
-    // the spare is not used and the run adds its worktree.
-    args.log.warn({ spare: spare.dir, error: (err as Error).message }, 'the spare worktree went away while being taken; adding one instead');
-    return undefined;
-  }
-  try {
-    await rename(spare.dir, args.wtPath);
-  } catch (err) {
-    // Another filesystem (EXDEV) or the like: the spare stays a spare, the run adds its worktree.
-    await rename(hidden, path.join(spare.admin, 'index')).catch(() => {});
-    args.log.warn({ error: (err as Error).message }, 'could not move the spare worktree into place; adding one instead');
-    return undefined;
-  }
-  faultPoint('after-spare-move');
-  let target: string;
-  try {
-    target = await pointAndCheckOut({ ...args, spare, hidden });
-  } catch (err) {
-    // Whatever failed, the run is not left with a half-taken spare: removed, and added as before.
-    await rm(spare.admin, { recursive: true, force: true });
-    await rm(args.wtPath, { recursive: true, force: true });
-    args.log.warn({ error: (err as Error).message }, 'taking the spare worktree failed; adding one instead');
-    return undefined;
-  }
-  // The index last: the worktree is complete from here on (inspectWorktree).
-  await rename(hidden, path.join(spare.admin, 'index'));
-  faultPoint('after-worktree-checkout');
-  const aimed = spare.head === target;
-  args.log.info({ worktreePath: args.wtPath, spare: spare.dir, from: spare.head, to: target, aimed }, 'spare worktree taken');
-  return { headOid: target, aimed, from: spare.dir };
-}
-
-/** The moved spare made the run's: admin pointer, HEAD on the branch, checked out at the target. */
-async function pointAndCheckOut(args: {
-  repoPath: string;
-  wtPath: string;
-  branch: string;
-  baseOid: string;
-  checkoutOid?: string;
-  branchTip?: string;
-  spare: Spare;
-  hidden: string;
-}): Promise<string> {
-  const { spare } = args;
-  const dotGit = path.join(await realpath(path.dirname(args.wtPath)), path.basename(args.wtPath), '.git');
-  await writeAtomically(path.join(spare.admin, 'gitdir'), `${dotGit}\n`);
-  // git 2.39 writes an absolute .git file, which stays right; a relative one (newer git) is not.
-  if (!path.isAbsolute((await readFile(dotGit, 'utf8')).trim().replace(/^gitdir:\s*/, ''))) {
-    await writeAtomically(dotGit, `gitdir: ${spare.admin}\n`);
-  }
-  const ref = `refs/heads/${args.branch}`;
-  const tip = args.branchTip ?? (await resolveCommit(args.repoPath, ref));
-  const target = args.checkoutOid ?? tip ?? args.baseOid;
-  // "" as the old value: created only if it still does not exist (as `git worktree add -b`).
-  if (!tip) await runGit(args.repoPath, ['update-ref', '-m', `branch: Created from ${args.baseOid}`, ref, args.baseOid, '']);
-  const at = tip ?? args.baseOid;
-  if (at !== target) await runGit(args.repoPath, ['update-ref', '-m', `reset: moving to ${target}`, ref, target, at]);
-  await writeAtomically(path.join(spare.admin, 'HEAD'), `ref: refs/heads/${args.branch}\n`);
-  await rm(path.join(spare.admin, AIM_MARK), { force: true }); // the run's admin folder now
-  faultPoint('after-worktree-admin');
-  // Aimed at this checkpoint by the remote standby: checked out there, its index clean, so no git
-  // runs in the worktree. Its untracked cache is keyed to the spare's path: git ignores it
-  // (silently) until the first status after a command re-keys it (content.ts changedPathsByGit).
-  if (spare.head === target) return target;
-  // Two-way merge from the spare's commit to the target: the index matches the spare's commit
-  // exactly (nothing writes in a spare), so only the entries that differ between the two trees
-  // are written; every other file is left as it is, unread (but git reads every tree of both
-  // commits: 80-120 ms at 10k files). The config keeps the untracked cache (its recorded location
-  // is now the run's path) and the split index, as addWorktree sets them.
-  await runGit(args.wtPath, [...TAKE_INDEX_CONFIG, 'read-tree', '-m', '-u', spare.head, target], { env: { GIT_INDEX_FILE: args.hidden } });
-  return target;
 }
 
 // The process's keeper of spares (spare-keeper.ts), told when a worktree was made here so that

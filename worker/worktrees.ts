@@ -9,7 +9,8 @@ import { faultPoint } from './faults.ts';
 import { resolveCommit, runGit } from './git.ts';
 import { withFileLock } from '../core/file-lock.ts';
 import { adminFolderProblem, ensurePrivateDir, pointerOf, readTrimmed, realpathOrUndefined, repairAdminFolders } from './worktree-repair.ts';
-import { spareWanted, takeSpareLocked, worktreeLockPath, WORKTREE_LOCK_OPTIONS } from './spare-worktrees.ts';
+import { spareWanted, worktreeLockPath, WORKTREE_LOCK_OPTIONS } from './spare-worktrees.ts';
+import { takeSpareLocked } from './spare-take.ts';
 import { branchName } from '../core/job.ts';
 import type { Logger } from './log.ts';
 
