@@ -218,6 +218,14 @@ describe('a spare worktree, in process and in child processes', () => {
     assert.equal(await keyedTo(), wt.path, 'untracked cache made anew at the run\'s path');
     assert.equal(existsSync(path.join(admin, 'echodo-aimed')), false, 'the run\'s admin folder carries no aim');
 
+    // A run of another workspace that takes an aimed spare keeps nothing of the aimed run.
+    await makeSpareWorktree({ repoPath: repo, worktreeBase: base, aim: target, log });
+    const other = await prepareWorktree({ repoPath: repo, worktreeBase: base, workspaceId: 'ws-other', agentRunId: 'fresh', briefId: 'b-fresh', baseRef: 'main', log });
+    assert.deepEqual([other.fromSpare, other.spareAimed], [true, false]);
+    assert.equal(await git(other.path, 'rev-parse', 'HEAD^{tree}'), await git(repo, 'rev-parse', 'main^{tree}'));
+    assert.equal(await readFile(path.join(other.path, 'd3', 'f3.txt'), 'utf8'), await readFile(path.join(repo, 'd3', 'f3.txt'), 'utf8'));
+    assert.equal(await git(other.path, 'status', '--porcelain', '--ignored', '--untracked-files=all'), '');
+
     // Aimed again. The run no longer looks abandoned (just claimed: maybe here, about to take the
     // spare), so for AIM_HOLD_MS the spare is neither let go nor aimed elsewhere...
     const again = await makeSpareWorktree({ repoPath: repo, worktreeBase: base, aim: target, log });
