@@ -88,7 +88,7 @@ export async function verifyAndRepair(args: {
     worktreePath: run.worktree_path,
     // A worktree made now (from the host's spare) is checked out at the checkpoint directly.
     checkoutOid: target ?? undefined,
-    branchTip: args.branchAt,
+    branchAt: args.branchAt,
     log,
   });
   report.worktree = worktree;

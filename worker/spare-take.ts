@@ -53,7 +53,7 @@ export async function takeSpareLocked(args: {
   baseOid: string;
   checkoutOid?: string;
   /** The branch's tip, when the caller just set it (else looked up). */
-  branchTip?: string;
+  branchAt?: string;
   log: Logger;
 }): Promise<TakenSpare | undefined> {
   const { spare } = await tidySpares(args);
@@ -105,7 +105,7 @@ async function pointAndCheckOut(args: {
   branch: string;
   baseOid: string;
   checkoutOid?: string;
-  branchTip?: string;
+  branchAt?: string;
   spare: Spare;
   hidden: string;
 }): Promise<string> {
@@ -117,7 +117,7 @@ async function pointAndCheckOut(args: {
     await writeAtomically(dotGit, `gitdir: ${spare.admin}\n`);
   }
   const ref = `refs/heads/${args.branch}`;
-  const tip = args.branchTip ?? (await resolveCommit(args.repoPath, ref));
+  const tip = args.branchAt ?? (await resolveCommit(args.repoPath, ref));
   const target = args.checkoutOid ?? tip ?? args.baseOid;
   // "" as the old value: created only if it still does not exist (as `git worktree add -b`).
   if (!tip) await runGit(args.repoPath, ['update-ref', '-m', `branch: Created from ${args.baseOid}`, ref, args.baseOid, '']);

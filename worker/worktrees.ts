@@ -97,7 +97,7 @@ export async function prepareWorktree(args: {
   /** A worktree made here is checked out at this commit (resume: the checkpoint's); default the branch tip. */
   checkoutOid?: string;
   /** The branch's tip, when the caller just set it: not looked up again. */
-  branchTip?: string;
+  branchAt?: string;
   log: Logger;
 }): Promise<PreparedWorktree> {
   const commonDir = await repoCommonDir(args.repoPath);
@@ -129,8 +129,8 @@ export async function prepareWorktree(args: {
       }
       // The host's warm spare when there is one (only the files that differ are written), else
       // `git worktree add` and a checkout of every file.
-      const { repoPath, worktreeBase, checkoutOid, branchTip, log } = args;
-      const spare = await takeSpareLocked({ repoPath, commonDir, worktreeBase, wtPath, branch, baseOid, checkoutOid, branchTip, log });
+      const { repoPath, worktreeBase, checkoutOid, branchAt, log } = args;
+      const spare = await takeSpareLocked({ repoPath, commonDir, worktreeBase, wtPath, branch, baseOid, checkoutOid, branchAt, log });
       const headOid = spare?.headOid ?? (await addWorktree({ repoPath: args.repoPath, wtPath, branch, baseOid, log: args.log }));
       worktreeMetrics.created += 1;
       args.log.info({ worktreePath: wtPath, branch, fromSpare: !!spare, worktreesCreated: worktreeMetrics.created, repairs }, 'worktree created');
