@@ -8,7 +8,7 @@ import { waitFor, type Child } from './support/child.ts';
 import { git } from './support/git.ts';
 import { assertFinishedOnRemote, dispatchToHosts, setUpHosts, spawnOnHost, stopProcesses, type Host, type Hosts } from './support/hosts.ts';
 import { createScenario, sampleSteps, type Scenario } from './support/scenario.ts';
-import { readdir, readFile } from 'node:fs/promises';
+import { readdir, readFile, realpath } from 'node:fs/promises';
 import path from 'node:path';
 import { pickAim, standbyRefs } from '../worker/remote-standby.ts';
 import type { StandbyRun } from '../store/standby.ts';
@@ -18,6 +18,7 @@ const VICTIM = { ECHODO_FAULT: 'before-tool-call@4', WORKER_LEASE_MS: '3000', WO
 let s: Scenario;
 let hosts: Hosts;
 let baselineTree: string;
+let baselineRunId: string;
 const children: Child[] = [];
 
 const spawnOn = (host: Host, extra: Record<string, string> = {}) => spawnOnHost(s, children, host, extra);
@@ -90,6 +91,7 @@ before(async () => {
   await s.waitForStatus(agentRunId, 'completed', 120_000);
   await w.stop('SIGTERM', 8000);
   const run = await s.run(agentRunId);
+  baselineRunId = agentRunId;
   baselineTree = await git(hosts.byName.a!.repo, 'rev-parse', `refs/heads/${run.branch}^{tree}`);
 });
 
@@ -130,6 +132,28 @@ describe('the remote standby', () => {
     assert.equal(resumed?.metadata.fromSeq, 3);
     assert.equal(resumed?.metadata.standby, undefined, 'not resumed from the standby');
     assert.ok(resumed?.metadata.fetchedBytes > 0, `fetched at the take-over: ${resumed?.metadata.fetchedBytes} bytes`);
+  });
+
+  test('the standby\'s copy moves the run\'s branch only once it is the run\'s own on this host', { timeout: 300_000 }, async () => {
+    const b = hosts.byName.b!;
+    const { agentRunId, rows } = await killedOnA();
+    const { branch } = await s.run(agentRunId);
+    // On host B's repository, the branch's name is another run's (a claim each repository keeps).
+    await s.su`insert into branch_claims (repo_dir, branch, workspace_id, agent_run_id)
+      values (${await realpath(path.join(b.repo, '.git'))}, ${branch}, ${s.workspaceId}, ${baselineRunId})`;
+    const wb = spawnOn(b, { WORKER_REMOTE_STANDBY_MS: '200' });
+    try {
+      const refs = standbyRefs(s.workspaceId, agentRunId);
+      await waitFor(async () => (await git(b.repo, 'rev-parse', '--verify', '-q', refs.branch).catch(() => '')) === rows[2]!.commit_oid, { timeoutMs: 60_000, intervalMs: 100 });
+      await sweepUntilFinished(agentRunId, wb);
+    } finally {
+      await wb.stop('SIGTERM', 8000);
+    }
+    const run = await s.run(agentRunId);
+    assert.equal(run.status, 'failed');
+    assert.match(run.failure_reason, /ref_refused: branch .* belongs to another run/);
+    // The refusal came before the move: the standby's copy never reached the branch on host B.
+    assert.equal(await git(b.repo, 'rev-parse', '--verify', '-q', `refs/heads/${branch}`).catch(() => 'absent'), 'absent');
   });
 
   test('switched off, a worker lets go of what the standby held', { timeout: 120_000 }, async () => {

@@ -38,6 +38,25 @@ export function prefetchStatus(run: RunRow, config: Config): PrefetchedStatus | 
   return { path: worktree, result };
 }
 
+/**
+ * The run's recorded branch is still its own (branch-ownership.ts), checked from the claim on, in
+ * a transaction beside the run's reads: a cross-host resume moves the branch onto the standby's
+ * copy as soon as this holds (remote-resume.ts prefetchRun). None when the run has no branch yet
+ * or its repository is not on this host: prepareTree checks then. Awaited by prepareTree (and by
+ * the prefetch); its rejection is never left unhandled when neither runs (a run that fails first).
+ */
+export function checkRecordedBranch(deps: TreeDeps, run: RunRow): Promise<void> | undefined {
+  const repoPath = run.job.repoPath ?? deps.config.WORKER_REPO_ROOT;
+  if (!run.branch || !existsSync(repoPath)) return undefined;
+  const branch = run.branch;
+  const scoped = inWorkspace(deps.db.app, run.workspace_id, deps.log);
+  const owned = repoCommonDir(repoPath).then((repoDir) =>
+    assertOwnBranch(branch, (name, mayCreate) => scoped((tx) => claimBranch(tx, { repoDir, branch: name, agentRunId: run.id, mayCreate }))),
+  );
+  owned.catch(() => {});
+  return owned;
+}
+
 export async function prepareTree(
   deps: TreeDeps,
   run: RunRow,
@@ -46,7 +65,7 @@ export async function prepareTree(
   anchor: string | null,
   resuming: boolean,
   manifest?: ManifestEntry[],
-  prefetched: { status?: PrefetchedStatus; run?: PrefetchedRun } = {},
+  prefetched: { status?: PrefetchedStatus; run?: PrefetchedRun; branchOwned?: Promise<void> } = {},
 ): Promise<{ tree: WorkingTree; baseOid: string | null; mirroring?: NotesMirror; notesOnRemote?: boolean }> {
   const { config, db, log } = deps;
   const scoped = inWorkspace(db.app, run.workspace_id, log);
@@ -73,7 +92,7 @@ export async function prepareTree(
   const partialClone = config.WORKER_CHECKPOINT_REMOTE ? await ensureLocalRepo(repoPath, config.WORKER_CHECKPOINT_REMOTE, log) : false;
   const repoDir = await repoCommonDir(repoPath);
   const claim: ClaimBranch = (branch, mayCreate) => scoped((tx) => claimBranch(tx, { repoDir, branch, agentRunId: run.id, mayCreate }));
-  if (run.branch) await assertOwnBranch(run.branch, claim);
+  if (run.branch) await (prefetched.branchOwned ?? assertOwnBranch(run.branch, claim));
   if (resuming && run.worktree_path) {
     // With a checkpoint remote: fetched from it when the run was last on another host (remote-resume.ts).
     const fromRemote = config.WORKER_CHECKPOINT_REMOTE ? await prepareRemoteResume({ config, run, chain, repoPath, prefetched: prefetched.run, log }) : undefined;

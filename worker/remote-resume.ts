@@ -58,7 +58,8 @@ export async function ensureLocalRepo(repoPath: string, remote: string, log: Log
 
 /**
  * A fetch of the run's branch (onto a scratch ref) and notes started at the claim (prefetchRun);
- * none when this host's remote standby holds the run: then `standby` is what it holds.
+ * none when this host's remote standby holds the run: then `standby` is what it holds, and the
+ * run's branch and notes ref were moved onto it.
  */
 export interface PrefetchedRun {
   repoPath: string;
@@ -84,15 +85,20 @@ export async function discardPrefetch(prefetched: PrefetchedRun | undefined): Pr
 
 /**
  * A run last recorded by another host: its branch and notes are fetched from the remote at once,
- * while Postgres answers, unless this host's remote standby already holds them (its copy is
- * checked against the latest checkpoint by prepareRemoteResume, which fetches then if it is
- * behind). The branch's ownership is not checked yet, so a fetch lands on a scratch ref;
- * prepareRemoteResume moves it onto the branch once it is (or fetches again if this failed).
+ * while Postgres answers, unless this host's remote standby already holds them. The fetch lands on
+ * a scratch ref: the branch's ownership (`branchOwned`, checked beside the fetch) is not known yet;
+ * prepareRemoteResume moves it onto the branch (or fetches again if this failed). A standby's copy
+ * is moved onto the branch and the run's notes ref here, once the branch is known to be the run's:
+ * the git process a take-over waited for after Postgres (~25 ms at 10k files) runs while Postgres
+ * answers. prepareRemoteResume then checks the copy against the latest checkpoint and fetches if it
+ * is behind; a copy ahead of it (pushed, killed before its row) is where a fetch would have put the
+ * branch too, and verification resets the worktree to the checkpoint either way.
  */
-export function prefetchRun(config: Config, run: RunRow): PrefetchedRun | undefined {
+export function prefetchRun(config: Config, run: RunRow, branchOwned: Promise<void> | undefined): PrefetchedRun | undefined {
   const remote = config.WORKER_CHECKPOINT_REMOTE;
   const repoPath = run.job.repoPath ?? config.WORKER_REPO_ROOT;
-  if (!remote || !run.branch || !run.host_id || run.host_id === config.WORKER_HOST_ID || !existsSync(repoPath)) return undefined;
+  const elsewhere = !!run.host_id && run.host_id !== config.WORKER_HOST_ID;
+  if (!remote || !run.branch || !elsewhere || !branchOwned || !existsSync(repoPath)) return undefined;
   const scratchRef = `refs/echodo-prefetch/${run.workspace_id}/${run.id}`;
   const notesRef = runNotesRef(run.workspace_id, run.id);
   const timeoutMs = config.WORKER_REMOTE_TIMEOUT_MS;
@@ -101,7 +107,12 @@ export function prefetchRun(config: Config, run: RunRow): PrefetchedRun | undefi
   const standbyMayHold = config.WORKER_REMOTE_STANDBY_MS > 0 && !run.job.repoPath;
   const result = (async () => {
     const standby = standbyMayHold ? await readStandby(repoPath, run.workspace_id, run.id) : undefined;
-    if (standby) return { fetchedBytes: 0, standby };
+    if (standby) {
+      await branchOwned;
+      const notes = standby.notes ? `update ${notesRef} ${standby.notes}\n` : '';
+      await runGit(repoPath, ['update-ref', '--stdin'], { input: `update refs/heads/${branch} ${standby.branch}\n${notes}` });
+      return { fetchedBytes: 0, standby };
+    }
     return fetchRun({ repoPath, remote, branch, notesRef, branchInto: scratchRef, timeoutMs });
   })().catch((err: unknown) => err as Error);
   return { repoPath, scratchRef, result };
@@ -123,14 +134,14 @@ export async function prepareRemoteResume(args: {
   // Nothing checkpointed yet: the worktree starts again at the run's base, which a clone that is
   // behind the host that started the run may lack (only then is it fetched).
   const target = latest ?? run.base_oid;
+  // Awaited first whatever follows: a standby's branch move has landed before anything reads the branch.
+  const early = await args.prefetched?.result;
   if (!target || !run.branch) return { run: here, notesRef };
-  const early = otherHost && latest ? await args.prefetched?.result : undefined;
-  const got = early instanceof Error ? undefined : early;
+  const got = otherHost && latest && !(early instanceof Error) ? early : undefined;
   if (got?.standby && got.standby.branch === latest) {
-    // The standby fetched the run's latest checkpoint ahead: no fetch at all. (Its notes ref is the
-    // remote's as of that fetch: a note it lacks is rewritten from Postgres by the verification.)
-    const notes = got.standby.notes ? `update ${notesRef} ${got.standby.notes}\n` : '';
-    await runGit(args.repoPath, ['update-ref', '--stdin'], { input: `update refs/heads/${run.branch} ${latest}\n${notes}` });
+    // The standby fetched the run's latest checkpoint ahead, and the branch and notes ref were moved
+    // onto it: no fetch at all. (Its notes ref is the remote's as of that fetch: a note it lacks is
+    // rewritten from Postgres by the verification.)
     args.prefetched!.settled = true;
     return { ...fetchedFrom(args, here, notesRef, 0, true), branchAt: latest };
   }

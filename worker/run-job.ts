@@ -25,7 +25,7 @@ import { TouchTracker } from './checkpoints/tracker.ts';
 import { loadResumeChain } from './checkpoints/resume-chain.ts';
 import { stateFromChain } from './checkpoints/state.ts';
 import { CheckpointWriter } from './checkpoints/writer.ts';
-import { prefetchStatus, prepareTree } from './prepare-tree.ts';
+import { checkRecordedBranch, prefetchStatus, prepareTree } from './prepare-tree.ts';
 import { admitDelivery } from './delivery.ts';
 import { runSession } from './session.ts';
 import { sandboxFor, sandboxOptionsFromConfig } from './sandbox/index.ts';
@@ -65,11 +65,13 @@ export async function processDelivery(deps: JobDeps, delivery: Delivery): Promis
     log: runLog,
   });
   lease.start();
-  // A run last on another host: its checkpoints are fetched from the remote from now on, while
-  // Postgres answers (remote-resume.ts); whatever way the run ends, the fetch leaves no ref behind.
-  const prefetchedRun = prefetchRun(deps.config, run);
+  // From now on, while Postgres answers: the recorded branch is checked to be the run's own, and a
+  // run last on another host has its checkpoints fetched from the remote, or its branch moved onto
+  // this host's standby copy (remote-resume.ts); however the run ends, the fetch leaves no ref behind.
+  const branchOwned = checkRecordedBranch({ ...deps, log: runLog }, run);
+  const prefetchedRun = prefetchRun(deps.config, run, branchOwned);
   try {
-    return await executeRun({ ...deps, log: runLog }, run, lease, prefetchedRun);
+    return await executeRun({ ...deps, log: runLog }, run, lease, { run: prefetchedRun, branchOwned });
   } catch (err) {
     if (err instanceof LeaseLostError || lease.isLost) {
       runLog.warn({ error: errorMessage(err) }, 'lease lost: this worker stops touching the run');
@@ -97,7 +99,12 @@ export async function processDelivery(deps: JobDeps, delivery: Delivery): Promis
   }
 }
 
-async function executeRun(deps: JobDeps, run: RunRow, lease: Lease, prefetchedRun: PrefetchedRun | undefined): Promise<JobResult> {
+async function executeRun(
+  deps: JobDeps,
+  run: RunRow,
+  lease: Lease,
+  started: { run?: PrefetchedRun; branchOwned?: Promise<void> },
+): Promise<JobResult> {
   const { config, db, log } = deps;
   const job = run.job;
   const scoped = inWorkspace(db.app, run.workspace_id, log);
@@ -132,7 +139,7 @@ async function executeRun(deps: JobDeps, run: RunRow, lease: Lease, prefetchedRu
     await finishCancelledRun({ db, run, by: run.cancel_requested_by ?? 'unknown', seq: chain.at(-1)?.checkpoint_seq ?? 0, step: run.step, repoPath: job.repoPath ?? config.WORKER_REPO_ROOT, worktreePath: run.worktree_path, log });
     return 'released';
   }
-  const { tree, baseOid, mirroring, notesOnRemote } = await prepareTree(deps, run, harness, chain, anchor, resuming, manifest, { status: prefetchedStatus, run: prefetchedRun });
+  const { tree, baseOid, mirroring, notesOnRemote } = await prepareTree(deps, run, harness, chain, anchor, resuming, manifest, { ...started, status: prefetchedStatus });
 
   // A fork's first attempt starts from its source's checkpoint (step, history, hash as anchor).
   const state = chain.length || !run.fork_seed ? stateFromChain(chain, baseOid, config.WORKER_CHECKPOINT_HISTORY_LIMIT, manifest) : forkStartState(run.fork_seed, baseOid);
