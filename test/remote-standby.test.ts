@@ -10,7 +10,7 @@ import { assertFinishedOnRemote, dispatchToHosts, setUpHosts, spawnOnHost, stopP
 import { createScenario, sampleSteps, type Scenario } from './support/scenario.ts';
 import { readdir, readFile, realpath } from 'node:fs/promises';
 import path from 'node:path';
-import { pickAim, standbyRefs } from '../worker/remote-standby.ts';
+import { pickAim, readStandby, standbyRefs } from '../worker/remote-standby.ts';
 import type { StandbyRun } from '../store/standby.ts';
 
 const ROUNDS = 6;
@@ -166,6 +166,23 @@ describe('the remote standby', () => {
     } finally {
       await wb.stop('SIGTERM', 8000);
     }
+  });
+
+  test('what the standby holds for a run is read as git reads it, loose or packed', async () => {
+    const b = hosts.byName.b!;
+    const refs = standbyRefs('ws-read', 'run-read');
+    const [head, other] = (await git(b.repo, 'rev-parse', 'HEAD', 'HEAD^{tree}')).split('\n'); // two objects: refs need no commit
+    assert.equal(await readStandby(b.repo, 'ws-read', 'run-read'), undefined, 'nothing held');
+    await git(b.repo, 'update-ref', refs.branch, head!);
+    assert.deepEqual(await readStandby(b.repo, 'ws-read', 'run-read'), { branch: head, notes: undefined });
+    await git(b.repo, 'update-ref', refs.notes, other!);
+    await git(b.repo, 'pack-refs', '--all');
+    assert.deepEqual(await readStandby(b.repo, 'ws-read', 'run-read'), { branch: head, notes: other }, 'from packed-refs');
+    await git(b.repo, 'update-ref', refs.branch, other!); // loose again, over the packed one
+    assert.deepEqual(await readStandby(b.repo, 'ws-read', 'run-read'), { branch: other, notes: other });
+    await git(b.repo, 'update-ref', '-d', refs.branch);
+    await git(b.repo, 'update-ref', '-d', refs.notes);
+    assert.equal(await readStandby(b.repo, 'ws-read', 'run-read'), undefined, 'let go');
   });
 
   test('the spare is aimed at the run likeliest to be taken over: queued first, then the most overdue lease', () => {

@@ -28,7 +28,8 @@ import { withFileLock } from '../core/file-lock.ts';
 import { runsOnOtherHosts, type StandbyRun } from '../store/standby.ts';
 import { ObjectPacker } from './checkpoints/packing.ts';
 import { fetchMeasured, runNotesRef } from './checkpoints/remote.ts';
-import { runGit } from './git.ts';
+import { commonDirOnDisk, runGit } from './git.ts';
+import { ObjectReader } from './git-objects.ts';
 import type { Logger } from './log.ts';
 import { repoCommonDir } from './worktrees.ts';
 
@@ -52,10 +53,19 @@ async function refsUnder(repoPath: string, patterns: string[]): Promise<Map<stri
   }));
 }
 
-/** What the standby holds for one run (one git process): its branch's oid and its notes', if any. */
+/**
+ * What the standby holds for one run: its branch's oid and its notes', if any. Read in this process
+ * (ref files, as git reads them) at a take-over's claim, where a git process costs its fork from a
+ * large worker (~20 ms at 150 MB, blocking the event loop while Postgres answers); by git when the
+ * repository keeps its refs another way (reftable).
+ */
 export async function readStandby(repoPath: string, workspaceId: string, agentRunId: string): Promise<{ branch: string; notes?: string } | undefined> {
   const refs = standbyRefs(workspaceId, agentRunId);
-  const held = await refsUnder(repoPath, [refs.branch, refs.notes]);
+  const commonDir = commonDirOnDisk(repoPath);
+  const reader = commonDir ? ObjectReader.open(commonDir) : undefined;
+  const held = reader
+    ? new Map([refs.branch, refs.notes].map((ref) => [ref, reader.resolveRef(ref)] as const))
+    : await refsUnder(repoPath, [refs.branch, refs.notes]);
   const branch = held.get(refs.branch);
   return branch ? { branch, notes: held.get(refs.notes) } : undefined;
 }
