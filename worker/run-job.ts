@@ -1,5 +1,5 @@
 // One delivery, start to finish: validate → claim → the run's reads (one transaction, while a
-// resume's git status or cross-host fetch already runs) → model → worktree (prepare-tree.ts:
+// resume's git status, branch check and cross-host fetch already run) → model → worktree (prepare-tree.ts:
 // made, reused, or verified and repaired on resume) → session → outcome. An error here fails
 // this run with a reason; it never escapes to kill the daemon.
 import { existsSync, readFileSync } from 'node:fs';
