@@ -89,8 +89,8 @@ export async function discardPrefetch(prefetched: PrefetchedRun | undefined): Pr
  * a scratch ref: the branch's ownership (`branchOwned`, checked beside the fetch) is not known yet;
  * prepareRemoteResume moves it onto the branch (or fetches again if this failed). A standby's copy
  * is moved onto the branch and the run's notes ref here, once the branch is known to be the run's:
- * the git process a take-over waited for after Postgres (~25 ms at 10k files) runs while Postgres
- * answers. prepareRemoteResume then checks the copy against the latest checkpoint and fetches if it
+ * the git process a take-over waited for after Postgres (~20-30 ms, most of it the fork from the
+ * worker) runs while Postgres answers. prepareRemoteResume then checks the copy against the latest checkpoint and fetches if it
  * is behind; a copy ahead of it (pushed, killed before its row) is where a fetch would have put the
  * branch too, and verification resets the worktree to the checkpoint either way.
  */
