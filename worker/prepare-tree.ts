@@ -49,12 +49,15 @@ export function checkRecordedBranch(deps: TreeDeps, run: RunRow): Promise<void> 
   const repoPath = run.job.repoPath ?? deps.config.WORKER_REPO_ROOT;
   if (!run.branch || !existsSync(repoPath)) return undefined;
   const branch = run.branch;
-  const scoped = inWorkspace(deps.db.app, run.workspace_id, deps.log);
-  const owned = repoCommonDir(repoPath).then((repoDir) =>
-    assertOwnBranch(branch, (name, mayCreate) => scoped((tx) => claimBranch(tx, { repoDir, branch: name, agentRunId: run.id, mayCreate }))),
-  );
+  const owned = repoCommonDir(repoPath).then((repoDir) => assertOwnBranch(branch, branchClaimer(deps, run, repoDir)));
   owned.catch(() => {});
   return owned;
+}
+
+/** Claims of the run's branches in the repository whose common git dir is repoDir (store/branches.ts). */
+function branchClaimer(deps: TreeDeps, run: RunRow, repoDir: string): ClaimBranch {
+  const scoped = inWorkspace(deps.db.app, run.workspace_id, deps.log);
+  return (branch, mayCreate) => scoped((tx) => claimBranch(tx, { repoDir, branch, agentRunId: run.id, mayCreate }));
 }
 
 export async function prepareTree(
@@ -91,7 +94,7 @@ export async function prepareTree(
   // Many hosts: a host with no copy of the repository makes a partial clone of the checkpoint remote.
   const partialClone = config.WORKER_CHECKPOINT_REMOTE ? await ensureLocalRepo(repoPath, config.WORKER_CHECKPOINT_REMOTE, log) : false;
   const repoDir = await repoCommonDir(repoPath);
-  const claim: ClaimBranch = (branch, mayCreate) => scoped((tx) => claimBranch(tx, { repoDir, branch, agentRunId: run.id, mayCreate }));
+  const claim = branchClaimer(deps, run, repoDir);
   if (run.branch) await (prefetched.branchOwned ?? assertOwnBranch(run.branch, claim));
   if (resuming && run.worktree_path) {
     // With a checkpoint remote: fetched from it when the run was last on another host (remote-resume.ts).

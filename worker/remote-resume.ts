@@ -90,9 +90,9 @@ export async function discardPrefetch(prefetched: PrefetchedRun | undefined): Pr
  * prepareRemoteResume moves it onto the branch (or fetches again if this failed). A standby's copy
  * is moved onto the branch and the run's notes ref here, once the branch is known to be the run's:
  * the git process a take-over waited for after Postgres (~20-30 ms, most of it the fork from the
- * worker) runs while Postgres answers. prepareRemoteResume then checks the copy against the latest checkpoint and fetches if it
- * is behind; a copy ahead of it (pushed, killed before its row) is where a fetch would have put the
- * branch too, and verification resets the worktree to the checkpoint either way.
+ * worker) runs while Postgres answers. prepareRemoteResume then checks the copy against the latest
+ * checkpoint and fetches if it is behind; a copy ahead of it (pushed, killed before its row) is where
+ * a fetch would have put the branch too, and verification resets the worktree to the checkpoint.
  */
 export function prefetchRun(config: Config, run: RunRow, branchOwned: Promise<void> | undefined): PrefetchedRun | undefined {
   const remote = config.WORKER_CHECKPOINT_REMOTE;

@@ -68,10 +68,11 @@ export async function processDelivery(deps: JobDeps, delivery: Delivery): Promis
   // From now on, while Postgres answers: the recorded branch is checked to be the run's own, and a
   // run last on another host has its checkpoints fetched from the remote, or its branch moved onto
   // this host's standby copy (remote-resume.ts); however the run ends, the fetch leaves no ref behind.
-  const branchOwned = checkRecordedBranch({ ...deps, log: runLog }, run);
+  const runDeps = { ...deps, log: runLog };
+  const branchOwned = checkRecordedBranch(runDeps, run);
   const prefetchedRun = prefetchRun(deps.config, run, branchOwned);
   try {
-    return await executeRun({ ...deps, log: runLog }, run, lease, { run: prefetchedRun, branchOwned });
+    return await executeRun(runDeps, run, lease, { run: prefetchedRun, branchOwned });
   } catch (err) {
     if (err instanceof LeaseLostError || lease.isLost) {
       runLog.warn({ error: errorMessage(err) }, 'lease lost: this worker stops touching the run');
