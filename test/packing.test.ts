@@ -1,7 +1,8 @@
 // Packing a run's checkpoint objects (worker/checkpoints/packing.ts): the roll-ups keep the packs
-// few while the run goes on; settling consolidates everything but the largest pack into one
-// (one copy of each tree's base instead of one per pack); and neither loses an object while
-// someone runs `git gc --prune=now` or `git repack -ad` on the repository at the same time.
+// few while the run goes on; settling merges the run's packs into a pack of trees (each folder's
+// versions deltas of one another, found by the folder's path) and a pack of everything else; and
+// neither loses an object while someone runs `git gc --prune=now` or `git repack -ad` on the
+// repository at the same time.
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { readdir, stat, utimes, writeFile } from 'node:fs/promises';
@@ -44,15 +45,27 @@ async function packFiles(repo: string): Promise<{ packs: number; bytes: number }
   let packs = 0;
   let bytes = 0;
   for (const name of await readdir(dir)) {
+    if (!name.endsWith('.pack') && !name.endsWith('.idx')) continue;
+    const size = (await stat(path.join(dir, name)).catch(() => undefined))?.size; // gone: a roll-up behind the run merged it
+    if (size === undefined) continue;
     if (name.endsWith('.pack')) packs++;
-    if (name.endsWith('.pack') || name.endsWith('.idx')) bytes += (await stat(path.join(dir, name))).size;
+    bytes += size;
   }
   return { packs, bytes };
 }
 
-test('settling consolidates the packs the roll-ups left into one, smaller, and loses nothing', { timeout: 300_000 }, async () => {
+/** The repository's own objects in one pack, written an hour before the run (as a repository's are). */
+async function ownPackOlderThanTheRun(repo: string): Promise<void> {
+  await git(repo, 'repack', '-a', '-d', '-q');
+  const packDir = path.join(repo, '.git', 'objects', 'pack');
+  const anHourAgo = new Date(Date.now() - 3_600_000);
+  for (const name of await readdir(packDir)) await utimes(path.join(packDir, name), anHourAgo, anHourAgo);
+}
+
+test('settling consolidates the packs the roll-ups left into two, smaller, and loses nothing', { timeout: 300_000 }, async () => {
   const repo = await nestedRepo();
-  await git(repo, 'repack', '-a', '-d', '-q'); // the repository's own objects: one pack, the largest
+  await ownPackOlderThanTheRun(repo);
+  const runStart = Date.now() - 1000;
   const r = await startDrivenRun({ db: t.db, config: t.config, workspaceId: 'acme', repo, packEvery: 4 });
   for (let seq = 1; seq <= 46; seq++) await r.round(change(seq));
   // What the run leaves before its settle: the roll-ups' packs and the last checkpoints' small ones.
@@ -63,11 +76,41 @@ test('settling consolidates the packs the roll-ups left into one, smaller, and l
 
   await r.writer.settleNotes();
   const after = await packFiles(repo);
-  assert.equal(after.packs, 2, 'the largest pack and one pack of everything else');
+  assert.equal(after.packs, 3, "the repository's own pack, and the run's: one of trees, one of everything else");
   assert.ok(after.bytes < before.bytes, `consolidated: ${after.bytes} bytes of packs and indexes, ${before.bytes} before`);
   assert.equal(await git(repo, 'count-objects'), '0 objects, 0 kilobytes', 'nothing loose');
   await assertCheckpointsIntact(t.db, t.config, repo, r);
-  assert.equal(await new ObjectPacker(r.worktree, 4, silentLog, 0).consolidate(), false, 'a second consolidation has nothing to do');
+  assert.equal(await new ObjectPacker(r.worktree, 4, silentLog, runStart).consolidate(), false, 'a second settle has nothing to do');
+});
+
+test("settling leaves one whole tree per folder: every other version of it is a delta found by the folder's path", { timeout: 300_000 }, async () => {
+  // 40 folders of the same size: git's delta search, told no paths, mixes them in its window.
+  const files: Record<string, string> = {};
+  for (let m = 0; m < 40; m++) for (let i = 0; i < 10; i++) files[`src/m${String(m).padStart(2, '0')}/f${i}.ts`] = `export const f${m}_${i} = 0;\n`;
+  const repo = await makeRepo(files);
+  await ownPackOlderThanTheRun(repo);
+  const r = await startDrivenRun({ db: t.db, config: t.config, workspaceId: 'acme', repo, packEvery: 4 });
+  for (let seq = 1; seq <= 60; seq++) {
+    const round: Record<string, string> = {};
+    for (let k = 0; k < 4; k++) round[`src/m${String((seq * 7 + k * 11) % 40).padStart(2, '0')}/f${(seq + k) % 10}.ts`] = `export const v = ${seq};\n`;
+    await r.round(round);
+  }
+  await r.writer.settleNotes();
+
+  const listed = await git(repo, 'rev-list', '--objects', r.branch, '--not', 'main');
+  const paths = new Map(listed.split('\n').map((line) => [line.slice(0, 40), line.slice(41)] as const));
+  const check = await runGit(repo, ['cat-file', '--batch-check=%(objectname) %(objecttype) %(deltabase)'], { input: [...paths.keys()].join('\n') + '\n' });
+  const whole = new Map<string, number>();
+  let trees = 0;
+  for (const [oid, type, base] of check.stdout.trim().split('\n').map((line) => line.split(' '))) {
+    if (type !== 'tree' || paths.get(oid!) === '') continue; // a root of one entry is too small to be a delta
+    trees++;
+    if (/^0+$/.test(base!)) whole.set(paths.get(oid!)!, (whole.get(paths.get(oid!)!) ?? 0) + 1);
+  }
+  assert.ok(trees >= 60 * 5, `${trees} trees written`);
+  const twice = [...whole].filter(([, n]) => n > 1);
+  assert.deepEqual(twice, [], `each folder whole once (${[...whole.values()].reduce((a, b) => a + b, 0)} whole of ${trees})`);
+  await assertCheckpointsIntact(t.db, t.config, repo, r);
 });
 
 test('a consolidation whose new pack is one of the packs it merged keeps that pack', async () => {
@@ -83,13 +126,13 @@ test('a consolidation whose new pack is one of the packs it merged keeps that pa
   await packOf(objects.slice(5));
   await git(repo, 'prune-packed');
   const packer = new ObjectPacker(repo, 1, silentLog, 0);
-  assert.equal(await packer.consolidate(), true, 'the two new packs into one');
+  assert.equal(await packer.consolidate(), true, 'the two new packs into a pack of trees and a pack of the rest');
   // A pack holding a subset of that one (as a roll-up racing a consolidation leaves): merging both
   // writes the same objects again, which is the same pack name.
   await packOf(objects.slice(0, 1));
-  assert.equal((await packFiles(repo)).packs, 3);
+  assert.equal((await packFiles(repo)).packs, 4);
   assert.equal(await packer.consolidate(), true);
-  assert.equal((await packFiles(repo)).packs, 2, 'the largest and the consolidated pack');
+  assert.equal((await packFiles(repo)).packs, 3, 'the largest and the two consolidated packs');
   const missing = await runGit(repo, ['cat-file', '--batch-check'], { input: objects.join('\n') + '\n' });
   assert.doesNotMatch(missing.stdout, /missing/, 'every object of the three commits is still there');
   await git(repo, 'fsck', '--connectivity-only', '--no-dangling');
@@ -119,7 +162,7 @@ test("settling leaves packs older than the run alone (earlier runs' consolidated
   for (const stem of older) assert.ok(after.includes(`${stem}.pack`) && after.includes(`${stem}.idx`), `${stem}, older than the run, is untouched`);
   const written: string[] = [];
   for (const name of after) if (name.endsWith('.pack') && (await stat(path.join(packDir, name))).mtimeMs >= runStart) written.push(name);
-  assert.equal(written.length, 1, `the run's objects in one pack (${written.join(', ')})`);
+  assert.equal(written.length, 2, `the run's objects in a pack of trees and one of the rest (${written.join(', ')})`);
   await assertCheckpointsIntact(t.db, t.config, repo, r);
 });
 

@@ -116,6 +116,18 @@ export function commitTree(body: Buffer): string | undefined {
   return m?.[1];
 }
 
+/** The ids of every object in a pack, from its version-2 .idx (sorted, as the index holds them). */
+export function packObjectIds(idxPath: string): string[] {
+  const idx = readFileSync(idxPath);
+  if (idx.length < 8 + 1024 || idx.readUInt32BE(0) !== 0xff744f63 || idx.readUInt32BE(4) !== 2) {
+    throw new Error(`${idxPath}: not a version-2 pack index`);
+  }
+  const count = idx.readUInt32BE(8 + 255 * 4);
+  const ids: string[] = [];
+  for (let i = 0, at = 8 + 1024; i < count; i++, at += 20) ids.push(idx.toString('hex', at, at + 20));
+  return ids;
+}
+
 /** Reads objects and refs of one repository; `close()` when done (it holds the packs open). */
 export class ObjectReader {
   private packs: Pack[] | undefined;
