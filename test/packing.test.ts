@@ -46,8 +46,8 @@ async function packFiles(repo: string): Promise<{ packs: number; bytes: number }
   let bytes = 0;
   for (const name of await readdir(dir)) {
     if (!name.endsWith('.pack') && !name.endsWith('.idx')) continue;
-    const size = (await stat(path.join(dir, name)).catch(() => undefined))?.size; // gone: a roll-up behind the run merged it
-    if (size === undefined) continue;
+    const size = (await stat(path.join(dir, name)).catch(() => undefined))?.size;
+    if (size === undefined) continue; // gone: a roll-up behind the run merged it
     if (name.endsWith('.pack')) packs++;
     bytes += size;
   }
@@ -83,23 +83,25 @@ test('settling consolidates the packs the roll-ups left into two, smaller, and l
   assert.equal(await new ObjectPacker(r.worktree, 4, silentLog, runStart).consolidate(), false, 'a second settle has nothing to do');
 });
 
-test("settling leaves one whole tree per folder: every other version of it is a delta found by the folder's path", { timeout: 300_000 }, async () => {
+test("settling leaves one whole tree per folder, every other version a delta found by its path", { timeout: 300_000 }, async () => {
   // 40 folders of the same size: git's delta search, told no paths, mixes them in its window.
   const files: Record<string, string> = {};
-  for (let m = 0; m < 40; m++) for (let i = 0; i < 10; i++) files[`src/m${String(m).padStart(2, '0')}/f${i}.ts`] = `export const f${m}_${i} = 0;\n`;
+  const folder = (m: number) => `src/m${String(m).padStart(2, '0')}`;
+  for (let m = 0; m < 40; m++) for (let i = 0; i < 10; i++) files[`${folder(m)}/f${i}.ts`] = `export const f${m}_${i} = 0;\n`;
   const repo = await makeRepo(files);
   await ownPackOlderThanTheRun(repo);
   const r = await startDrivenRun({ db: t.db, config: t.config, workspaceId: 'acme', repo, packEvery: 4 });
   for (let seq = 1; seq <= 60; seq++) {
     const round: Record<string, string> = {};
-    for (let k = 0; k < 4; k++) round[`src/m${String((seq * 7 + k * 11) % 40).padStart(2, '0')}/f${(seq + k) % 10}.ts`] = `export const v = ${seq};\n`;
+    for (let k = 0; k < 4; k++) round[`${folder((seq * 7 + k * 11) % 40)}/f${(seq + k) % 10}.ts`] = `export const v = ${seq};\n`;
     await r.round(round);
   }
   await r.writer.settleNotes();
 
   const listed = await git(repo, 'rev-list', '--objects', r.branch, '--not', 'main');
   const paths = new Map(listed.split('\n').map((line) => [line.slice(0, 40), line.slice(41)] as const));
-  const check = await runGit(repo, ['cat-file', '--batch-check=%(objectname) %(objecttype) %(deltabase)'], { input: [...paths.keys()].join('\n') + '\n' });
+  const input = [...paths.keys()].join('\n') + '\n';
+  const check = await runGit(repo, ['cat-file', '--batch-check=%(objectname) %(objecttype) %(deltabase)'], { input });
   const whole = new Map<string, number>();
   let trees = 0;
   for (const [oid, type, base] of check.stdout.trim().split('\n').map((line) => line.split(' '))) {
@@ -109,7 +111,8 @@ test("settling leaves one whole tree per folder: every other version of it is a 
   }
   assert.ok(trees >= 60 * 5, `${trees} trees written`);
   const twice = [...whole].filter(([, n]) => n > 1);
-  assert.deepEqual(twice, [], `each folder whole once (${[...whole.values()].reduce((a, b) => a + b, 0)} whole of ${trees})`);
+  const wholeTrees = [...whole.values()].reduce((a, b) => a + b, 0);
+  assert.deepEqual(twice, [], `each folder whole once (${wholeTrees} whole of ${trees})`);
   await assertCheckpointsIntact(t.db, t.config, repo, r);
 });
 

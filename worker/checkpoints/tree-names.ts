@@ -26,16 +26,16 @@ export async function nameTrees(cwd: string, objects: Map<string, ObjectType>): 
   const commits = [...objects].filter(([, type]) => type === 'commit').map(([oid]) => oid);
   if (!commits.length) return [];
   const stdin = (oids: string[]) => oids.join('\n') + '\n';
-  const parents = await runGit(cwd, ['rev-list', '--parents', '--no-walk=unsorted', '--stdin'], { input: stdin(commits) });
+  const walk = ['rev-list', '--no-walk=unsorted', '--stdin'];
+  const parents = await runGit(cwd, [...walk, '--parents'], { input: stdin(commits) });
   const graph = new Map<string, string[]>();
   for (const line of parents.stdout.split('\n')) if (line) graph.set(line.slice(0, 40), line.split(' ').slice(1));
-  const listed = await runGit(cwd, ['rev-list', '--objects', '--filter=blob:none', '--no-walk=unsorted', '--stdin'], {
-    input: stdin(newestFirst(graph)),
-  });
+  const listed = await runGit(cwd, [...walk, '--objects', '--filter=blob:none'], { input: stdin(newestFirst(graph)) });
   const named: NamedTree[] = [];
   for (const line of listed.stdout.split('\n')) {
-    // "<commit>", or "<tree> <path>" ("<tree> " for a root); trees older than the merge are not ours to repack
-    if (line.length > 40 && objects.get(line.slice(0, 40)) === 'tree') named.push({ oid: line.slice(0, 40), path: line.slice(41) });
+    // "<commit>", or "<tree> <path>" ("<tree> " for a root); a tree older than the merge is in its own pack
+    const oid = line.slice(0, 40);
+    if (line.length > 40 && objects.get(oid) === 'tree') named.push({ oid, path: line.slice(41) });
   }
   return named;
 }
