@@ -177,10 +177,10 @@ async function hasLooseObjects(objectsDir: string): Promise<boolean> {
 }
 
 /** The packs without a .keep, largest first. */
-async function packsBySize(packDir: string): Promise<{ name: string; size: number; mtimeMs: number }[]> {
+async function packsBySize(packDir: string): Promise<PackFile[]> {
   const names = await readdir(packDir).catch(() => [] as string[]);
   const present = new Set(names);
-  const packs: { name: string; size: number; mtimeMs: number }[] = [];
+  const packs: PackFile[] = [];
   for (const name of names) {
     if (!/^pack-[0-9a-f]+\.pack$/.test(name) || present.has(name.replace(/\.pack$/, '.keep'))) continue;
     const st = await stat(path.join(packDir, name)).catch(() => undefined);
