@@ -1,7 +1,4 @@
-// npm run fork -- --workspace W --run R --at N [--brief TEXT] [--model M] [--cancel-source]
-// A new run from checkpoint N of run R (its own branch and worktree, made at N's commit).
-// Prints {"jobId","agentRunId","branch"}. Exit 0 ok; 2 bad arguments, or no such checkpoint in
-// that workspace (a pruned one says so); 1 anything else (e.g. a commit that does not verify).
+// npm run fork: a new run from a checkpoint of another (its description below is its --help).
 import { loadConfigOrExit } from '../core/config.ts';
 import { openDatabase } from '../store/connection.ts';
 import { registerConfigSecrets, registerStartupSecrets } from '../worker/secrets.ts';
@@ -9,27 +6,35 @@ import { EchodoError, errorMessage } from '../core/errors.ts';
 import { forkRun } from '../worker/fork.ts';
 import { createLogger } from '../worker/log.ts';
 import { createQueue } from '../worker/queue/index.ts';
-import { exitOnStartupError, parseCli, usageError } from './cli.ts';
+import { command, exitOnStartupError } from './cli.ts';
+import { DATABASE_ENV } from './cli-env.ts';
 
-exitOnStartupError('fork');
-
-const USAGE = 'npm run fork -- --workspace W --run R --at N [--brief TEXT] [--model M] [--cancel-source]';
-const { values, positionals } = parseCli(
-  {
-    workspace: { type: 'string' },
-    run: { type: 'string' },
-    at: { type: 'string' },
-    brief: { type: 'string' },
-    model: { type: 'string' },
-    'cancel-source': { type: 'boolean', default: false },
+const { values, fail } = command({
+  name: 'fork',
+  summary:
+    "a new run starting from checkpoint N of run R (its own branch and worktree, made at N's commit); " +
+    'prints {"jobId","agentRunId","branch"}.',
+  usage: ['-- --workspace W --run R --at N [--brief TEXT] [--model M] [--cancel-source]'],
+  flags: {
+    workspace: { type: 'string', value: 'W', help: 'the workspace of the run' },
+    run: { type: 'string', value: 'R', help: 'the run to fork (agentRunId)' },
+    at: { type: 'string', value: 'N', help: 'the checkpoint to start from (1, 2, …)' },
+    brief: { type: 'string', value: 'TEXT', help: "the new run's brief (default: the source run's)" },
+    model: { type: 'string', value: 'M', help: "the new run's model alias or replay:PATH (default: the source run's)" },
+    'cancel-source': { type: 'boolean', help: 'cancel the source run too' },
   },
-  USAGE,
-);
-if (positionals.length) usageError(USAGE, `unexpected argument(s): ${positionals.join(' ')}`);
-if (!values.workspace || !values.run || values.at === undefined) usageError(USAGE, '--workspace, --run and --at are required');
-if (!/^[1-9]\d{0,8}$/.test(values.at)) usageError(USAGE, `--at must be a checkpoint number (1, 2, …), got "${values.at}"`);
-if (values.brief !== undefined && !values.brief.trim()) usageError(USAGE, '--brief must not be empty');
-if (values.model !== undefined && !values.model.trim()) usageError(USAGE, '--model must not be empty');
+  exitCodes: {
+    0: 'forked: one JSON line on stdout',
+    1: 'any other error (e.g. a checkpoint commit that does not verify)',
+    2: 'bad arguments, or no such run or checkpoint in that workspace (a pruned one says so)',
+  },
+  env: [...DATABASE_ENV, 'REDIS_URL', 'WORKER_REPO_ROOT', 'WORKER_WORKTREE_BASE', 'WORKER_NOTES_REF'],
+});
+if (!values.workspace || !values.run || values.at === undefined) fail('--workspace, --run and --at are required');
+if (!/^[1-9]\d{0,8}$/.test(values.at!)) fail(`--at must be a checkpoint number (1, 2, …), got "${values.at}"`);
+if (values.brief !== undefined && !values.brief.trim()) fail('--brief must not be empty');
+if (values.model !== undefined && !values.model.trim()) fail('--model must not be empty');
+exitOnStartupError('fork');
 
 const config = loadConfigOrExit();
 registerConfigSecrets(config); // before anything is logged or stored
@@ -42,12 +47,12 @@ try {
   const answer = await forkRun(
     { db, queue, config, log },
     {
-      workspaceId: values.workspace,
-      agentRunId: values.run,
+      workspaceId: values.workspace!,
+      agentRunId: values.run!,
       at: Number(values.at),
       brief: values.brief,
       model: values.model,
-      cancelSource: values['cancel-source'],
+      cancelSource: values['cancel-source'] ?? false,
       by: 'cli',
     },
   );

@@ -5,7 +5,8 @@ import { loadConfigOrExit, type Config } from '../core/config.ts';
 import { EchodoError, errorMessage } from '../core/errors.ts';
 import { openDatabase, type Database } from '../store/connection.ts';
 import { registerConfigSecrets, registerStartupSecrets } from '../worker/secrets.ts';
-import { exitOnStartupError, parseCli, usageError } from './cli.ts';
+import { command, exitOnStartupError } from './cli.ts';
+import { DATABASE_ENV } from './cli-env.ts';
 
 export interface RunActionContext {
   config: Config;
@@ -14,12 +15,30 @@ export interface RunActionContext {
   agentRunId: string;
 }
 
-export async function runActionCommand(name: string, act: (ctx: RunActionContext) => Promise<unknown>): Promise<never> {
+export interface RunActionSpec {
+  name: string;
+  summary: string;
+  /** What exit 3 means for this command. */
+  refused: string;
+}
+
+export async function runActionCommand(
+  { name, summary, refused }: RunActionSpec,
+  act: (ctx: RunActionContext) => Promise<unknown>,
+): Promise<never> {
+  const { values, fail } = command({
+    name,
+    summary,
+    usage: ['-- --workspace W --run R'],
+    flags: {
+      workspace: { type: 'string', value: 'W', help: 'the workspace of the run' },
+      run: { type: 'string', value: 'R', help: 'the run (agentRunId)' },
+    },
+    exitCodes: { 0: 'done: one JSON line on stdout', 1: 'any other error', 2: 'bad arguments, or no such run in that workspace', 3: refused },
+    env: [...DATABASE_ENV, 'REDIS_URL', 'WORKER_REPO_ROOT'],
+  });
+  if (!values.workspace || !values.run) fail('both --workspace and --run are required');
   exitOnStartupError(name);
-  const usage = `npm run ${name} -- --workspace W --run R`;
-  const { values, positionals } = parseCli({ workspace: { type: 'string' }, run: { type: 'string' } }, usage);
-  if (positionals.length) usageError(usage, `unexpected argument(s): ${positionals.join(' ')}`);
-  if (!values.workspace || !values.run) usageError(usage, 'both --workspace and --run are required');
 
   const config = loadConfigOrExit();
   registerConfigSecrets(config); // before anything is logged or stored
@@ -27,7 +46,7 @@ export async function runActionCommand(name: string, act: (ctx: RunActionContext
   await registerStartupSecrets(config, db);
   let code = 0;
   try {
-    const answer = await act({ config, db, workspaceId: values.workspace, agentRunId: values.run });
+    const answer = await act({ config, db, workspaceId: values.workspace!, agentRunId: values.run! });
     process.stdout.write(`${JSON.stringify(answer)}\n`);
   } catch (err) {
     process.stderr.write(`${name}: ${errorMessage(err)}\n`);
