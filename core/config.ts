@@ -59,6 +59,8 @@ const schema = z.object({
     .regex(/^[A-Za-z0-9_*?]+(\s*,\s*[A-Za-z0-9_*?]+)*$/, 'must be comma-separated globs of variable names, e.g. *_API_KEY')
     .default('*_API_KEY'),
   DATABASE_APP_URL: z.string().url().optional(),
+  // The only folder `replay:<path>` transcripts are read from; unset: no replay model at all.
+  WORKER_REPLAY_DIR: z.string().min(1).refine((p) => path.isAbsolute(p), 'must be an absolute path').optional(),
   // Many hosts (docs/checkpoints.md): where this worker runs, and the remote every checkpoint is pushed to.
   WORKER_HOST_ID: z.string().min(1).max(200).regex(/^[A-Za-z0-9][A-Za-z0-9._:-]*$/, 'may hold only letters, digits, ".", "_", ":" and "-"').default(os.hostname()),
   WORKER_CHECKPOINT_REMOTE: z.string().min(1).optional(),
@@ -68,6 +70,8 @@ const schema = z.object({
   WORKER_REMOTE_STANDBY_MS: int(0).refine((ms) => ms === 0 || ms >= 100, 'must be 0 (off) or at least 100').default(2000),
   // One warm, checked-out spare worktree per repository per host (worker/spare-worktrees.ts).
   WORKER_SPARE_WORKTREE: bool.default(true),
+  // The daemons restart themselves after a crash (core/supervisor.ts); 0 where systemd or Kubernetes do it.
+  ECHODO_SUPERVISE: bool.default(true),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 });
 

@@ -1,6 +1,8 @@
 // Per-workspace configuration rows: harness overrides, role routes, model providers.
 import type { Sql } from 'postgres';
 import { assertKeyVarAllowed } from '../core/key-vars.ts';
+import { assertKeyGranted } from '../core/key-grants.ts';
+import { keyGrantOf } from './grants.ts';
 import type { WorkspaceTx } from './workspace.ts';
 
 export interface HarnessRow {
@@ -53,10 +55,14 @@ export async function allApiKeyEnvVars(sql: Sql): Promise<string[]> {
 
 /**
  * Writes a provider row. Its api_key_env_var must match `keyVarGlobs` (WORKER_PROVIDER_KEY_VARS):
- * ProviderKeyVarRefusedError, naming the variable and the globs, otherwise.
+ * ProviderKeyVarRefusedError, naming the variable and the globs, otherwise; and it must be granted
+ * to the workspace for the host of base_url: KeyNotGrantedError, naming the variable, otherwise.
  */
 export async function upsertModelProvider(tx: WorkspaceTx, row: ModelProviderRow, keyVarGlobs?: readonly string[]): Promise<void> {
   assertKeyVarAllowed(row.api_key_env_var, keyVarGlobs);
+  if (row.api_key_env_var) {
+    assertKeyGranted(row.api_key_env_var, await keyGrantOf(tx, row.api_key_env_var), row.base_url, tx.workspaceId);
+  }
   await tx`insert into model_providers (workspace_id, alias, provider, base_url, model, api_key_env_var)
            values (${tx.workspaceId}, ${row.alias}, ${row.provider}, ${row.base_url}, ${row.model}, ${row.api_key_env_var})
            on conflict (workspace_id, alias) do update

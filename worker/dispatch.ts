@@ -12,6 +12,7 @@ import { faultPoint } from './faults.ts';
 import { parseJob, type Job } from '../core/job.ts';
 import type { JobQueue } from './queue/types.ts';
 import { admitJob, type Admission } from './redispatch.ts';
+import { assertRepoGranted, repoNeedingGrant } from './repo-access.ts';
 
 export interface DispatchResult {
   jobId: string;
@@ -53,8 +54,12 @@ export async function dispatchJob(db: Database, queue: JobQueue, input: unknown,
   if (!parsed.ok) throw new EchodoError('invalid_job', parsed.problems.join('\n'));
   // The brief is stored (and shown to the model) with secrets redacted.
   const job: Job = { ...parsed.job, brief: redactString(parsed.job.brief) };
+  // Told WORKER_REPO_ROOT, dispatch refuses a repository the workspace was not granted; the
+  // claim checks every run again (worker/repo-access.ts), whatever way it was enqueued.
+  const repoReal = options.defaultRepoPath === undefined ? null : await repoNeedingGrant(job.repoPath, options.defaultRepoPath, job.workspaceId);
   const admission = await admitInWorkspace(db, job.workspaceId, async (tx) => {
     if (!(await workspaceExists(tx))) throw new EchodoError('workspace_not_found', `workspaceId: workspace "${job.workspaceId}" does not exist (create it with: npm run workspace -- create ${job.workspaceId})`);
+    if (repoReal !== null) await assertRepoGranted(tx, job.repoPath!, repoReal);
     return admitJob(tx, job, { entry: 'request', agentRunIdGiven: parsed.agentRunIdGiven, defaultRepoPath: options.defaultRepoPath });
   });
   return ring(queue, admission);

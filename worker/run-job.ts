@@ -9,6 +9,8 @@ import type { Database } from '../store/connection.ts';
 import { runManifest } from '../store/checkpoints.ts';
 import { appendEvent, getRun, completeRun, failRun, requeueRun, type RunRow } from '../store/runs.ts';
 import { apiKeyEnvVars, modelProvider } from '../store/workspace-config.ts';
+import { workspaceKeyGrants } from '../store/grants.ts';
+import { assertRepoGranted, repoNeedingGrant } from './repo-access.ts';
 import { inWorkspace } from '../store/workspace.ts';
 import { isTransientDbError } from '../store/retry.ts';
 import { errorMessage, LeaseLostError, toEchodoError } from '../core/errors.ts';
@@ -34,7 +36,8 @@ import { forkStartState } from './fork.ts';
 import { CheckpointRemoteError, RemotePusher, runNotesRef } from './checkpoints/remote.ts';
 import { discardPrefetch, finishMirror, prefetchRun, type PrefetchedRun } from './remote-resume.ts';
 
-export type JobResult = 'completed' | 'failed' | 'released' | 'skipped' | 'dead_lettered' | 'lease_lost';
+/** `given_up`: the lease lapsed while Postgres was unreachable; `lease_lost`: this process is suspect. */
+export type JobResult = 'completed' | 'failed' | 'released' | 'skipped' | 'dead_lettered' | 'given_up' | 'lease_lost';
 
 export interface JobDeps {
   config: Config;
@@ -75,7 +78,12 @@ export async function processDelivery(deps: JobDeps, delivery: Delivery): Promis
     return await executeRun(runDeps, run, lease, { run: prefetchedRun, branchOwned });
   } catch (err) {
     if (err instanceof LeaseLostError || lease.isLost) {
-      runLog.warn({ error: errorMessage(err) }, 'lease lost: this worker stops touching the run');
+      const cause = lease.classifyLoss();
+      if (cause === 'cut_off') {
+        runLog.warn({ cause, error: errorMessage(err) }, 'lease lapsed while Postgres was unreachable: the run is given up');
+        return 'given_up';
+      }
+      runLog.warn({ cause, error: errorMessage(err) }, 'lease lost: this worker stops touching the run');
       return 'lease_lost';
     }
     if (isTransientDbError(err) || err instanceof CheckpointRemoteError) {
@@ -111,19 +119,24 @@ async function executeRun(
   const scoped = inWorkspace(db.app, run.workspace_id, log);
   // A resume's slowest read, `git status` of the worktree the row names on this host, starts now
   // and runs while Postgres answers (verify.ts uses it only if the row still names that path).
+  // The repository first (worker/repo-access.ts): a job enqueued past dispatch, or a registration
+  // revoked since, fails here with the reason before anything touches the repository.
+  const repoReal = await repoNeedingGrant(job.repoPath, config.WORKER_REPO_ROOT, run.workspace_id);
   const prefetchedStatus = prefetchStatus(run, config);
   // Every read the run starts from, pipelined in one transaction: the harness, the API key
   // variables to redact, the last rows (a bounded tail, resume-chain.ts), the run's whole
   // manifest (for verification) and the model alias's provider row.
-  const { harness, keyVars, chain, anchor, manifest, provider } = await scoped(async (tx) => {
-    const [harness, keyVars, tail, manifest, provider] = await Promise.all([
+  const { harness, keyVars, chain, anchor, manifest, provider, keyGrants } = await scoped(async (tx) => {
+    const [, harness, keyVars, tail, manifest, provider, keyGrants] = await Promise.all([
+      repoReal === null ? undefined : assertRepoGranted(tx, job.repoPath!, repoReal),
       resolveHarnessForJob(tx, job, config),
       apiKeyEnvVars(tx),
       loadResumeChain(tx, run.id, config.WORKER_CHECKPOINT_HISTORY_LIMIT),
       runManifest(tx, run.id),
       isReplayModel(job.model) ? undefined : modelProvider(tx, job.model),
+      isReplayModel(job.model) ? [] : workspaceKeyGrants(tx),
     ]);
-    return { harness, keyVars, ...tail, manifest, provider };
+    return { harness, keyVars, ...tail, manifest, provider, keyGrants };
   });
   registerSecretsFromEnv(process.env, keyVars);
   const resuming = chain.length > 0 || run.attempt > 1 || run.worktree_path !== null || job.resumeFromCheckpoint;
@@ -134,6 +147,8 @@ async function executeRun(
     startAt: chain.at(-1)?.step ?? run.fork_seed?.step ?? 0, // a fork continues after its source's step
     signal: deps.shutdown,
     keyVarGlobs: parseKeyVarGlobs(config.WORKER_PROVIDER_KEY_VARS),
+    replayDir: config.WORKER_REPLAY_DIR,
+    lookupKeyGrant: async (variable) => keyGrants.find((g) => g.variable === variable),
   });
   if (run.cancel_requested_at) {
     // Asked while nobody could act on it (its worker died after the request): cancelled at once.

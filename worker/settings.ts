@@ -9,6 +9,7 @@ import { redactString } from '../core/redact.ts';
 import { EchodoError, errorMessage } from '../core/errors.ts';
 import { assertKeyVarAllowed } from '../core/key-vars.ts';
 import { createOpenAICompatibleModel } from './models/openai-compatible.ts';
+import type { KeyGrant } from '../core/key-grants.ts';
 
 export const PROVIDER_KINDS = ['openai-compatible'] as const;
 export const MODEL_TEST_TIMEOUT_MS = 10_000;
@@ -77,12 +78,15 @@ export type ModelTestResult = { ok: true; latencyMs: number; model: string } | {
 /** One minimal call to the provider: a one-token completion, MODEL_TEST_TIMEOUT_MS at most, no retries. */
 export async function testModelProvider(
   row: ModelProviderRow,
-  options: { keyVarGlobs: readonly string[]; env?: NodeJS.ProcessEnv; timeoutMs?: number },
+  options: { keyVarGlobs: readonly string[]; keyGrant?: KeyGrant; env?: NodeJS.ProcessEnv; timeoutMs?: number },
 ): Promise<ModelTestResult> {
   const started = performance.now();
   const latency = () => Math.round(performance.now() - started);
   try {
-    const model = createOpenAICompatibleModel({ baseURL: row.base_url, model: row.model, apiKeyEnvVar: row.api_key_env_var, env: options.env, keyVarGlobs: options.keyVarGlobs });
+    const model = createOpenAICompatibleModel({
+      baseURL: row.base_url, model: row.model, apiKeyEnvVar: row.api_key_env_var, env: options.env,
+      keyVarGlobs: options.keyVarGlobs, keyGrant: options.keyGrant,
+    });
     await generateText({
       model,
       prompt: 'Reply with: ok',

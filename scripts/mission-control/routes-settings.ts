@@ -5,6 +5,7 @@
 import type { Hono } from 'hono';
 import type { Database } from '../../store/connection.ts';
 import { modelProvider, upsertModelProvider } from '../../store/workspace-config.ts';
+import { keyGrantOf } from '../../store/grants.ts';
 import {
   listHarnesses, listModelProviders, listRoutes, removeHarness, removeModelProvider, removeRoute, upsertHarness, upsertRoute,
 } from '../../store/workspace-settings.ts';
@@ -39,10 +40,14 @@ export function mountSettingsRoutes(app: Hono<McEnv>, deps: { db: Database; conf
 
   /** The Test: the row is read in a transaction, the call is made after it (no connection waits on the network). */
   async function test(c: McContext, alias: string): Promise<ModelTestResult | undefined> {
-    const row = await inWs(c, (tx) => modelProvider(tx, alias));
-    if (!row) return undefined;
+    const found = await inWs(c, async (tx) => {
+      const row = await modelProvider(tx, alias);
+      return row && { row, keyGrant: row.api_key_env_var ? await keyGrantOf(tx, row.api_key_env_var) : undefined };
+    });
+    if (!found) return undefined;
+    const { row, keyGrant } = found;
     registerSecretsFromEnv(process.env, row.api_key_env_var ? [row.api_key_env_var] : []);
-    return testModelProvider(row, { keyVarGlobs: globs() });
+    return testModelProvider(row, { keyVarGlobs: globs(), keyGrant });
   }
 
   // ------------------------------------------------------------------ JSON

@@ -3,11 +3,14 @@
 // the outgoing request's headers: no object here holds it, so logging the model leaks nothing.
 // Only a variable matching WORKER_PROVIDER_KEY_VARS is ever read (key-vars.ts): checked when the
 // model is made and again before each request, so nothing else can be sent as a bearer token.
+// The key must also be granted to the row's workspace (core/key-grants.ts), and each request that
+// carries it must go to a granted host; such a request never follows a redirect.
 
 import type { LanguageModelV3 } from '@ai-sdk/provider';
 import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
 import { EchodoError } from '../../core/errors.ts';
 import { assertKeyVarAllowed, parseKeyVarGlobs } from '../../core/key-vars.ts';
+import { assertKeyGranted, type KeyGrant } from '../../core/key-grants.ts';
 
 export interface OpenAICompatibleModelOptions {
   baseURL: string;
@@ -20,6 +23,8 @@ export interface OpenAICompatibleModelOptions {
   fetch?: typeof globalThis.fetch;
   /** Globs the key variable must match (WORKER_PROVIDER_KEY_VARS); defaults to the environment's, else *_API_KEY. */
   keyVarGlobs?: readonly string[];
+  /** The workspace's grant of apiKeyEnvVar; without one, a keyed model is refused. */
+  keyGrant?: KeyGrant;
 }
 
 export class MissingApiKeyError extends EchodoError {
@@ -35,17 +40,19 @@ export function createOpenAICompatibleModel(options: OpenAICompatibleModelOption
   const baseFetch = options.fetch ?? globalThis.fetch;
   const globs = options.keyVarGlobs ?? parseKeyVarGlobs();
   assertKeyVarAllowed(apiKeyEnvVar, globs);
+  if (apiKeyEnvVar) assertKeyGranted(apiKeyEnvVar, options.keyGrant, options.baseURL);
 
   const fetchWithKey: typeof globalThis.fetch = async (input, init) => {
     const headers = new Headers(init?.headers);
     headers.delete('authorization');
-    if (apiKeyEnvVar) {
-      assertKeyVarAllowed(apiKeyEnvVar, globs);
-      const key = env[apiKeyEnvVar];
-      if (!key) throw new MissingApiKeyError(apiKeyEnvVar);
-      headers.set('authorization', `Bearer ${key}`);
-    }
-    return baseFetch(input, { ...init, headers });
+    if (!apiKeyEnvVar) return baseFetch(input, { ...init, headers });
+    assertKeyVarAllowed(apiKeyEnvVar, globs);
+    assertKeyGranted(apiKeyEnvVar, options.keyGrant, requestUrl(input));
+    const key = env[apiKeyEnvVar];
+    if (!key) throw new MissingApiKeyError(apiKeyEnvVar);
+    headers.set('authorization', `Bearer ${key}`);
+    // A redirect could take the key to a host the grant does not name.
+    return baseFetch(input, { ...init, headers, redirect: 'error' });
   };
 
   const provider = createOpenAICompatible({
@@ -54,4 +61,9 @@ export function createOpenAICompatibleModel(options: OpenAICompatibleModelOption
     fetch: fetchWithKey,
   });
   return provider.chatModel(model);
+}
+
+function requestUrl(input: Parameters<typeof globalThis.fetch>[0]): URL {
+  if (input instanceof URL) return input;
+  return new URL(typeof input === 'string' ? input : input.url);
 }

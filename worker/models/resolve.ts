@@ -1,12 +1,15 @@
 // Turns a job's `model` field into a LanguageModelV3: `replay:<absolute path>` is the offline
-// transcript model; anything else is an alias in the workspace's model_providers.
+// transcript model (only inside WORKER_REPLAY_DIR); anything else is an alias in the workspace's
+// model_providers, whose key variable must be granted to the workspace for the row's host.
 
-import { isAbsolute } from 'node:path';
 import type { LanguageModelV3 } from '@ai-sdk/provider';
 import { EchodoError } from '../../core/errors.ts';
 import { createOpenAICompatibleModel } from './openai-compatible.ts';
 import { ReplayModel } from './replay.ts';
 import { loadTranscript } from './transcript.ts';
+import { replayPathInside } from './replay-dir.ts';
+import { assertKeyVarAllowed, parseKeyVarGlobs } from '../../core/key-vars.ts';
+import { assertKeyGranted, type KeyGrant } from '../../core/key-grants.ts';
 
 export const REPLAY_PREFIX = 'replay:';
 
@@ -32,6 +35,10 @@ export interface ResolveModelArgs {
   signal?: AbortSignal;
   /** WORKER_PROVIDER_KEY_VARS as globs; defaults to the environment's, else *_API_KEY. */
   keyVarGlobs?: readonly string[];
+  /** WORKER_REPLAY_DIR: the only folder replay transcripts are read from; unset refuses replay models. */
+  replayDir?: string;
+  /** The workspace's grant of a variable; absent (or answering undefined): no key is granted. */
+  lookupKeyGrant?(variable: string): Promise<KeyGrant | undefined>;
 }
 
 export interface ResolvedModel {
@@ -45,10 +52,7 @@ export interface ResolvedModel {
 export async function resolveModel(args: ResolveModelArgs): Promise<ResolvedModel> {
   if (isReplayModel(args.model)) {
     const path = args.model.slice(REPLAY_PREFIX.length);
-    if (!isAbsolute(path)) {
-      throw new EchodoError('model_unknown', `replay model path "${path}" must be absolute`);
-    }
-    const transcript = await loadTranscript(path);
+    const transcript = await loadTranscript(await replayPathInside(path, args.replayDir));
     const model = new ReplayModel({ transcript, startAt: args.startAt, signal: args.signal, modelId: path });
     return { model, description: `replay:${path} (from entry ${args.startAt} of ${transcript.steps.length})` };
   }
@@ -60,14 +64,18 @@ export async function resolveModel(args: ResolveModelArgs): Promise<ResolvedMode
   if (row.provider !== 'openai-compatible') {
     throw new EchodoError('model_unknown', `model alias "${row.alias}" has unsupported provider "${String(row.provider)}"`);
   }
-  // A row naming a variable outside WORKER_PROVIDER_KEY_VARS (DATABASE_URL, say) fails the run
-  // here, before the variable is read or anything is sent.
+  // A row naming a variable outside WORKER_PROVIDER_KEY_VARS (DATABASE_URL, say), or one not granted
+  // to this workspace for the row's host, fails the run here, before the variable is read or anything is sent.
+  assertKeyVarAllowed(row.api_key_env_var, args.keyVarGlobs ?? parseKeyVarGlobs());
+  const keyGrant = row.api_key_env_var ? await args.lookupKeyGrant?.(row.api_key_env_var) : undefined;
+  if (row.api_key_env_var) assertKeyGranted(row.api_key_env_var, keyGrant, row.base_url);
   const model = createOpenAICompatibleModel({
     baseURL: row.base_url,
     model: row.model,
     apiKeyEnvVar: row.api_key_env_var,
     env: args.env,
     keyVarGlobs: args.keyVarGlobs,
+    keyGrant,
   });
   return {
     model,

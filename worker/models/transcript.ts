@@ -1,7 +1,8 @@
 // Replay transcripts: the offline model's script (contract § "Replay transcripts").
 // Each entry is one model response; an entry with tool calls is one tool round.
 
-import { readFile } from 'node:fs/promises';
+import { constants } from 'node:fs';
+import { open } from 'node:fs/promises';
 import { z } from 'zod';
 import { EchodoError } from '../../core/errors.ts';
 
@@ -36,13 +37,19 @@ export class TranscriptError extends EchodoError {
   }
 }
 
-/** V8's JSON.parse message quotes the input; keep only the problem so file contents are never echoed. */
-function jsonProblem(err: unknown): string {
-  const message = err instanceof Error ? err.message : String(err);
-  return message.replace(/,\s*".*" is not valid JSON$/s, '');
+/**
+ * Where JSON.parse stopped, without its words: V8's message quotes the input around the problem,
+ * and a transcript path may name any file, so only the position is kept.
+ */
+function jsonPosition(err: unknown): string {
+  const message = err instanceof Error ? err.message : '';
+  const at = /at position (\d+)(?: \(line (\d+) column (\d+)\))?/.exec(message);
+  if (at?.[2]) return ` (at line ${at[2]}, column ${at[3]})`;
+  if (at) return ` (at position ${at[1]})`;
+  return /end of JSON input/i.test(message) ? ' (it ends too early)' : '';
 }
 
-/** `steps[2].toolCalls[0].toolName` from zod's path array. */
+/** `steps[2].toolCalls[0].toolName` from zod's path array (the schema's own field names only). */
 function fieldPath(path: ReadonlyArray<PropertyKey>): string {
   let out = '';
   for (const key of path) {
@@ -51,33 +58,80 @@ function fieldPath(path: ReadonlyArray<PropertyKey>): string {
   return out || '(root)';
 }
 
+/**
+ * One issue in words that never come from the file: zod's own messages may quote the input's
+ * keys (an unrecognised field) or values, so each kind gets a fixed description of its shape.
+ */
+function shapeProblem(issue: z.core.$ZodIssue): string {
+  const at = fieldPath(issue.path);
+  switch (issue.code) {
+    case 'unrecognized_keys':
+      return `${at}: ${issue.keys.length} unexpected field(s)`;
+    case 'invalid_type':
+      return `${at}: expected ${issue.expected}`;
+    case 'too_small':
+      return `${at}: ${issue.origin === 'array' ? 'too few entries' : 'too small'}`;
+    case 'too_big':
+      return `${at}: ${issue.origin === 'array' ? 'too many entries' : 'too large'}`;
+    case 'custom':
+      return `${at}: an entry needs toolCalls or text (or both)`;
+    default:
+      return `${at}: not the expected shape`;
+  }
+}
+
+const NOT_A_TRANSCRIPT = 'is not a valid replay transcript';
+
 /** Validates already-parsed JSON; `source` names where it came from in error messages. */
 export function parseTranscript(value: unknown, source = 'transcript'): Transcript {
   const result = transcriptSchema.safeParse(value);
   if (result.success) return result.data;
-  const problems = result.error.issues.map((issue) => `${fieldPath(issue.path)}: ${issue.message}`);
-  return failWith(`replay transcript ${source} is invalid: ${problems.join('; ')}`);
+  const problems = result.error.issues.slice(0, 5).map(shapeProblem);
+  return failWith(`replay transcript ${source} ${NOT_A_TRANSCRIPT}: ${problems.join('; ')}`);
 }
 
 function failWith(message: string, cause?: unknown): never {
   throw new TranscriptError(message, cause === undefined ? undefined : { cause });
 }
 
+/** A transcript larger than this is refused unread: the worker holds it in memory whole. */
+export const MAX_TRANSCRIPT_BYTES = 32 * 1024 * 1024;
+
+/**
+ * Reads a transcript at a path already checked to be inside WORKER_REPLAY_DIR (replay-dir.ts).
+ * Opened without following a final symlink and without blocking (a FIFO would hang the run), and
+ * read only when it is a regular file.
+ */
 export async function loadTranscript(path: string): Promise<Transcript> {
   let text: string;
   try {
-    text = await readFile(path, 'utf8');
+    text = await readRegularFile(path);
   } catch (err) {
+    if (err instanceof TranscriptError) throw err;
     const code = (err as NodeJS.ErrnoException).code;
     if (code === 'ENOENT') failWith(`replay transcript ${path} does not exist`, err);
     if (code === 'EISDIR') failWith(`replay transcript ${path} is a directory, not a file`, err);
+    if (code === 'ELOOP') failWith(`replay transcript ${path} is a symbolic link, not a file`, err);
     failWith(`replay transcript ${path} cannot be read (${code ?? 'error'})`, err);
   }
   let json: unknown;
   try {
     json = JSON.parse(text);
   } catch (err) {
-    failWith(`replay transcript ${path} is not valid JSON: ${jsonProblem(err)}`);
+    failWith(`replay transcript ${path} ${NOT_A_TRANSCRIPT}: it is not valid JSON${jsonPosition(err)}`);
   }
   return parseTranscript(json, path);
+}
+
+async function readRegularFile(path: string): Promise<string> {
+  const handle = await open(path, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+  try {
+    const info = await handle.stat();
+    if (info.isDirectory()) failWith(`replay transcript ${path} is a directory, not a file`);
+    if (!info.isFile()) failWith(`replay transcript ${path} is not a regular file`);
+    if (info.size > MAX_TRANSCRIPT_BYTES) failWith(`replay transcript ${path} is larger than ${MAX_TRANSCRIPT_BYTES} bytes`);
+    return await handle.readFile('utf8');
+  } finally {
+    await handle.close();
+  }
 }
