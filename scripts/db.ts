@@ -1,4 +1,4 @@
-// npm run db -- up | url | migrate | down | status
+// npm run db: the embedded PostgreSQL (its description below is its --help).
 // Manages the embedded PostgreSQL under ECHODO_HOME; with DATABASE_URL set, nothing is started
 // and up/url/migrate work against that database instead. `url` is the superuser's (for psql);
 // the processes themselves log in as the app role (docs/security.md, "The database role").
@@ -8,11 +8,32 @@ import { errorMessage } from '../core/errors.ts';
 import { connect, resolveDatabaseUrl } from '../store/connection.ts';
 import { embeddedStatus, stopEmbeddedPostgres } from '../store/embedded.ts';
 import { migrate } from '../store/migrate.ts';
-import { exitOnStartupError } from './cli.ts';
+import { command, exitOnStartupError } from './cli.ts';
 
+const VERBS = ['up', 'url', 'migrate', 'down', 'status'];
+const { positionals, fail } = command({
+  name: 'db',
+  summary:
+    'manages the embedded PostgreSQL under ECHODO_HOME; with DATABASE_URL set nothing is started and up, url ' +
+    'and migrate work against that database instead.',
+  usage: ['-- up | url | migrate | down | status'],
+  flags: {},
+  positionals: {
+    min: 1,
+    max: 1,
+    help: [
+      'up       start the embedded server (if needed), migrate, print its URL',
+      'url      print a superuser connection string usable by psql (DATABASE_APP_URL alone: that one)',
+      'migrate  apply the pending migrations',
+      'down     stop the embedded server',
+      'status   whether the embedded server runs (pid, port), or which external database is set',
+    ],
+  },
+  exitCodes: { 0: 'done', 1: 'an error (e.g. the server did not start)', 2: 'bad arguments, or up/migrate with only DATABASE_APP_URL' },
+  env: ['DATABASE_URL', 'DATABASE_APP_URL', 'ECHODO_HOME'],
+});
+if (!VERBS.includes(positionals[0]!)) fail(`unknown command: ${positionals[0]}`);
 exitOnStartupError('db');
-
-const USAGE = 'usage: npm run db -- up | url | migrate | down | status';
 
 async function migrateUrl(url: string): Promise<string[]> {
   const sql = connect(url, { max: 1 });
@@ -28,19 +49,15 @@ function reportApplied(applied: string[]): void {
 }
 
 async function main(args: string[]): Promise<number> {
-  const command = args[0];
-  if (args.length !== 1 || !['up', 'url', 'migrate', 'down', 'status'].includes(command!)) {
-    process.stderr.write(`${USAGE}\n`);
-    return 2;
-  }
+  const verb = args[0];
   const config = loadConfigOrExit();
   const external = Boolean(config.DATABASE_URL);
   const appOnly = Boolean(config.DATABASE_APP_URL) && !external;
-  if (appOnly && (command === 'up' || command === 'migrate')) {
+  if (appOnly && (verb === 'up' || verb === 'migrate')) {
     process.stderr.write('db: only DATABASE_APP_URL is set, and that login cannot migrate: set DATABASE_URL to a superuser URL\n');
     return 2;
   }
-  switch (command) {
+  switch (verb) {
     case 'url':
       if (appOnly) {
         process.stdout.write(`${config.DATABASE_APP_URL}\n`);
@@ -87,7 +104,7 @@ async function main(args: string[]): Promise<number> {
   return 2;
 }
 
-main(process.argv.slice(2)).then(
+main(positionals).then(
   (code) => process.exit(code),
   (err: unknown) => {
     process.stderr.write(`db: ${errorMessage(err)}\n`);

@@ -1,30 +1,50 @@
-// npm run integrity-check -- --workspace W --run R [--remote] [--json]
-// Exit 0 intact, 1 drift found (each finding printed), 2 usage error or run not found there.
-// --remote also compares the rows with the commits and notes on WORKER_CHECKPOINT_REMOTE (exit 2
-// when it is not set or cannot be reached: no verdict).
+// npm run integrity-check: a read-only check of a run's worktree (its description below is its --help).
 import { loadConfigOrExit } from '../core/config.ts';
 import { openDatabase } from '../store/connection.ts';
 import { checkRunIntegrity } from '../worker/integrity.ts';
 import { errorMessage } from '../core/errors.ts';
 import { registerConfigSecrets } from '../worker/secrets.ts';
-import { parseCli, usageError } from './cli.ts';
+import { command, exitOnStartupError } from './cli.ts';
+import { DATABASE_ENV } from './cli-env.ts';
 
-const USAGE = 'npm run integrity-check -- --workspace W --run R [--remote] [--json]';
-const { values } = parseCli({ workspace: { type: 'string' }, run: { type: 'string' }, remote: { type: 'boolean', default: false }, json: { type: 'boolean', default: false } }, USAGE);
-if (!values.workspace || !values.run) usageError(USAGE, 'both --workspace and --run are required');
+const { values, fail } = command({
+  name: 'integrity-check',
+  summary:
+    "a read-only check of a run's worktree against its latest checkpoint and the git notes mirror; " +
+    'each finding is printed.',
+  usage: ['-- --workspace W --run R [--remote] [--json]'],
+  flags: {
+    workspace: { type: 'string', value: 'W', help: 'the workspace of the run' },
+    run: { type: 'string', value: 'R', help: 'the run to check (agentRunId)' },
+    remote: { type: 'boolean', help: 'also compare the rows with the commits and notes on WORKER_CHECKPOINT_REMOTE' },
+    json: { type: 'boolean', help: 'print the report as JSON' },
+  },
+  exitCodes: {
+    0: 'intact',
+    1: 'drift found (each finding printed)',
+    2: 'bad arguments, the run not found in that workspace, or (--remote) no remote set or reachable',
+  },
+  env: [...DATABASE_ENV, 'WORKER_NOTES_REF', 'WORKER_CHECKPOINT_REMOTE'],
+});
+if (!values.workspace || !values.run) fail('both --workspace and --run are required');
+const workspaceId = values.workspace!;
+const agentRunId = values.run!;
+exitOnStartupError('integrity-check');
 
 const config = loadConfigOrExit();
 registerConfigSecrets(config); // the remote's URL is printed with --remote: any credentials in it are masked
-if (values.remote && !config.WORKER_CHECKPOINT_REMOTE) usageError(USAGE, '--remote needs WORKER_CHECKPOINT_REMOTE (the checkpoint remote) to be set');
+if (values.remote && !config.WORKER_CHECKPOINT_REMOTE) {
+  fail('--remote needs WORKER_CHECKPOINT_REMOTE (the checkpoint remote) to be set');
+}
 let code = 2;
 const db = await openDatabase(config, { migrate: false }).catch((err) => {
   process.stderr.write(`integrity-check: ${errorMessage(err)}\n`);
   process.exit(2);
 });
 try {
-  const report = await checkRunIntegrity(db, config, values.workspace, values.run, { remote: values.remote });
+  const report = await checkRunIntegrity(db, config, workspaceId, agentRunId, { remote: values.remote ?? false });
   if (!report) {
-    process.stderr.write(`run ${values.run} not found in workspace ${values.workspace}\n`);
+    process.stderr.write(`run ${agentRunId} not found in workspace ${workspaceId}\n`);
   } else {
     code = report.intact ? 0 : 1;
     if (values.json) process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);

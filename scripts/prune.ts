@@ -1,28 +1,38 @@
-// npm run prune -- --older-than 30d [--dry-run] [--delete-branches]
-// With WORKER_CHECKPOINT_REMOTE set, each pruned run's refs on the remote are pruned too; a run
-// whose remote refs could not be pruned is left as it was (listed under remotePending, one line on
-// stderr each) and the next prune retries it. Exit 0 (the contract's), pending runs included.
+// npm run prune: retention of finished runs' checkpoints (its description below is its --help).
 import { loadConfigOrExit } from '../core/config.ts';
 import { openDatabase } from '../store/connection.ts';
 import { registerConfigSecrets, registerStartupSecrets } from '../worker/secrets.ts';
 import { createLogger } from '../worker/log.ts';
 import { pruneFinishedRuns } from '../worker/prune.ts';
-import { exitOnStartupError, parseCli, usageError } from './cli.ts';
+import { command, exitOnStartupError } from './cli.ts';
+import { DATABASE_ENV } from './cli-env.ts';
 
+const { values, fail } = command({
+  name: 'prune',
+  summary:
+    'retention: removes old checkpoints of finished runs (keeping a chain anchor). With WORKER_CHECKPOINT_REMOTE ' +
+    "set, each pruned run's refs on the remote are pruned too; a run whose remote refs could not be pruned is left " +
+    'as it was (listed under remotePending, one line on stderr each) and the next prune retries it.',
+  usage: ['-- --older-than <N>d [--dry-run] [--delete-branches]'],
+  flags: {
+    'older-than': { type: 'string', value: '<N>d', help: 'finished runs older than N days, e.g. 30d' },
+    'dry-run': { type: 'boolean', help: 'report what would be pruned; change nothing' },
+    'delete-branches': { type: 'boolean', help: "delete the pruned runs' branches too" },
+  },
+  exitCodes: { 0: 'done (pending remote runs included): a JSON report on stdout', 1: 'an error', 2: 'bad arguments' },
+  env: [...DATABASE_ENV, 'WORKER_REPO_ROOT', 'WORKER_NOTES_REF', 'WORKER_CHECKPOINT_REMOTE'],
+});
+const match = /^(\d+)d$/.exec(values['older-than'] ?? '');
+if (!match) fail('--older-than takes a number of days, e.g. 30d');
+const olderThanDays = Number(match![1]);
 exitOnStartupError('prune');
 
-const USAGE = 'npm run prune -- --older-than <N>d [--dry-run] [--delete-branches]';
-const { values } = parseCli({
-  'older-than': { type: 'string' }, 'dry-run': { type: 'boolean', default: false }, 'delete-branches': { type: 'boolean', default: false },
-}, USAGE);
-const match = /^(\d+)d$/.exec(values['older-than'] ?? '');
-if (!match) usageError(USAGE, '--older-than takes a number of days, e.g. 30d');
 const config = loadConfigOrExit();
 registerConfigSecrets(config); // before anything is logged or stored
 const db = await openDatabase(config);
 await registerStartupSecrets(config, db);
 const report = await pruneFinishedRuns(db, {
-  olderThanDays: Number(match[1]),
+  olderThanDays,
   dryRun: values['dry-run'] ?? false,
   deleteBranches: values['delete-branches'] ?? false,
   remote: config.WORKER_CHECKPOINT_REMOTE,
