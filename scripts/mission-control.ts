@@ -13,6 +13,8 @@ import { EchodoError, errorMessage } from '../core/errors.ts';
 import { registerConfigSecrets, registerStartupSecrets } from '../worker/secrets.ts';
 import { exitOnStartupError, parseCli, usageError } from './cli.ts';
 import { createMissionControl } from './mission-control/server.ts';
+import { superviseUnlessChild } from '../core/supervisor.ts';
+import { createLogger } from '../worker/log.ts';
 
 exitOnStartupError('mission-control');
 
@@ -131,6 +133,10 @@ async function main(): Promise<void> {
   const command = parseCommand();
   const config = loadConfigOrExit();
   registerConfigSecrets(config);
+  if (command.kind === 'serve') {
+    const log = createLogger({ name: 'mission-control', level: config.LOG_LEVEL });
+    await superviseUnlessChild({ name: 'mission-control', enabled: config.ECHODO_SUPERVISE, log });
+  }
   const db = await openDatabase(config);
   // Operator actions write events and reasons; the panel logs: both go through the redactor.
   await registerStartupSecrets(config, db);

@@ -5,11 +5,12 @@ import { loadConfigOrExit } from '../core/config.ts';
 import { openDatabase } from '../store/connection.ts';
 import { createLogger } from '../worker/log.ts';
 import { createQueue } from '../worker/queue/index.ts';
-import { sweepStalledRuns } from '../worker/stall-detector.ts';
+import { StallSweeper } from '../worker/stall-detector.ts';
 import { pruneFinishedRuns } from '../worker/prune.ts';
 import { errorMessage } from '../core/errors.ts';
 import { guardDaemon } from '../worker/process-guards.ts';
 import { registerConfigSecrets, registerStartupSecrets } from '../worker/secrets.ts';
+import { superviseUnlessChild } from '../core/supervisor.ts';
 import { exitOnStartupError, parseCli } from './cli.ts';
 
 exitOnStartupError('stall-detector');
@@ -18,11 +19,13 @@ const { values } = parseCli({ once: { type: 'boolean', default: false } }, 'npm 
 const config = loadConfigOrExit();
 registerConfigSecrets(config); // before the first log line
 const log = createLogger({ level: config.LOG_LEVEL, name: 'echodo-stall-detector' });
+if (!values.once) await superviseUnlessChild({ name: 'stall-detector', enabled: config.ECHODO_SUPERVISE, log });
 const db = await openDatabase(config);
 await registerStartupSecrets(config, db);
 const queue = createQueue({ config, db, workerId: `stall-detector-${process.pid}` });
 if (!values.once) guardDaemon('stall-detector', log);
 const PRUNE_EVERY_MS = 60 * 60 * 1000;
+const sweeper = new StallSweeper({ config, db, queue, log });
 
 let stopping = false;
 const stop = () => { stopping = true; };
@@ -32,8 +35,8 @@ process.once('SIGINT', stop);
 let lastPrune = 0;
 do {
   try {
-    const result = await sweepStalledRuns({ config, db, queue, log });
-    if (values.once) process.stdout.write(`${JSON.stringify(result)}\n`);
+    const result = await sweeper.once();
+    if (values.once && result) process.stdout.write(`${JSON.stringify(result)}\n`);
     if (config.WORKER_CHECKPOINT_RETENTION_DAYS && Date.now() - lastPrune > PRUNE_EVERY_MS) {
       lastPrune = Date.now();
       // The remote's refs too (never branches: their removal is the operator's call, `prune --delete-branches`).

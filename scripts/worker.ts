@@ -9,6 +9,7 @@ import { guardDaemon } from '../worker/process-guards.ts';
 import { redactString } from '../core/redact.ts';
 import { describeSandbox, sandboxFor, sandboxOptionsFromConfig } from '../worker/sandbox/index.ts';
 import { registerConfigSecrets, registerStartupSecrets } from '../worker/secrets.ts';
+import { superviseUnlessChild } from '../core/supervisor.ts';
 
 const config = loadConfigOrExit();
 registerConfigSecrets(config); // before the first log line
@@ -22,6 +23,7 @@ if (config.WORKER_DRY_RUN) {
   process.stdout.write(`echodo-worker ${config.WORKER_ID} (dry run)\n${JSON.stringify(maskedConfig(config), null, 2)}\nsandbox: ${sandboxLine}\n`);
   process.exit(0);
 }
+await superviseUnlessChild({ name: 'worker', enabled: config.ECHODO_SUPERVISE, log });
 
 try {
   const db = await openDatabase(config);

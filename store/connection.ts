@@ -40,8 +40,19 @@ export async function resolveDatabaseUrl(config: Pick<Config, 'DATABASE_URL' | '
 
 const quiet = { onnotice: () => {} };
 
+/** Longest wait between two attempts to reconnect, in seconds. */
+export const RECONNECT_MAX_S = 1;
+
+/**
+ * The driver's own delay before it reconnects grows to 20 s over a long outage, and the first
+ * query after Postgres is back waits for it; capped here, a fleet is back within a second.
+ */
+export function reconnectDelayS(retries: number): number {
+  return (0.5 + Math.random() / 2) * Math.min(0.05 * 2 ** retries, RECONNECT_MAX_S);
+}
+
 export function connect(url: string, options: postgres.Options<{}> = {}): Sql {
-  return postgres(url, { ...quiet, max: 4, idle_timeout: 30, connect_timeout: 10, ...options });
+  return postgres(url, { ...quiet, max: 4, idle_timeout: 30, connect_timeout: 10, backoff: reconnectDelayS, ...options });
 }
 
 /** What the superuser step leaves behind: the app URL, and how to fix the login if it is refused. */

@@ -39,3 +39,17 @@ export async function retryTransient<T>(fn: (attempt: number) => Promise<T>, opt
     }
   }
 }
+
+/**
+ * Postgres away (refused, dropped, shutting down or starting up), as opposed to a conflict that a
+ * retry resolves: looked for along the error's causes, since callers may wrap it.
+ */
+export function isDatabaseUnreachable(err: unknown): boolean {
+  for (let e = err, depth = 0; e && depth < 5; e = (e as { cause?: unknown }).cause, depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === 'string' && isTransientDbError(e) && !CONFLICT_CODES.has(code)) return true;
+  }
+  return false;
+}
+
+const CONFLICT_CODES = new Set(['40001', '40P01', '53300']);

@@ -1,10 +1,14 @@
 // The worker daemon: one run at a time, explicit states, an interruptible wait.
 //   idle → taking → running → idle … ; SIGTERM → stopping (the run in flight checkpoints
-//   and is released) → stopped. A lost lease means this process may have been paused or cut
-//   off: it stops and exits with LEASE_LOST_EXIT so a supervisor starts a fresh one.
+//   and is released) → stopped. A lease that lapsed because Postgres was unreachable costs the
+//   run, not the process: the daemon waits for the database and serves the queue again. A lease
+//   lost otherwise (the process was paused, or an invariant broke) means this process is suspect:
+//   it stops and exits with LEASE_LOST_EXIT so a supervisor starts a fresh one.
 import type { Config } from '../core/config.ts';
 import type { Database } from '../store/connection.ts';
 import { errorMessage } from '../core/errors.ts';
+import { isTransientDbError } from '../store/retry.ts';
+import { OutageWatch, waitForDatabase } from './db-wait.ts';
 import type { Logger } from './log.ts';
 import type { JobQueue } from './queue/types.ts';
 import { dropStandby, RemoteStandby } from './remote-standby.ts';
@@ -20,14 +24,17 @@ export type DaemonState = 'idle' | 'taking' | 'running' | 'stopping' | 'stopped'
 
 export class WorkerDaemon {
   state: DaemonState = 'idle';
-  readonly results: Record<JobResult, number> = { completed: 0, failed: 0, released: 0, skipped: 0, dead_lettered: 0, lease_lost: 0 };
+  readonly results: Record<JobResult, number> = { completed: 0, failed: 0, released: 0, skipped: 0, dead_lettered: 0, given_up: 0, lease_lost: 0 };
   private readonly shutdown = new AbortController();
   private spares: SpareKeeper | undefined;
   private standby: RemoteStandby | undefined;
+  private readonly outage: OutageWatch;
 
   constructor(
     private readonly deps: { config: Config; db: Database; queue: JobQueue; workerId: string; log: Logger },
-  ) {}
+  ) {
+    this.outage = new OutageWatch(deps.log, 'the worker');
+  }
 
   stop(): void {
     if (this.state === 'stopped') return;
@@ -95,6 +102,7 @@ export class WorkerDaemon {
       try {
         delivery = await queue.take({ timeoutMs: config.WORKER_BLPOP_TIMEOUT_S * 1000, signal: this.shutdown.signal });
       } catch (err) {
+        if (await this.waitIfUnreachable(err)) continue;
         log.warn({ error: errorMessage(err) }, 'taking a job failed; retrying');
         await this.pause(1000);
         continue;
@@ -105,6 +113,7 @@ export class WorkerDaemon {
       try {
         result = await processDelivery({ ...this.deps, shutdown: this.shutdown.signal }, delivery);
       } catch (err) {
+        if (await this.waitIfUnreachable(err)) continue;
         // Outside any claimed run (e.g. the database unreachable while recording): the job stays
         // in Postgres / the queue, and the daemon goes on.
         log.error({ error: errorMessage(err) }, 'job could not be processed; it stays queued');
@@ -119,11 +128,29 @@ export class WorkerDaemon {
         this.state = 'stopped';
         return LEASE_LOST_EXIT;
       }
+      // The run was given up or handed back for want of Postgres: nothing is taken until it answers.
+      if (result === 'given_up' || result === 'released') await this.waitForDatabase();
       if (this.state === 'running') this.state = 'idle';
       if (options.maxJobs && ++handled >= options.maxJobs) break;
     }
     this.state = 'stopped';
     return 0;
+  }
+
+  /** A transient database error: waits for the database (true); anything else is the caller's. */
+  private async waitIfUnreachable(err: unknown): Promise<boolean> {
+    if (!isTransientDbError(err)) return false;
+    this.outage.down(err);
+    await this.waitForDatabase();
+    return true;
+  }
+
+  private async waitForDatabase(): Promise<void> {
+    try {
+      await waitForDatabase(this.deps.db.admin, this.outage, this.shutdown.signal);
+    } catch (err) {
+      this.deps.log.warn({ error: errorMessage(err) }, 'database check failed; serving the queue anyway');
+    }
   }
 
   private pause(ms: number): Promise<void> {

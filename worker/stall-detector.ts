@@ -3,10 +3,15 @@
 // resumeFromCheckpoint; after STALL_MAX_ATTEMPTS the run is failed with a run_failed event.
 // Every change is a compare-and-set on lease_epoch, so two detectors re-dispatch a run once,
 // and the bump fences off the worker that stalled.
+// The daemon rides out an outage (StallSweeper): a sweep that finds Postgres away is noted once,
+// and the first sweep after a failed one rings every queued run's doorbell at once, since the
+// messages may have been lost meanwhile (a Redis restarted, an enqueue that failed).
 import type { Config } from '../core/config.ts';
 import type { Database } from '../store/connection.ts';
 import { appendEvent, failStalledRun, getRun, redispatchRun, requeueRun } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';
+import { isTransientDbError } from '../store/retry.ts';
+import { OutageWatch } from './db-wait.ts';
 import type { Logger } from './log.ts';
 import type { JobQueue } from './queue/types.ts';
 
@@ -28,14 +33,26 @@ interface StalledRow {
   attempt: number;
 }
 
-export async function sweepStalledRuns(deps: { config: Config; db: Database; queue: JobQueue; log: Logger }): Promise<SweepResult> {
+export interface SweepDeps {
+  config: Config;
+  db: Database;
+  queue: JobQueue;
+  log: Logger;
+  /** Queued for longer than this is re-enqueued; default STALL_QUEUED_MS. */
+  queuedMs?: number;
+}
+
+export async function sweepStalledRuns(deps: SweepDeps): Promise<SweepResult> {
   const { config, db, queue, log } = deps;
+  const queuedMs = deps.queuedMs ?? config.STALL_QUEUED_MS;
   const result: SweepResult = { redispatched: [], reenqueued: [], failed: [] };
   // Run ids are unique per workspace only: what to enqueue is kept as (workspace, run) pairs.
   const toEnqueue: StalledRow[] = [];
-  const stalled = await db.admin<StalledRow[]>`select * from echodo_stalled_runs(${config.STALL_QUEUED_MS})`;
+  const stalled = await db.admin<StalledRow[]>`select * from echodo_stalled_runs(${queuedMs})`;
   for (const row of stalled) {
-    const why = row.status === 'running' ? 'lease expired while running' : `queued for over ${config.STALL_QUEUED_MS} ms`;
+    const why = row.status === 'running'
+      ? 'lease expired while running'
+      : deps.queuedMs === undefined ? `queued for over ${queuedMs} ms` : 'queued when the sweep came back after a failure';
     await withWorkspace(db.app, row.workspace_id, async (tx) => {
       // A paused worker may hold this row's lock mid-transaction: skip it this sweep, not block.
       await tx`set local lock_timeout = '500ms'`;
@@ -77,4 +94,29 @@ export async function sweepStalledRuns(deps: { config: Config; db: Database; que
     if (run?.status === 'queued') await queue.enqueue(run.job);
   }
   return result;
+}
+
+/** The daemon's sweeps, one per period, through outages of Postgres or the queue. */
+export class StallSweeper {
+  private catchUp = false;
+  private readonly outage: OutageWatch;
+
+  constructor(private readonly deps: Omit<SweepDeps, 'queuedMs'>) {
+    this.outage = new OutageWatch(deps.log, 'the stall detector');
+  }
+
+  /** A sweep's result; undefined while Postgres is unreachable. Other errors are thrown. */
+  async once(): Promise<SweepResult | undefined> {
+    try {
+      const result = await sweepStalledRuns({ ...this.deps, queuedMs: this.catchUp ? 0 : undefined });
+      this.catchUp = false;
+      this.outage.up();
+      return result;
+    } catch (err) {
+      this.catchUp = true;
+      if (!isTransientDbError(err)) throw err;
+      this.outage.down(err);
+      return undefined;
+    }
+  }
 }

@@ -112,16 +112,24 @@ export const CLIENT_SCRIPT = String.raw`
     (!convoyId || notice.convoyId === convoyId) && (!runId || notice.agentRunId === runId);
 
   let opened = false;
-  const source = new EventSource(feed);
-  source.addEventListener('ready', () => {
-    setLive('live', 'live');
-    if (opened) refresh(); // back after a drop: changes may have been missed
-    opened = true;
-  });
-  source.addEventListener('change', (event) => {
-    try { if (concerns(JSON.parse(event.data))) refresh(); } catch { refresh(); }
-  });
-  source.addEventListener('resync', () => refresh());
-  source.addEventListener('error', () => setLive('reconnecting', 'reconnecting\u2026'));
+  // A browser retries a dropped stream itself, but gives up for good on an error status (a 503
+  // while the database is away): the feed is then opened again here, a little later.
+  const listen = () => {
+    const source = new EventSource(feed);
+    source.addEventListener('ready', () => {
+      setLive('live', 'live');
+      if (opened) refresh(); // back after a drop: changes may have been missed
+      opened = true;
+    });
+    source.addEventListener('change', (event) => {
+      try { if (concerns(JSON.parse(event.data))) refresh(); } catch { refresh(); }
+    });
+    source.addEventListener('resync', () => refresh());
+    source.addEventListener('error', () => {
+      setLive('reconnecting', 'reconnecting\u2026');
+      if (source.readyState === EventSource.CLOSED) setTimeout(listen, 3000);
+    });
+  };
+  listen();
 })();
 `;

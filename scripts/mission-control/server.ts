@@ -19,6 +19,8 @@ import { mountAdminRoutes } from './routes-admin.ts';
 import { mountSettingsRoutes } from './routes-settings.ts';
 import { mountWorkspaceRoutes } from './routes-workspace.ts';
 import { ChangeHub } from './sse-hub.ts';
+import { isDatabaseUnreachable } from '../../store/retry.ts';
+import { outageGate } from './unavailable.ts';
 
 /** Every request body (sign-in form, action JSON) is small: more is refused before it is read. */
 export const MAX_BODY_BYTES = 64 * 1024;
@@ -49,6 +51,7 @@ export function createMissionControl({ db, config, logger, queue }: MissionContr
   const log = logger ?? createLogger({ name: 'mission-control', level: config.LOG_LEVEL });
   const hub = new ChangeHub();
   const app = new Hono<McEnv>();
+  const outage = outageGate(log);
 
   app.use('*', async (c, next) => {
     // A cross-site form post (sign-in CSRF) carries a foreign Origin; the browser sets it, a page cannot.
@@ -78,6 +81,7 @@ export function createMissionControl({ db, config, logger, queue }: MissionContr
     }),
   );
 
+  app.use('*', outage.watch);
   app.get('/favicon.ico', (c) => c.body(null, 204));
   mountAdminRoutes(app, db, hub);
   mountWorkspaceRoutes(app, db, hub);
@@ -91,6 +95,7 @@ export function createMissionControl({ db, config, logger, queue }: MissionContr
       : sendPage(c, { title: 'Not found', content: messageContent('Not found', 'There is no page here.') }, 404),
   );
   app.onError((err, c) => {
+    if (isDatabaseUnreachable(err)) return outage.respond(c, wantsJson(c.req.path), err);
     log.error({ err, method: c.req.method, path: c.req.path }, 'mission control request failed');
     return wantsJson(c.req.path)
       ? c.json({ error: 'internal', message: 'internal error' }, 500)

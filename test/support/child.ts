@@ -36,10 +36,15 @@ export interface SpawnOptions {
   echo?: boolean;
 }
 
-/** Spawns `node --import tsx <script> ...args`; a relative script is taken from the project root. */
+/**
+ * Spawns `node --import tsx <script> ...args`; a relative script is taken from the project root.
+ * A daemon runs without its supervising parent (ECHODO_SUPERVISE=0) unless the test sets it: tests
+ * signal and watch the daemon's own process.
+ */
 export function spawnNode(script: string, args: string[] = [], options: SpawnOptions = {}): Child {
   const scriptPath = path.isAbsolute(script) ? script : path.join(PROJECT_ROOT, script);
-  return spawnProcess(process.execPath, ['--import', TSX_LOADER, scriptPath, ...args], options);
+  const env = { ECHODO_SUPERVISE: '0', ...options.env };
+  return spawnProcess(process.execPath, ['--import', TSX_LOADER, scriptPath, ...args], { ...options, env });
 }
 
 /** Spawns any command with the same capture helpers. */
