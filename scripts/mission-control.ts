@@ -1,9 +1,4 @@
-// npm run mission-control                                    → the panel on 127.0.0.1:$MISSION_CONTROL_PORT
-// npm run mission-control -- token create --workspace W [--read-only] [--expires 30d]
-//                                                             → a workspace token, printed once
-// npm run mission-control -- token create --admin [--expires 30d] → an admin (fleet) token, printed once
-// npm run mission-control -- token list [--workspace W] [--json]  → id, workspace, kind, created, last used, expiry
-// npm run mission-control -- token revoke ID                  → revoked at once (exit 2: no such id)
+// npm run mission-control: the operator panel, and its tokens (the description below is its --help).
 import { openDatabase, type Database } from '../store/connection.ts';
 import {
   createAdminTokenWithId, createWorkspaceTokenWithId, listTokens, parseDuration, revokeToken, type TokenInfo,
@@ -11,19 +6,40 @@ import {
 import { loadConfigOrExit } from '../core/config.ts';
 import { EchodoError, errorMessage } from '../core/errors.ts';
 import { registerConfigSecrets, registerStartupSecrets } from '../worker/secrets.ts';
-import { exitOnStartupError, parseCli, usageError } from './cli.ts';
+import { command, exitOnStartupError } from './cli.ts';
+import { DATABASE_ENV } from './cli-env.ts';
 import { createMissionControl } from './mission-control/server.ts';
 import { superviseUnlessChild } from '../core/supervisor.ts';
 import { createLogger } from '../worker/log.ts';
 
+const { values, positionals, fail } = command({
+  name: 'mission-control',
+  summary:
+    'the operator panel and its JSON API on 127.0.0.1:MISSION_CONTROL_PORT, or (token …) the bearer tokens ' +
+    'that open it: a workspace token (read-write, or --read-only) or an admin token that reads the fleet. ' +
+    'A new token is printed once and stored only as its sha256.',
+  usage: [
+    '',
+    '-- token create (--workspace W [--read-only] | --admin) [--expires 30d]',
+    '-- token list [--workspace W] [--json]',
+    '-- token revoke ID',
+  ],
+  flags: {
+    workspace: { type: 'string', value: 'W', help: 'token create: the workspace the token opens; token list: only its' },
+    admin: { type: 'boolean', help: 'token create: an admin (fleet) token' },
+    'read-only': { type: 'boolean', help: 'token create: a token that may only read (every POST answers 403)' },
+    expires: { type: 'string', value: 'DURATION', help: 'token create: expiry, e.g. 30d, 12h, 90m or 2w' },
+    json: { type: 'boolean', help: 'token list: as JSON' },
+  },
+  positionals: { min: 0, max: 3, help: ['token create | list | revoke ID   manage tokens (none: serve the panel)'] },
+  exitCodes: {
+    0: 'done (the panel: stopped on SIGTERM/SIGINT)',
+    1: 'an error',
+    2: 'bad arguments, an unknown workspace or token id',
+  },
+  env: [...DATABASE_ENV, 'MISSION_CONTROL_PORT', 'ECHODO_SUPERVISE', 'LOG_LEVEL'],
+});
 exitOnStartupError('mission-control');
-
-const USAGE = [
-  'npm run mission-control',
-  '       npm run mission-control -- token create (--workspace W [--read-only] | --admin) [--expires 30d]',
-  '       npm run mission-control -- token list [--workspace W] [--json]',
-  '       npm run mission-control -- token revoke ID',
-].join('\n');
 
 type Command =
   | { kind: 'serve' }
@@ -32,47 +48,43 @@ type Command =
   | { kind: 'revoke'; id: string };
 
 function parseCommand(): Command {
-  const { values, positionals } = parseCli(
-    {
-      workspace: { type: 'string' },
-      admin: { type: 'boolean' },
-      'read-only': { type: 'boolean' },
-      expires: { type: 'string' },
-      json: { type: 'boolean' },
-    },
-    USAGE,
-  );
   const [noun, verb, ...rest] = positionals;
   if (!noun && Object.values(values).every((v) => v === undefined)) return { kind: 'serve' };
-  if (noun !== 'token' || !verb) usageError(USAGE, `unknown command: ${process.argv.slice(2).join(' ')}`);
+  if (noun !== 'token' || !verb) return fail(`unknown command: ${process.argv.slice(2).join(' ')}`);
   const only = (allowed: string[]) => {
-    const extra = Object.keys(values).filter((k) => values[k as keyof typeof values] !== undefined && !allowed.includes(k));
-    if (extra.length) usageError(USAGE, `token ${verb} does not take ${extra.map((k) => `--${k}`).join(', ')}`);
+    const given = Object.keys(values).filter((k) => values[k as keyof typeof values] !== undefined);
+    const extra = given.filter((k) => !allowed.includes(k));
+    if (extra.length) fail(`token ${verb} does not take ${extra.map((k) => `--${k}`).join(', ')}`);
   };
   switch (verb) {
     case 'create': {
       only(['workspace', 'admin', 'read-only', 'expires']);
-      if (rest.length) usageError(USAGE, `unexpected argument: ${rest.join(' ')}`);
-      if (Boolean(values.workspace) === Boolean(values.admin)) usageError(USAGE, 'token create needs exactly one of --workspace W or --admin');
-      if (values.admin && values['read-only']) usageError(USAGE, '--read-only is for workspace tokens; an admin token only reads the fleet');
+      if (rest.length) fail(`unexpected argument: ${rest.join(' ')}`);
+      if (Boolean(values.workspace) === Boolean(values.admin)) {
+        fail('token create needs exactly one of --workspace W or --admin');
+      }
+      if (values.admin && values['read-only']) {
+        fail('--read-only is for workspace tokens; an admin token only reads the fleet');
+      }
       let expiresAt: Date | undefined;
       if (values.expires !== undefined) {
         const ms = parseDuration(values.expires);
-        if (!ms) usageError(USAGE, `--expires: "${values.expires}" is not a duration like 30d, 12h, 90m or 2w`);
-        expiresAt = new Date(Date.now() + ms);
+        if (!ms) fail(`--expires: "${values.expires}" is not a duration like 30d, 12h, 90m or 2w`);
+        expiresAt = new Date(Date.now() + ms!);
       }
-      return { kind: 'create', workspace: values.workspace, admin: values.admin ?? false, readOnly: values['read-only'] ?? false, expiresAt };
+      const readOnly = values['read-only'] ?? false;
+      return { kind: 'create', workspace: values.workspace, admin: values.admin ?? false, readOnly, expiresAt };
     }
     case 'list':
       only(['workspace', 'json']);
-      if (rest.length) usageError(USAGE, `unexpected argument: ${rest.join(' ')}`);
+      if (rest.length) fail(`unexpected argument: ${rest.join(' ')}`);
       return { kind: 'list', workspace: values.workspace, json: values.json ?? false };
     case 'revoke':
       only([]);
-      if (rest.length !== 1) usageError(USAGE, 'token revoke needs exactly one token id (see token list)');
+      if (rest.length !== 1) fail('token revoke needs exactly one token id (see token list)');
       return { kind: 'revoke', id: rest[0]! };
     default:
-      usageError(USAGE, `unknown command: token ${verb}`);
+      return fail(`unknown command: token ${verb}`);
   }
 }
 

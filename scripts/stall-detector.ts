@@ -1,5 +1,4 @@
-// npm run stall-detector [-- --once]: re-dispatch stalled runs; prune on a schedule when
-// WORKER_CHECKPOINT_RETENTION_DAYS is set.
+// npm run stall-detector: the stall detector daemon (its description below is its --help).
 import { setTimeout as sleep } from 'node:timers/promises';
 import { loadConfigOrExit } from '../core/config.ts';
 import { openDatabase } from '../store/connection.ts';
@@ -11,11 +10,24 @@ import { errorMessage } from '../core/errors.ts';
 import { guardDaemon } from '../worker/process-guards.ts';
 import { registerConfigSecrets, registerStartupSecrets } from '../worker/secrets.ts';
 import { superviseUnlessChild } from '../core/supervisor.ts';
-import { exitOnStartupError, parseCli } from './cli.ts';
+import { command, exitOnStartupError } from './cli.ts';
+import { DATABASE_ENV } from './cli-env.ts';
 
+const { values } = command({
+  name: 'stall-detector',
+  summary:
+    'the stall detector daemon: re-dispatches runs whose lease expired (failing them after STALL_MAX_ATTEMPTS), ' +
+    'and prunes finished runs on a schedule when WORKER_CHECKPOINT_RETENTION_DAYS is set. Stops on SIGTERM/SIGINT.',
+  usage: ['', '-- --once'],
+  flags: { once: { type: 'boolean', help: 'run one sweep, print its result as JSON and exit' } },
+  exitCodes: { 0: 'stopped cleanly (or --once done)', 1: 'could not start (e.g. the database)', 2: 'bad arguments' },
+  env: [
+    ...DATABASE_ENV, 'REDIS_URL', 'WORKER_QUEUE_KEY', 'WORKER_LEASE_MS', 'STALL_CHECK_MS', 'STALL_MAX_ATTEMPTS',
+    'WORKER_CHECKPOINT_RETENTION_DAYS', 'WORKER_CHECKPOINT_REMOTE', 'WORKER_REPO_ROOT', 'WORKER_NOTES_REF', 'ECHODO_SUPERVISE',
+    'LOG_LEVEL',
+  ],
+});
 exitOnStartupError('stall-detector');
-
-const { values } = parseCli({ once: { type: 'boolean', default: false } }, 'npm run stall-detector [-- --once]');
 const config = loadConfigOrExit();
 registerConfigSecrets(config); // before the first log line
 const log = createLogger({ level: config.LOG_LEVEL, name: 'echodo-stall-detector' });

@@ -1,4 +1,4 @@
-// npm run worker: the worker daemon.
+// npm run worker: the worker daemon (its description below is its --help).
 import { loadConfigOrExit, maskedConfig } from '../core/config.ts';
 import { openDatabase } from '../store/connection.ts';
 import { createLogger } from '../worker/log.ts';
@@ -10,6 +10,26 @@ import { redactString } from '../core/redact.ts';
 import { describeSandbox, sandboxFor, sandboxOptionsFromConfig } from '../worker/sandbox/index.ts';
 import { registerConfigSecrets, registerStartupSecrets } from '../worker/secrets.ts';
 import { superviseUnlessChild } from '../core/supervisor.ts';
+import { command } from './cli.ts';
+import { DATABASE_ENV } from './cli-env.ts';
+
+command({
+  name: 'worker',
+  summary:
+    'the worker daemon: takes jobs from the queue (Redis when REDIS_URL is set, else Postgres), runs each brief ' +
+    'in its worktree with a checkpoint every N tool rounds, and resumes a re-dispatched run from its last ' +
+    'checkpoint. WORKER_DRY_RUN=1 prints a banner (configuration, secrets masked) and exits.',
+  usage: [''],
+  flags: {},
+  exitCodes: { 0: 'stopped cleanly on SIGTERM/SIGINT (or the dry run)', 1: 'could not start', 2: 'bad arguments' },
+  env: [
+    ...DATABASE_ENV, 'REDIS_URL', 'WORKER_QUEUE_KEY', 'WORKER_DRY_RUN', 'WORKER_ID', 'WORKER_REPO_ROOT',
+    'WORKER_WORKTREE_BASE', 'WORKER_NOTES_REF', 'WORKER_BLPOP_TIMEOUT_S', 'WORKER_MAX_TOOL_STEPS',
+    'WORKER_CHECKPOINT_EVERY_N_STEPS', 'WORKER_HEARTBEAT_MS', 'WORKER_LEASE_MS', 'WORKER_ALLOWED_COMMANDS',
+    'WORKER_SANDBOX', 'WORKER_PROVIDER_KEY_VARS', 'WORKER_HOST_ID', 'WORKER_CHECKPOINT_REMOTE',
+    'WORKER_SPARE_WORKTREE', 'ECHODO_SUPERVISE', 'LOG_LEVEL',
+  ],
+});
 
 const config = loadConfigOrExit();
 registerConfigSecrets(config); // before the first log line
