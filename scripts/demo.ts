@@ -17,8 +17,25 @@ import { git } from '../worker/git.ts';
 import { checkRunIntegrity } from '../worker/integrity.ts';
 import { createQueue } from '../worker/queue/index.ts';
 import { demoTranscript, DEMO_FILES } from './demo-brief.ts';
-import { exitOnStartupError } from './cli.ts';
+import { command, exitOnStartupError } from './cli.ts';
 
+command({
+  name: 'demo',
+  summary:
+    'the crash-and-resume story on embedded defaults: a worker runs a replay brief in its own worktree, ' +
+    'checkpointing every round; the demo kills it with SIGKILL mid-brief; the stall detector re-dispatches; a new ' +
+    'worker verifies the worktree against Postgres and the git notes, repairs what it must, and finishes the run. ' +
+    'Prints a summary; the embedded PostgreSQL keeps running (npm run db -- down stops it).',
+  usage: [''],
+  flags: {},
+  exitCodes: { 0: 'the story completed as told', 1: 'it did not (the summary says what differed)', 2: 'bad arguments' },
+  env: [
+    ['DATABASE_URL', 'Postgres (unset: the embedded PostgreSQL under ECHODO_HOME)'],
+    ['ECHODO_HOME', 'the embedded database, and the demo\'s repository, transcript and worktrees under demo/'],
+    'REDIS_URL',
+    'MISSION_CONTROL_PORT',
+  ],
+});
 exitOnStartupError('demo');
 
 const KILL_AFTER_ROUND = 4;
