@@ -1,6 +1,7 @@
 // The bench's database and scratch space. A fresh embedded PostgreSQL under a temp ECHODO_HOME
 // (the product's own server, default settings: fsync on), or DATABASE_URL when set, in which
-// case a fresh database is created next to it when the role may, so nothing is left behind.
+// case a fresh database is created next to it when the role may, so nothing is left behind, not
+// even when the bench is stopped with Ctrl-C or SIGTERM.
 import { mkdtemp, rm, mkdir } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -35,15 +36,51 @@ function withDatabase(url: string, database: string): string {
   return u.toString();
 }
 
+/** What the bench started, in the order it is given back. */
+interface Started {
+  connections: (() => Promise<void>)[];
+  dropDatabase?: () => Promise<void>;
+  home?: string;
+  workDir: string;
+}
+
+/** Connections first (bounded: a query in flight must not hold the rest up), then the server, then the folders. */
+async function release(started: Started): Promise<void> {
+  const connections = Promise.allSettled(started.connections.map((end) => end()));
+  await Promise.race([connections, new Promise((resolve) => setTimeout(resolve, 5_000).unref())]);
+  if (started.dropDatabase) await started.dropDatabase().catch(() => {});
+  if (started.home) {
+    await stopEmbeddedPostgres(started.home).catch(() => {});
+    await rm(started.home, { recursive: true, force: true, maxRetries: 3 });
+  }
+  // A phase may still be writing here when a signal stops it: rm retries a folder that refills.
+  await rm(started.workDir, { recursive: true, force: true, maxRetries: 3 });
+}
+
+/** Once, whoever asks first: the end of the bench or a signal. A signal then ends the process. */
+function releaseOnce(started: Started): () => Promise<void> {
+  let releasing: Promise<void> | undefined;
+  const once = () => (releasing ??= release(started));
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+    process.once(signal, () => {
+      process.stderr.write(`bench: ${signal}: stopping the database and removing the bench's temp folders\n`);
+      void once().finally(() => process.exit(signal === 'SIGINT' ? 130 : 143));
+    });
+  }
+  return once;
+}
+
 export async function openBenchEnv(log: (line: string) => void): Promise<BenchEnv> {
   const workDir = path.join(BENCH_TMP, `run-${process.pid}`);
+  const started: Started = { connections: [], workDir };
+  // Registered before anything starts, so a signal during start-up cleans up too.
+  const close = releaseOnce(started);
   await rm(workDir, { recursive: true, force: true });
   await mkdir(workDir, { recursive: true });
   // The embedded server runs as `postgres` when we are root: its home goes in the system temp
   // dir, which that user can enter.
   let home: string | undefined;
   let url: string;
-  let dropDatabase: (() => Promise<void>) | undefined;
   if (process.env.DATABASE_URL) {
     const base = process.env.DATABASE_URL;
     const name = `echodo_bench_${process.pid}`;
@@ -51,7 +88,7 @@ export async function openBenchEnv(log: (line: string) => void): Promise<BenchEn
     try {
       await admin.unsafe(`create database "${name}"`);
       url = withDatabase(base, name);
-      dropDatabase = async () => {
+      started.dropDatabase = async () => {
         const a = postgres(base, { max: 1, onnotice: () => {} });
         await a.unsafe(`drop database if exists "${name}" with (force)`).finally(() => a.end({ timeout: 2 }));
       };
@@ -64,6 +101,7 @@ export async function openBenchEnv(log: (line: string) => void): Promise<BenchEn
     }
   } else {
     home = await mkdtemp(path.join(os.tmpdir(), 'echodo-bench-home-'));
+    started.home = home;
     const start = performance.now();
     url = (await ensureEmbeddedPostgres(home)).url;
     log(`database: fresh embedded PostgreSQL under ${home} (started in ${((performance.now() - start) / 1000).toFixed(1)} s)`);
@@ -72,10 +110,13 @@ export async function openBenchEnv(log: (line: string) => void): Promise<BenchEn
     DATABASE_URL: url,
     ECHODO_HOME: home ?? path.join(workDir, 'home'),
     WORKER_WORKTREE_BASE: path.join(workDir, 'worktrees'),
+    WORKER_REPLAY_DIR: workDir, // the benches write their transcripts under it
   };
   const config = parseConfig({ ...childEnv, LOG_LEVEL: 'silent' });
   const db = await openDatabase(config, { max: 4 });
+  started.connections.push(() => db.close());
   const su = postgres(url, { max: 4, onnotice: () => {}, idle_timeout: 30 });
+  started.connections.push(() => su.end({ timeout: 2 }));
   const [{ version }] = (await su<{ version: string }[]>`select version()`) as unknown as [{ version: string }];
   const workspaceId = 'bench';
   await withWorkspace(db.app, workspaceId, (tx) => createWorkspace(tx));
@@ -89,15 +130,6 @@ export async function openBenchEnv(log: (line: string) => void): Promise<BenchEn
     workDir,
     embedded: !home ? false : true,
     serverVersion: version,
-    async close() {
-      await db.close();
-      await su.end({ timeout: 2 });
-      if (dropDatabase) await dropDatabase().catch(() => {});
-      if (home) {
-        await stopEmbeddedPostgres(home).catch(() => {});
-        await rm(home, { recursive: true, force: true });
-      }
-      await rm(workDir, { recursive: true, force: true });
-    },
+    close,
   };
 }

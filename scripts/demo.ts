@@ -74,6 +74,7 @@ say(`dispatched run   ${agentRunId}`);
 const childEnv = {
   ...process.env,
   WORKER_WORKTREE_BASE: worktreeBase, WORKER_REPO_ROOT: repo, WORKER_LEASE_MS: '3000', WORKER_HEARTBEAT_MS: '500',
+  WORKER_REPLAY_DIR: home, // the demo's transcript is the only replay model its workers may read
   STALL_CHECK_MS: '500', WORKER_BLPOP_TIMEOUT_S: '1', LOG_LEVEL: 'info',
   ECHODO_SUPERVISE: '0', // the story kills a worker for good: no supervisor may bring it back
 };

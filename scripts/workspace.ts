@@ -1,142 +1,268 @@
-// npm run workspace -- create W
-// npm run workspace -- model add|list|rm|test W …   (add-model W … is an alias of model add)
-// npm run workspace -- harness add|list|rm W …, route add|list|rm W …
-// Exit 0 ok, 2 bad arguments (the reason printed), 1 `model test` failed.
+// npm run workspace -- create|model|harness|route|key|repo …: a workspace's settings and the
+// operator's grants (the spec below is its help). Every input is checked before a database is
+// opened: a refusal names the reason (exit 2) and changes nothing.
 import { loadConfigOrExit } from '../core/config.ts';
-import { openDatabase } from '../store/connection.ts';
+import { connect, openDatabase, resolveDatabaseUrl } from '../store/connection.ts';
 import { registerConfigSecrets, registerStartupSecrets } from '../worker/secrets.ts';
 import { createWorkspace, workspaceExists } from '../store/runs.ts';
-import { modelProvider, upsertModelProvider } from '../store/workspace-config.ts';
+import { harnessOverride, modelProvider, upsertModelProvider } from '../store/workspace-config.ts';
 import {
   listHarnesses, listModelProviders, listRoutes, removeHarness, removeModelProvider, removeRoute, upsertHarness, upsertRoute,
 } from '../store/workspace-settings.ts';
+import { keyGrantOf } from '../store/grants.ts';
 import { withWorkspace, type WorkspaceTx } from '../store/workspace.ts';
 import { redactString, registerSecretsFromEnv } from '../core/redact.ts';
 import { EchodoError, errorMessage } from '../core/errors.ts';
 import { parseKeyVarGlobs } from '../core/key-vars.ts';
+import { builtinHarnesses } from '../worker/harnesses.ts';
 import { harnessInput, modelInput, routeInput, testModelProvider } from '../worker/settings.ts';
-import { exitOnStartupError, parseCli, usageError } from './cli.ts';
+import {
+  grantHosts, grantVariable, keyGrant, keyList, keyRevoke, repoAdd, repoList, repoRealpath, repoRemove,
+} from './workspace-grants.ts';
+import { command, exitOnStartupError } from './cli.ts';
+import { DATABASE_ENV } from './cli-env.ts';
 
+const W = '--workspace W';
+const { values, positionals, fail } = command({
+  name: 'workspace',
+  summary:
+    'creates a workspace and manages its settings (model providers, harnesses, role → harness routes) and the ' +
+    "operator's grants: the key variables its provider rows may name (and the hosts a key may go to), and the " +
+    'repositories its jobs may name as repoPath. The workspace may also be given as the first argument after ' +
+    'the subcommand (e.g. `model list acme`).',
+  usage: [
+    `-- create ${W}`,
+    `-- model add ${W} --alias A --base-url URL --model M [--key-env VAR] [--provider openai-compatible]`,
+    `-- model list ${W} | model rm ${W} --alias A | model test ${W} --alias A`,
+    `-- harness add ${W} --alias A [--no-worktree] [--allow CMD]… [--write-prefix P]…`,
+    `-- harness list ${W} | harness rm ${W} --alias A`,
+    `-- route add ${W} --role R --harness H | route list ${W} | route rm ${W} --role R`,
+    `-- key grant ${W} VAR [--host H]… | key list [${W}] | key revoke ${W} VAR`,
+    `-- repo add ${W} PATH [--shared] | repo list [${W}] | repo rm ${W} PATH`,
+  ],
+  flags: {
+    workspace: { type: 'string', value: 'W', help: 'the workspace (letters, digits, ".", "_", "-"; at most 64)' },
+    alias: { type: 'string', value: 'A', help: 'model or harness alias' },
+    'base-url': { type: 'string', value: 'URL', help: "model add: the provider's OpenAI-compatible base URL" },
+    model: { type: 'string', value: 'M', help: "model add: the provider's model name" },
+    'key-env': { type: 'string', value: 'VAR', help: 'model add: the env variable holding the key (must be granted)' },
+    provider: { type: 'string', value: 'KIND', help: 'model add: openai-compatible (the default)' },
+    'no-worktree': { type: 'boolean', help: 'harness add: the harness works without a worktree' },
+    allow: { type: 'string', value: 'CMD', multiple: true, help: 'harness add: an allowed run_command' },
+    'write-prefix': { type: 'string', value: 'P', multiple: true, help: 'harness add: a path prefix it may write' },
+    role: { type: 'string', value: 'R', help: 'route add/rm: the role id' },
+    harness: { type: 'string', value: 'H', help: 'route add: a built-in harness (code, doc-writer) or an alias' },
+    host: { type: 'string', value: 'H', multiple: true, help: 'key grant: a host (or host:port) the key may go to' },
+    shared: { type: 'boolean', help: 'repo add: other workspaces may register the repository too' },
+  },
+  positionals: {
+    min: 1,
+    max: 4,
+    help: [
+      'VAR   key grant/revoke: an env variable matching WORKER_PROVIDER_KEY_VARS',
+      'PATH  repo add/rm: an absolute path to a local repository (compared as its realpath)',
+    ],
+  },
+  exitCodes: {
+    0: 'done',
+    1: '`model test` failed, or an unexpected error (e.g. the database could not be reached)',
+    2: 'bad arguments or a refused setting or grant (one line: why)',
+  },
+  env: [
+    ...DATABASE_ENV,
+    'WORKER_PROVIDER_KEY_VARS',
+    'WORKER_ALLOWED_COMMANDS',
+    ['DATABASE_URL (grants)', "key and repo write with the owner's connection: DATABASE_URL or the embedded server"],
+  ],
+});
 exitOnStartupError('workspace');
 
-const USAGE = [
-  'npm run workspace -- create W',
-  '  | model add W --alias A --base-url URL --model M [--key-env VAR] [--provider openai-compatible]   (add-model: alias)',
-  '  | model list W | model rm W --alias A | model test W --alias A',
-  '  | harness add W --alias A [--no-worktree] [--allow CMD]… [--write-prefix P]… | harness list W | harness rm W --alias A',
-  '  | route add W --role R --harness H | route list W | route rm W --role R',
-].join('\n');
-const { values, positionals } = parseCli(
-  {
-    alias: { type: 'string' },
-    'base-url': { type: 'string' },
-    model: { type: 'string' },
-    'key-env': { type: 'string' },
-    provider: { type: 'string' },
-    'no-worktree': { type: 'boolean', default: false },
-    allow: { type: 'string', multiple: true },
-    'write-prefix': { type: 'string', multiple: true },
-    role: { type: 'string' },
-    harness: { type: 'string' },
-  },
-  USAGE,
-);
+/** Extra positional arguments each command takes after the workspace; `optionalWorkspace`: lists of all. */
+const COMMANDS: Record<string, { args: string[]; optionalWorkspace?: boolean }> = {
+  'create': { args: [] },
+  'model add': { args: [] }, 'model list': { args: [] }, 'model rm': { args: [] }, 'model test': { args: [] },
+  'harness add': { args: [] }, 'harness list': { args: [] }, 'harness rm': { args: [] },
+  'route add': { args: [] }, 'route list': { args: [] }, 'route rm': { args: [] },
+  'key grant': { args: ['VAR'] }, 'key list': { args: [], optionalWorkspace: true }, 'key revoke': { args: ['VAR'] },
+  'repo add': { args: ['PATH'] }, 'repo list': { args: [], optionalWorkspace: true }, 'repo rm': { args: ['PATH'] },
+};
+const WORKSPACE_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 
-// `add-model W` is the old spelling of `model add W`.
-const args = positionals[0] === 'add-model' ? ['model', 'add', ...positionals.slice(1)] : positionals;
-const [group, verb, workspaceId] = args[0] === 'create' ? ['create', 'create', args[1]] : args;
-const VERBS: Record<string, string[]> = { create: ['create'], model: ['add', 'list', 'rm', 'test'], harness: ['add', 'list', 'rm'], route: ['add', 'list', 'rm'] };
-if (!group || !VERBS[group]?.includes(verb ?? '')) usageError(USAGE, group ? `unknown command: ${args.join(' ')}` : undefined);
-if (!workspaceId) usageError(USAGE, 'the workspace W is required');
-if (args.length > (group === 'create' ? 2 : 3)) usageError(USAGE, `unexpected argument(s): ${args.slice(group === 'create' ? 2 : 3).join(' ')}`);
+// `add-model W` is the old spelling of `model add W` (it also creates the workspace).
+const legacyAddModel = positionals[0] === 'add-model';
+const words = legacyAddModel ? ['model', 'add', ...positionals.slice(1)] : positionals;
+const key = words[0] === 'create' ? 'create' : `${words[0]} ${words[1] ?? ''}`.trim();
+const shape = COMMANDS[key] ?? fail(`unknown command: ${words.slice(0, 2).join(' ')}`);
+const rest = words.slice(key === 'create' ? 1 : 2);
+let workspaceId: string | null = values.workspace ?? null;
+if (workspaceId === null && rest.length === shape.args.length + 1) workspaceId = rest.shift()!;
+if (rest.length > shape.args.length) fail(`unexpected argument(s): ${rest.slice(shape.args.length).join(' ')}`);
+if (rest.length < shape.args.length) fail(`${key} needs ${shape.args.slice(rest.length).join(' ')}`);
+if (workspaceId === null && !shape.optionalWorkspace) fail(`${key} needs ${W}`);
+if (workspaceId !== null && !WORKSPACE_NAME.test(workspaceId)) {
+  fail(`workspace ${JSON.stringify(workspaceId)} must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit`);
+}
+const [arg] = rest;
 
 const config = loadConfigOrExit();
 registerConfigSecrets(config); // before anything is logged or stored
 const keyVarGlobs = parseKeyVarGlobs(config.WORKER_PROVIDER_KEY_VARS);
 const out = (line: string) => process.stdout.write(`${line}\n`);
 const refuse = (message: string): never => {
-  process.stderr.write(`${redactString(message)}\n`);
+  process.stderr.write(`workspace: ${redactString(message)}\n`);
   process.exit(2);
 };
+const need = (value: string | undefined, flag: string): string => value ?? fail(`${key} needs --${flag}`);
 
-// Input is checked before the database is opened: a refusal names the reason and changes nothing.
-let planned: (tx: WorkspaceTx) => Promise<number> = async () => 0;
+/** A setting, in one workspace transaction of the app role. */
+type Planned = { kind: 'app'; run(tx: WorkspaceTx): Promise<number> };
+/** A grant, over the owner's connection. */
+type Granted = { kind: 'owner'; run(owner: import('postgres').Sql): Promise<number> };
+
+const ws = workspaceId ?? '';
 let after: (() => Promise<number>) | undefined;
+let plan: Planned | Granted;
 try {
-  const key = `${group} ${verb}`;
-  if (key === 'create create') {
-    planned = async (tx) => (await createWorkspace(tx), out(`workspace ${workspaceId} ready`), 0);
-  } else if (key === 'model add') {
-    const row = modelInput({ alias: values.alias, provider: values.provider, baseUrl: values['base-url'], model: values.model, keyEnv: values['key-env'] }, keyVarGlobs);
-    // The old spelling also created the workspace; kept for the scripts that rely on it.
-    const create = positionals[0] === 'add-model';
-    planned = async (tx) => {
-      if (create) await createWorkspace(tx);
-      await upsertModelProvider(tx, row, keyVarGlobs);
-      out(`model ${row.alias} added to ${workspaceId}`);
-      return 0;
-    };
-  } else if (key === 'model list') {
-    planned = async (tx) => {
-      for (const m of await listModelProviders(tx)) out(JSON.stringify({ alias: m.alias, provider: m.provider, baseUrl: redactString(m.base_url), model: m.model, keyEnv: m.api_key_env_var }));
-      return 0;
-    };
-  } else if (key === 'model rm') {
-    const alias = values.alias ?? refuse('model rm needs --alias');
-    planned = async (tx) => ((await removeModelProvider(tx, alias)) ? (out(`model ${alias} removed`), 0) : refuse(`no model ${alias} in workspace ${workspaceId}`));
-  } else if (key === 'model test') {
-    const alias = values.alias ?? refuse('model test needs --alias');
-    planned = async (tx) => {
-      const row = await modelProvider(tx, alias);
-      if (!row) return refuse(`no model ${alias} in workspace ${workspaceId}`);
-      // The call is made after the transaction: no connection waits on the network.
-      after = async () => {
-        registerSecretsFromEnv(process.env, row.api_key_env_var ? [row.api_key_env_var] : []);
-        const result = await testModelProvider(row, { keyVarGlobs });
-        out(JSON.stringify({ alias, ...result }));
-        return result.ok ? 0 : 1;
-      };
-      return 0;
-    };
-  } else if (key === 'harness add') {
-    const row = harnessInput({ alias: values.alias, worktree: !values['no-worktree'], allow: values.allow, writePrefix: values['write-prefix'] });
-    planned = async (tx) => (await upsertHarness(tx, row), out(`harness ${row.alias} added to ${workspaceId}`), 0);
-  } else if (key === 'harness list') {
-    planned = async (tx) => {
-      for (const h of await listHarnesses(tx)) out(JSON.stringify({ alias: h.alias, worktree: h.needs_worktree, allow: h.allowed_commands, writePrefixes: h.write_prefixes }));
-      return 0;
-    };
-  } else if (key === 'harness rm') {
-    const alias = values.alias ?? refuse('harness rm needs --alias');
-    planned = async (tx) => ((await removeHarness(tx, alias)) ? (out(`harness ${alias} removed`), 0) : refuse(`no harness ${alias} in workspace ${workspaceId}`));
-  } else if (key === 'route add') {
-    const route = routeInput({ role: values.role, harness: values.harness });
-    planned = async (tx) => (await upsertRoute(tx, route), out(`role ${route.role_id} → harness ${route.harness_alias}`), 0);
-  } else if (key === 'route list') {
-    planned = async (tx) => {
-      for (const r of await listRoutes(tx)) out(JSON.stringify({ role: r.role_id, harness: r.harness_alias }));
-      return 0;
-    };
-  } else if (key === 'route rm') {
-    const role = values.role ?? refuse('route rm needs --role');
-    planned = async (tx) => ((await removeRoute(tx, role)) ? (out(`route of role ${role} removed`), 0) : refuse(`no route for role ${role} in workspace ${workspaceId}`));
-  }
+  plan = await planCommand();
 } catch (err) {
   if (err instanceof EchodoError) refuse(err.message);
   throw err;
 }
 
+async function planCommand(): Promise<Planned | Granted> {
+  const app = (run: Planned['run']): Planned => ({ kind: 'app', run });
+  const owner = (run: Granted['run']): Granted => ({ kind: 'owner', run });
+  switch (key) {
+    case 'create':
+      return app(async (tx) => (await createWorkspace(tx), out(`workspace ${ws} ready`), 0));
+    case 'model add': {
+      const row = modelInput(
+        { alias: values.alias, provider: values.provider, baseUrl: values['base-url'], model: values.model, keyEnv: values['key-env'] },
+        keyVarGlobs,
+      );
+      return app(async (tx) => {
+        if (legacyAddModel) await createWorkspace(tx);
+        await upsertModelProvider(tx, row, keyVarGlobs);
+        return out(`model ${row.alias} added to ${ws}`), 0;
+      });
+    }
+    case 'model list':
+      return app(async (tx) => {
+        for (const m of await listModelProviders(tx)) {
+          out(JSON.stringify({ alias: m.alias, provider: m.provider, baseUrl: redactString(m.base_url), model: m.model, keyEnv: m.api_key_env_var }));
+        }
+        return 0;
+      });
+    case 'model rm': {
+      const alias = need(values.alias, 'alias');
+      return app(async (tx) => ((await removeModelProvider(tx, alias)) ? (out(`model ${alias} removed`), 0) : refuse(`no model ${alias} in workspace ${ws}`)));
+    }
+    case 'model test': {
+      const alias = need(values.alias, 'alias');
+      return app(async (tx) => {
+        const row = await modelProvider(tx, alias);
+        if (!row) return refuse(`no model ${alias} in workspace ${ws}`);
+        const grant = row.api_key_env_var ? await keyGrantOf(tx, row.api_key_env_var) : undefined;
+        // The call is made after the transaction: no connection waits on the network.
+        after = async () => {
+          registerSecretsFromEnv(process.env, row.api_key_env_var ? [row.api_key_env_var] : []);
+          const result = await testModelProvider(row, { keyVarGlobs, keyGrant: grant });
+          out(JSON.stringify({ alias, ...result }));
+          return result.ok ? 0 : 1;
+        };
+        return 0;
+      });
+    }
+    case 'harness add': {
+      const row = harnessInput({ alias: values.alias, worktree: !values['no-worktree'], allow: values.allow, writePrefix: values['write-prefix'] });
+      return app(async (tx) => (await upsertHarness(tx, row), out(`harness ${row.alias} added to ${ws}`), 0));
+    }
+    case 'harness list':
+      return app(async (tx) => {
+        for (const h of await listHarnesses(tx)) {
+          out(JSON.stringify({ alias: h.alias, worktree: h.needs_worktree, allow: h.allowed_commands, writePrefixes: h.write_prefixes }));
+        }
+        return 0;
+      });
+    case 'harness rm': {
+      const alias = need(values.alias, 'alias');
+      return app(async (tx) => ((await removeHarness(tx, alias)) ? (out(`harness ${alias} removed`), 0) : refuse(`no harness ${alias} in workspace ${ws}`)));
+    }
+    case 'route add': {
+      const route = routeInput({ role: need(values.role, 'role'), harness: need(values.harness, 'harness') });
+      const builtin = Object.keys(builtinHarnesses(config));
+      return app(async (tx) => {
+        if (!builtin.includes(route.harness_alias) && !(await harnessOverride(tx, route.harness_alias))) {
+          return refuse(`harness ${route.harness_alias} is neither built in (${builtin.join(', ')}) nor a harness of workspace ${ws}`);
+        }
+        await upsertRoute(tx, route);
+        return out(`role ${route.role_id} → harness ${route.harness_alias}`), 0;
+      });
+    }
+    case 'route list':
+      return app(async (tx) => {
+        for (const r of await listRoutes(tx)) out(JSON.stringify({ role: r.role_id, harness: r.harness_alias }));
+        return 0;
+      });
+    case 'route rm': {
+      const role = need(values.role, 'role');
+      return app(async (tx) => ((await removeRoute(tx, role)) ? (out(`route of role ${role} removed`), 0) : refuse(`no route for role ${role} in workspace ${ws}`)));
+    }
+    case 'key grant': {
+      const variable = grantVariable(arg!, keyVarGlobs);
+      const hosts = grantHosts(values.host);
+      return owner(async (sql) => {
+        await keyGrant(sql, ws, variable, hosts);
+        return out(`${variable} granted to ${ws} for ${hosts.length ? hosts.join(', ') : 'any host'}`), 0;
+      });
+    }
+    case 'key revoke':
+      return owner(async (sql) => (await keyRevoke(sql, ws, arg!), out(`${arg} revoked from ${ws}`), 0));
+    case 'key list':
+      return owner(async (sql) => ((await keyList(sql, workspaceId)).forEach((l) => out(l)), 0));
+    case 'repo add': {
+      const real = await repoRealpath(arg!);
+      const shared = values.shared ?? false;
+      return owner(async (sql) => (await repoAdd(sql, ws, real, shared), out(`${real} registered to ${ws}${shared ? ' (shared)' : ''}`), 0));
+    }
+    case 'repo rm':
+      return owner(async (sql) => (await repoRemove(sql, ws, arg!), out(`${arg} unregistered from ${ws}`), 0));
+    case 'repo list':
+      return owner(async (sql) => ((await repoList(sql, workspaceId)).forEach((l) => out(l)), 0));
+    default:
+      return fail(`unknown command: ${key}`);
+  }
+}
+
+// Grants are written only with the owner's connection: an app-only deployment has none here.
+if (plan.kind === 'owner' && config.DATABASE_APP_URL && !config.DATABASE_URL) {
+  refuse("key and repo grants are the operator's: set DATABASE_URL to the owner's connection (the app login may not write them)");
+}
+
 const db = await openDatabase(config);
 await registerStartupSecrets(config, db);
 let code = 0;
+const mustExist = key !== 'create' && !legacyAddModel;
 try {
-  code = await withWorkspace(db.app, workspaceId, async (tx) => {
-    if (group !== 'create' && positionals[0] !== 'add-model' && !(await workspaceExists(tx))) return refuse(`workspace "${workspaceId}" does not exist (npm run workspace -- create ${workspaceId})`);
-    return planned(tx);
-  });
+  if (workspaceId !== null && mustExist && !(await withWorkspace(db.app, workspaceId, workspaceExists))) {
+    refuse(`workspace "${workspaceId}" does not exist (npm run workspace -- create --workspace ${workspaceId})`);
+  }
+  if (plan.kind === 'app') {
+    const planned = plan;
+    code = await withWorkspace(db.app, ws, (tx) => planned.run(tx));
+  } else {
+    const owner = connect(await resolveDatabaseUrl(config), { max: 1 });
+    try {
+      code = await plan.run(owner);
+    } finally {
+      await owner.end({ timeout: 2 });
+    }
+  }
   if (after) code = await after();
 } catch (err) {
   if (err instanceof EchodoError) refuse(err.message);
+  // A constraint the database enforces (a value too long, say): the user's input, not a crash.
+  if (/^23/.test(String((err as { code?: unknown }).code ?? ''))) refuse(`refused by the database: ${errorMessage(err)}`);
   process.stderr.write(`workspace: ${redactString(errorMessage(err))}\n`);
   code = 1;
 } finally {

@@ -9,6 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { upsertModelProvider } from '../store/workspace-config.ts';
+import { grantKey } from './support/grants.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { ProviderKeyVarRefusedError } from '../core/key-vars.ts';
 import { spawnNode, waitFor, type Child } from './support/child.ts';
@@ -41,6 +42,7 @@ before(async () => {
   const hook = path.join(s.repo, '.git', 'hooks', 'post-checkout');
   await writeFile(hook, `#!/bin/sh\nenv > '${hookEnvFile}'\n`);
   await chmod(hook, 0o755);
+  await grantKey(s.su, s.workspaceId, KEY_VAR);
   await withWorkspace(s.t.db.app, s.workspaceId, async (tx) => {
     await upsertModelProvider(tx, { alias: 'local', provider: 'openai-compatible', base_url: server.baseURL, model: 'e2e-model', api_key_env_var: KEY_VAR });
     // `env` allowlisted for this workspace's code harness, so a command can show its environment.
@@ -191,6 +193,7 @@ test('writing a row that names a variable outside WORKER_PROVIDER_KEY_VARS is re
   const refused = cli('DATABASE_URL');
   assert.equal((await refused.exited).code, 2, refused.output());
   assert.match(refused.output(), /api_key_env_var "DATABASE_URL" is refused: a model provider may only name a variable matching WORKER_PROVIDER_KEY_VARS \(\*_API_KEY\)/);
+  await grantKey(s.su, s.workspaceId, 'LLM_ACCESS');
   const custom = cli('LLM_ACCESS', { WORKER_PROVIDER_KEY_VARS: '*_API_KEY,LLM_*' });
   assert.equal((await custom.exited).code, 0, custom.output());
   const rows = await s.su<{ alias: string }[]>`select alias from model_providers where alias like 'cli-%' order by alias`;

@@ -15,6 +15,9 @@ function providerRow(server: ChatServer, apiKeyEnvVar: string | null = KEY_VAR):
   return { alias: 'local-llm', provider: 'openai-compatible', base_url: server.baseURL, model: 'test-model-1', api_key_env_var: apiKeyEnvVar };
 }
 
+/** The operator's grant of any variable for any host: these tests are about the model, not grants. */
+const grantAny = async (variable: string) => ({ variable, hosts: [] });
+
 function lookupFor(row: ProviderRow) {
   return async (alias: string) => (alias === row.alias ? row : undefined);
 }
@@ -56,7 +59,7 @@ test('generateText runs the tool calls an OpenAI-compatible server asks for and 
   const key = 'sk-test-first-1234567890';
   const env = { [KEY_VAR]: key };
 
-  const resolved = await resolveModel({ model: 'local-llm', lookupProvider: lookupFor(providerRow(server)), startAt: 0, env });
+  const resolved = await resolveModel({ model: 'local-llm', lookupKeyGrant: grantAny, lookupProvider: lookupFor(providerRow(server)), startAt: 0, env });
   assert.equal(resolved.apiKeyEnvVar, KEY_VAR);
   assert.ok(!resolved.description.includes(key), '!resolved.description.includes(key)');
 
@@ -101,7 +104,7 @@ test('the model object holds no key, so logging it cannot leak one', async (t) =
   const key = 'sk-never-in-objects-0987654321';
   const resolved = await resolveModel({
     model: 'local-llm',
-    lookupProvider: lookupFor(providerRow(server)),
+    lookupKeyGrant: grantAny, lookupProvider: lookupFor(providerRow(server)),
     startAt: 0,
     env: { [KEY_VAR]: key },
   });
@@ -113,7 +116,7 @@ test('with the key variable unset the call fails naming the variable, and sends 
   t.after(() => server.close());
   const otherSecret = 'sk-unrelated-secret-555';
   const env: NodeJS.ProcessEnv = { OTHER_LLM_KEY: otherSecret };
-  const { model } = await resolveModel({ model: 'local-llm', lookupProvider: lookupFor(providerRow(server)), startAt: 0, env });
+  const { model } = await resolveModel({ model: 'local-llm', lookupKeyGrant: grantAny, lookupProvider: lookupFor(providerRow(server)), startAt: 0, env });
 
   await assert.rejects(
     generateText({ model, tools: fileTools().tools, prompt: 'x', maxRetries: 0 }),
@@ -145,7 +148,7 @@ test('the key is read at call time: changing the variable between calls sends th
 
   process.env[KEY_VAR] = 'sk-before-rotation-111';
   // No env passed: the model reads process.env, as the worker does.
-  const { model } = await resolveModel({ model: 'local-llm', lookupProvider: lookupFor(providerRow(server)), startAt: 0 });
+  const { model } = await resolveModel({ model: 'local-llm', lookupKeyGrant: grantAny, lookupProvider: lookupFor(providerRow(server)), startAt: 0 });
   assert.equal((await generateText({ model, prompt: 'one', maxRetries: 0 })).text, 'first');
 
   process.env[KEY_VAR] = 'sk-after-rotation-222';
@@ -162,7 +165,7 @@ test('a provider row without api_key_env_var sends no Authorization header', asy
   t.after(() => server.close());
   const { model, apiKeyEnvVar } = await resolveModel({
     model: 'local-llm',
-    lookupProvider: lookupFor(providerRow(server, null)),
+    lookupKeyGrant: grantAny, lookupProvider: lookupFor(providerRow(server, null)),
     startAt: 0,
     env: {},
   });
@@ -177,7 +180,7 @@ test('streamText works against the same server over SSE', async (t) => {
   const key = 'sk-stream-333';
   const { model } = await resolveModel({
     model: 'local-llm',
-    lookupProvider: lookupFor(providerRow(server)),
+    lookupKeyGrant: grantAny, lookupProvider: lookupFor(providerRow(server)),
     startAt: 0,
     env: { [KEY_VAR]: key },
   });
@@ -193,7 +196,7 @@ test('a server error surfaces as an error, not as a silent empty answer', async 
   t.after(() => server.close());
   const { model } = await resolveModel({
     model: 'local-llm',
-    lookupProvider: lookupFor(providerRow(server)),
+    lookupKeyGrant: grantAny, lookupProvider: lookupFor(providerRow(server)),
     startAt: 0,
     env: { [KEY_VAR]: 'sk-err-444' },
   });
@@ -206,7 +209,7 @@ test('a provider row naming a variable outside WORKER_PROVIDER_KEY_VARS is refus
   const env = { DATABASE_URL: 'postgres://postgres:db-password-0123456789@127.0.0.1:5432/echodo', [KEY_VAR]: 'sk-fine-0123456789abcdef' };
   for (const keyVarGlobs of [undefined, ['*_API_KEY'], ['LLM_*', '*_TOKEN']]) {
     await assert.rejects(
-      resolveModel({ model: 'local-llm', lookupProvider: lookupFor(providerRow(server, 'DATABASE_URL')), startAt: 0, env, keyVarGlobs }),
+      resolveModel({ model: 'local-llm', lookupKeyGrant: grantAny, lookupProvider: lookupFor(providerRow(server, 'DATABASE_URL')), startAt: 0, env, keyVarGlobs }),
       (err: unknown) => {
         assert.ok(err instanceof ProviderKeyVarRefusedError, `refused with the typed error: ${String(err)}`);
         assert.ok(err instanceof EchodoError, 'an EchodoError, so the run fails with its message');
@@ -222,7 +225,7 @@ test('a provider row naming a variable outside WORKER_PROVIDER_KEY_VARS is refus
   assert.equal(server.requests.length, 0, 'the loopback server was sent nothing');
 
   // A variable matching a custom glob is accepted and sent.
-  const { model } = await resolveModel({ model: 'local-llm', lookupProvider: lookupFor(providerRow(server, 'LLM_ACCESS')), startAt: 0, env: { LLM_ACCESS: 'custom-value-1234' }, keyVarGlobs: ['*_API_KEY', 'LLM_*'] });
+  const { model } = await resolveModel({ model: 'local-llm', lookupKeyGrant: grantAny, lookupProvider: lookupFor(providerRow(server, 'LLM_ACCESS')), startAt: 0, env: { LLM_ACCESS: 'custom-value-1234' }, keyVarGlobs: ['*_API_KEY', 'LLM_*'] });
   assert.equal((await generateText({ model, prompt: 'x', maxRetries: 0 })).text, 'must not be reached');
   assert.equal(server.requests[0]!.headers.authorization, 'Bearer custom-value-1234');
 });

@@ -165,7 +165,7 @@ describe('Postgres outages', () => {
       repo = await makeRepo({ 'README.md': '# sample\n', 'src/index.ts': 'export const answer = 42;\n' });
       const transcript = path.join(home, 'transcript.json');
       await writeFile(transcript, JSON.stringify({ steps: sampleSteps(150, ROUNDS) }));
-      env = { DATABASE_URL: server.url, ECHODO_HOME: path.join(home, 'echodo'), WORKER_WORKTREE_BASE: path.join(home, 'worktrees'), WORKER_REPO_ROOT: repo, WORKER_BLPOP_TIMEOUT_S: '1', LOG_LEVEL: 'info', ...PATIENT_LEASE };
+      env = { DATABASE_URL: server.url, ECHODO_HOME: path.join(home, 'echodo'), WORKER_WORKTREE_BASE: path.join(home, 'worktrees'), WORKER_REPO_ROOT: repo, WORKER_REPLAY_DIR: home, WORKER_BLPOP_TIMEOUT_S: '1', LOG_LEVEL: 'info', ...PATIENT_LEASE };
       model = `replay:${transcript}`;
       const config = parseConfig(env);
       db = await openDatabase(config);

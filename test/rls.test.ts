@@ -43,10 +43,15 @@ const fixtures: Record<string, (tx: WorkspaceTx, ws: string, n: number) => Promi
   checkpoint_manifest: (tx, ws, n) =>
     tx`insert into checkpoint_manifest (workspace_id, agent_run_id, path, sha256, seq)
        values (${ws}, ${`${ws}-run-0`}, ${`src/file-${n}.ts`}, null, 1)`,
+  // Operator grants: the app role only reads them (written over the owner's connection, see before()).
+  key_grants: (tx, ws, n) => tx`insert into key_grants (workspace_id, env_var) values (${ws}, ${`GRANT_${n}_API_KEY`})`,
+  repo_grants: (tx, ws, n) => tx`insert into repo_grants (workspace_id, path) values (${ws}, ${`/srv/${ws}/repo-${n}`})`,
   // A workspace never inserts a claim itself (store/migrations/005): it claims through the function.
   branch_claims: (tx, _ws, n) => tx`select echodo_claim_branch('/repo', ${`echodo/b-${tx.workspaceId}-${n}`}, ${`${tx.workspaceId}-run-0`}, true)`,
 };
 const TABLES = Object.keys(fixtures);
+/** Tables the app role may only read: their rows are written as the owner. */
+const OPERATOR_ONLY = new Set(['key_grants', 'repo_grants']);
 
 /** A row forged for another workspace, where the fixture would not be a plain insert. */
 const forgeries: Record<string, (tx: WorkspaceTx, ws: string, n: number) => Promise<unknown>> = {
@@ -67,7 +72,10 @@ before(async () => {
   su = superuserSql(t.url);
   for (const ws of [A, B]) {
     await withWorkspace(app, ws, async (tx) => {
-      for (const insert of Object.values(fixtures)) await insert(tx, ws, 0);
+      for (const [table, insert] of Object.entries(fixtures)) if (!OPERATOR_ONLY.has(table)) await insert(tx, ws, 0);
+    });
+    await withWorkspace(su, ws, async (tx) => {
+      for (const table of OPERATOR_ONLY) await fixtures[table]!(tx, ws, 0);
     });
   }
   // Rows of no workspace: an admin token and an unreadable job, written by the system functions.

@@ -22,6 +22,7 @@ import { after, before, test } from 'node:test';
 import { Redis } from 'ioredis';
 import { createWorkspace } from '../store/runs.ts';
 import { upsertModelProvider } from '../store/workspace-config.ts';
+import { grantKey } from './support/grants.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { waitFor, type Child } from './support/child.ts';
 import { startChatServer, type ChatServer } from './support/chat-server.ts';
@@ -102,6 +103,7 @@ before(async () => {
     ],
   }));
 
+  await grantKey(s.su, s.workspaceId, 'AUDIT_API_KEY');
   await withWorkspace(s.t.db.app, s.workspaceId, (tx) =>
     upsertModelProvider(tx, { alias: 'hosted', provider: 'openai-compatible', base_url: chat.baseURL, model: 'm', api_key_env_var: 'AUDIT_API_KEY' }),
   );

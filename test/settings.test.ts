@@ -13,7 +13,8 @@ import { withWorkspace } from '../store/workspace.ts';
 import { createLogger } from '../worker/log.ts';
 import { spawnNode } from './support/child.ts';
 import { startChatServer, type ChatServer } from './support/chat-server.ts';
-import { createTestDatabase, type TestDatabase } from './support/db.ts';
+import { createTestDatabase, superuserSql, type TestDatabase } from './support/db.ts';
+import { grantKey } from './support/grants.ts';
 
 const KEY_VAR = 'SETTINGS_TEST_API_KEY';
 const KEY = 'sk-settings-test-d41d8cd98f00b204e9800998ecf8427e';
@@ -30,6 +31,8 @@ before(async () => {
   process.env[KEY_VAR] = KEY;
   t = await createTestDatabase();
   await withWorkspace(t.db.app, WS, (tx) => createWorkspace(tx));
+  const su = superuserSql(t.url);
+  await grantKey(su, WS, KEY_VAR).finally(() => su.end({ timeout: 2 }));
   token = await createWorkspaceToken(t.db.app, WS);
   chat = await startChatServer([{ text: 'ok' }, { text: 'ok' }, { text: 'ok' }]);
   const destination = new Writable({ write: (chunk, _enc, done) => (logs.push(String(chunk)), done()) });

@@ -3,13 +3,14 @@
 // run released for another worker to resume with nothing lost), and an error inside one run
 // failing that run only.
 import assert from 'node:assert/strict';
-import { mkdir, mkdtemp, readdir, readFile, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, realpath, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { withWorkspace } from '../store/workspace.ts';
 import { spawnNode, waitFor, type Child } from './support/child.ts';
 import { git } from './support/git.ts';
+import { registerRepo } from './support/grants.ts';
 import { startRedis, type RedisServer } from './support/redis.ts';
 import { createScenario, type Scenario, type TranscriptStep } from './support/scenario.ts';
 
@@ -156,6 +157,7 @@ for (const backend of ['postgres', 'redis'] as const) describe(`runs on the ${ba
     const dir = await mkdtemp(path.join(os.tmpdir(), 'echodo-lifecycle-'));
     const notARepo = path.join(dir, 'plain-folder');
     await mkdir(notARepo);
+    await registerRepo(s.su, s.workspaceId, await realpath(notARepo)); // granted, so the git check is what fails
     const quick = path.join(dir, 'quick.json');
     await writeFile(quick, JSON.stringify({ steps: [write('quick'), { text: 'ok' }] }));
 

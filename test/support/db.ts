@@ -3,7 +3,7 @@
 // a test file run on its own starts its own embedded server under a temp home instead.
 import { spawn, spawnSync } from 'node:child_process';
 import { createHmac, randomBytes } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, realpathSync, rmSync } from 'node:fs';
 import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -74,6 +74,8 @@ export async function createTestDatabase(): Promise<TestDatabase> {
     DATABASE_URL: url,
     ECHODO_HOME: path.join(dir, 'home'),
     WORKER_WORKTREE_BASE: path.join(dir, 'worktrees'),
+    // Tests write their replay transcripts into temp folders of their own (mkdtemp): the temp root.
+    WORKER_REPLAY_DIR: realpathSync(os.tmpdir()),
   };
   const credentials = testAppCredentials(adminUrl);
   await mkdir(env.ECHODO_HOME, { recursive: true, mode: 0o700 });
