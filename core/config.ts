@@ -1,6 +1,7 @@
 // Every environment variable of the contract, parsed once with zod at start-up.
 // A bad value stops the process with a message naming the variable.
 import os from 'node:os';
+import { realpathSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
@@ -22,7 +23,8 @@ export const DEFAULT_REMOTE_TIMEOUT_MS = 60_000;
 
 const schema = z.object({
   DATABASE_URL: z.string().url().optional(),
-  ECHODO_HOME: z.string().min(1).default(path.join(PROJECT_ROOT, '.echodo')),
+  // Outside every tree an agent works in (the repo root is one): the home holds the database password.
+  ECHODO_HOME: z.string().min(1).default(path.join(os.homedir(), '.echodo')),
   REDIS_URL: z.string().url().optional(),
   WORKER_QUEUE_KEY: z.string().min(1).default('echodo:orchestrator:jobs'),
   WORKER_DRY_RUN: bool.default(false),
@@ -99,7 +101,37 @@ export function parseConfig(env: NodeJS.ProcessEnv = process.env): Config {
   if (config.WORKER_HEARTBEAT_MS >= config.WORKER_LEASE_MS) {
     throw new ConfigError([`WORKER_HEARTBEAT_MS: must be shorter than WORKER_LEASE_MS (${config.WORKER_HEARTBEAT_MS} >= ${config.WORKER_LEASE_MS})`]);
   }
+  const misplaced = homePlacementProblem(config);
+  if (misplaced) throw new ConfigError([misplaced]);
   return config;
+}
+
+function realOrResolved(p: string): string {
+  try {
+    return realpathSync(p);
+  } catch {
+    return path.resolve(p);
+  }
+}
+
+/**
+ * ECHODO_HOME (the database password, the app role file) must lie in no folder whose files an
+ * agent reads or writes: the doc-writer works in WORKER_REPO_ROOT, runs in WORKER_WORKTREE_BASE.
+ */
+export function homePlacementProblem(config: Pick<Config, 'ECHODO_HOME' | 'WORKER_REPO_ROOT' | 'WORKER_WORKTREE_BASE'>, repos: string[] = []): string | undefined {
+  const home = realOrResolved(config.ECHODO_HOME);
+  const inside = (dir: string) => {
+    const d = realOrResolved(dir);
+    return home === d || home.startsWith(`${d}${path.sep}`);
+  };
+  const named: [string, string][] = [
+    ['WORKER_REPO_ROOT', config.WORKER_REPO_ROOT],
+    ['WORKER_WORKTREE_BASE', config.WORKER_WORKTREE_BASE],
+    ...repos.map((r): [string, string] => [`the registered repository ${r}`, r]),
+  ];
+  const hit = named.find(([, dir]) => inside(dir));
+  if (!hit) return undefined;
+  return `ECHODO_HOME: ${config.ECHODO_HOME} lies inside ${hit[0]} (${hit[1]}), where agents read and write files; move ECHODO_HOME out of it`;
 }
 
 /** For CLI entry points: parse or exit 2 with the message. */

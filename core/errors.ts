@@ -13,6 +13,9 @@ export type ErrorCode =
   | 'ref_refused' // a baseRef or branch that belongs to another run or workspace
   | 'worktree_unrecoverable'
   | 'tool_refused'
+  | 'tree_refused' // the tree process refused a path (a symlinked folder, a folder for a file…)
+  | 'tree_process_gone'
+  | 'unsupported_path' // a file name the checkpoint cannot record faithfully
   | 'io_failure'
   | 'schema_too_new'
   | 'transient'

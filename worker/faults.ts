@@ -45,6 +45,11 @@ export function faultPoint(name: FaultPoint): void {
   process.kill(process.pid, 'SIGKILL');
 }
 
+/** Whether the next faultPoint(name) kills: for a step another process performs up to that point. */
+export function faultArmed(name: FaultPoint): boolean {
+  return armed.get(name) === 1;
+}
+
 /** For injected I/O faults (ENOSPC) rather than kills: ECHODO_FAULT_ERRNO=<point>:<code>. */
 export function injectedErrno(name: string): NodeJS.ErrnoException | undefined {
   const spec = process.env.ECHODO_FAULT_ERRNO;

@@ -58,6 +58,11 @@ export const SAFE_GIT_CONFIG: readonly string[] = [
   // Only honoured from protected config (ours, the operator's); `env` makes the hook a no-op
   // wrapper, so pack-objects runs as it would without one.
   'uploadpack.packObjectsHook=env',
+  // A nested repository the agent made is never entered: git would read its config and attributes.
+  'submodule.recurse=false',
+  'diff.ignoreSubmodules=all',
+  'status.submoduleSummary=false',
+  'fetch.recurseSubmodules=false',
 ];
 
 const SAFE_PAIRS: [string, string][] = SAFE_GIT_CONFIG.map((kv) => {
@@ -167,7 +172,7 @@ async function repoConfig(cwd: string): Promise<DriverCache> {
   if (cached && fresh(cached)) return cached;
   const candidates = [...globalConfigFiles(), repoConfigFile(cwd)].filter((f): f is string => !!f);
   const before = candidates.map((f): [string, number] => [f, mtimeOf(f)]);
-  const listed = await spawnGit(cwd, ['config', '--list', '--show-origin', '-z'], undefined, configEnv([]));
+  const listed = await spawnGit(cwd, ['config', '--list', '--show-origin', '-z'], undefined, configEnv([], !router?.claims(cwd)));
   const names = new Map<string, Set<string>>();
   const checkin: CheckinConfig = {};
   const stamps = new Map(before);
@@ -218,8 +223,8 @@ export async function checkinConfig(cwd: string): Promise<CheckinConfig | undefi
  * driver name holding "=" cannot slip through): SAFE_GIT_CONFIG, the remotes' credentials
  * (remoteForGit) and the repo's drivers emptied.
  */
-function configEnv(pairs: [string, string][]): Record<string, string> {
-  const rewrites = [...credentialRewrites].map(([anonymous, url]): [string, string] => [`url.${url}.insteadOf`, anonymous]);
+function configEnv(pairs: [string, string][], withCredentials = true): Record<string, string> {
+  const rewrites = [...(withCredentials ? credentialRewrites : [])].map(([anonymous, url]): [string, string] => [`url.${url}.insteadOf`, anonymous]);
   const all: [string, string][] = [...SAFE_PAIRS, ...rewrites, ...pairs];
   const env: Record<string, string> = { GIT_CONFIG_COUNT: String(all.length) };
   all.forEach(([key, value], i) => {
@@ -229,9 +234,48 @@ function configEnv(pairs: [string, string][]): Record<string, string> {
   return env;
 }
 
+/**
+ * Where git runs when cwd lies in a run's tree: worker/tree/registry.ts installs a router that
+ * sends such calls to the tree's sandboxed process. Calls that need the network (or only the object
+ * store: fast-import) run here, in the common git dir, where no file the agent wrote is read.
+ */
+export interface GitRouter {
+  claims(cwd: string): string | undefined;
+  run(root: string, cwd: string, argv: string[], input: string | Buffer | undefined, env: Record<string, string>, timeoutMs?: number): Promise<GitResult>;
+}
+let router: GitRouter | undefined;
+
+export function routeGitThrough(r: GitRouter): void {
+  router = r;
+}
+
+/** Subcommands that never read the worktree; run in the common git dir (the network ones must). */
+const OUTSIDE_TREE = new Set(['push', 'fetch', 'clone', 'ls-remote', 'fast-import']);
+
+function subcommand(argv: string[]): string | undefined {
+  for (let i = 0; i < argv.length; i++) {
+    if (argv[i] === '-c' || argv[i] === '-C') i++;
+    else if (!argv[i]!.startsWith('-')) return argv[i];
+  }
+  return undefined;
+}
+
+/** Where a git call really runs: [the tree root serving it, or undefined for here; the cwd]. */
+function placeOf(cwd: string, argv: string[]): [string | undefined, string] {
+  const root = router?.claims(cwd);
+  if (!root) return [undefined, cwd];
+  if (OUTSIDE_TREE.has(subcommand(argv) ?? '')) return [undefined, commonDirOnDisk(cwd) ?? cwd];
+  return [root, cwd];
+}
+
 /** The environment every worker git gets in cwd (GIT_ENV plus the safe config); for other spawners of git. */
 export async function safeGitEnv(cwd: string): Promise<NodeJS.ProcessEnv> {
   return { ...GIT_ENV, ...configEnv(await driverOverrides(cwd)) };
+}
+
+/** A tree process gets no credential: it has no network, and holds no secret. */
+function inTree(cwd: string, argv: string[]): boolean {
+  return placeOf(cwd, argv)[0] !== undefined;
 }
 
 export interface GitResult {
@@ -240,7 +284,17 @@ export interface GitResult {
   exitCode: number;
 }
 
+/** Keys of GIT_ENV that describe this host's process, not git: a tree process has its own. */
+const HOST_ONLY = new Set(['PATH', 'HOME']);
+
 function spawnGit(cwd: string, argv: string[], input: string | Buffer | undefined, env: NodeJS.ProcessEnv, timeoutMs?: number): Promise<GitResult> {
+  const [root, where] = placeOf(cwd, argv);
+  if (root) {
+    const inside: Record<string, string> = {};
+    for (const [k, v] of Object.entries({ ...GIT_ENV, ...env })) if (v !== undefined && !HOST_ONLY.has(k)) inside[k] = v;
+    return router!.run(root, where, argv, input, inside, timeoutMs);
+  }
+  cwd = where;
   return new Promise((resolve, reject) => {
     const child = spawn('git', argv, { cwd, env: { ...GIT_ENV, ...env }, stdio: ['pipe', 'pipe', 'pipe'] });
     const out: Buffer[] = [];
@@ -269,7 +323,7 @@ export async function runGit(
   args: string[],
   options: { input?: string | Buffer; env?: NodeJS.ProcessEnv; allowExitCodes?: number[]; timeoutMs?: number } = {},
 ): Promise<GitResult> {
-  const env = { ...options.env, ...configEnv(await driverOverrides(cwd)) };
+  const env = { ...options.env, ...configEnv(await driverOverrides(cwd), !inTree(cwd, args)) };
   const result = await spawnGit(cwd, args, options.input, env, options.timeoutMs);
   if (result.exitCode === 0 || options.allowExitCodes?.includes(result.exitCode)) return result;
   throw new GitError(args, result.exitCode, result.stderr);

@@ -80,7 +80,7 @@ export async function prepareTree(
     const root = config.WORKER_REPO_ROOT;
     if (resuming) {
       // A write_file killed between its temp file and the rename leaves the temp behind.
-      for (const prefix of harness.writePrefixes ?? ['']) await removeStaleTempFiles(path.join(root, prefix));
+      for (const prefix of harness.writePrefixes ?? ['']) await removeStaleTempFiles(root, prefix || '.');
       const report = await verifyAndRepair({ run, chain, anchor, manifest, repoRoot: root, worktreeBase: config.WORKER_WORKTREE_BASE, notesRef: config.WORKER_NOTES_REF, log });
       resumed = resumeEvent(run, report.fromSeq, report.findings.map((f) => f.detail), []);
     }

@@ -13,8 +13,8 @@
 // if the copy's tree is not the commit's (end-of-line conversion changed what git stores), it is
 // dropped, the index is updated in place as git would, and the commit is redone from the index.
 import { createHash, randomBytes } from 'node:crypto';
-import { closeSync, createReadStream, existsSync, fstatSync, lstatSync, openSync, readFileSync, readSync, readlinkSync, unlinkSync, type Stats } from 'node:fs';
-import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
+import { existsSync, readFileSync, unlinkSync } from 'node:fs';
+import { mkdir, rename, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { deflateSync } from 'node:zlib';
 import { GitError, runGit, type GitResult } from '../git.ts';
@@ -25,6 +25,8 @@ import { stageOnCopy, updateIndexInPlace, type Staged } from './index-copy.ts';
 import { storesBytesAsIs } from './conversion.ts';
 import type { FileTouched } from '../../core/checkpoint-hash.ts';
 import { redactString } from '../../core/redact.ts';
+import { EchodoError } from '../../core/errors.ts';
+import { withTree } from '../tree/registry.ts';
 
 const IDENT = 'echodo-worker <echodo-worker@localhost>';
 
@@ -32,9 +34,6 @@ const IDENT = 'echodo-worker <echodo-worker@localhost>';
 function fiPath(p: string): string {
   return /^"|[\n\\"]/.test(p) ? JSON.stringify(p) : p;
 }
-
-/** Files up to this size are read synchronously: one read is a few syscalls, far cheaper than the thread pool's hops. */
-const SYNC_READ_MAX = 1024 * 1024;
 
 /** A touched path as read for a checkpoint: what fast-import stores and what the row records. */
 interface TouchedFile {
@@ -46,45 +45,31 @@ interface TouchedFile {
   sha256: string | null;
 }
 
-function readSmallFile(abs: string): Buffer {
-  const fd = openSync(abs, 'r');
-  try {
-    const size = fstatSync(fd).size;
-    const buf = Buffer.allocUnsafe(size);
-    let at = 0;
-    while (at < size) {
-      const n = readSync(fd, buf, at, size - at, at);
-      if (n === 0) break;
-      at += n;
-    }
-    return at === size ? buf : buf.subarray(0, at);
-  } finally {
-    closeSync(fd);
-  }
+/**
+ * Reads every touched path once, in the tree process: mode, bytes and sha256 (describeFiles' answer
+ * comes from the same bytes). A path reached through a symlinked folder is not in the tree: gone.
+ * A folder (a nested repository included) is never recorded itself: its files are, one by one.
+ */
+async function readTouched(worktree: string, paths: string[]): Promise<TouchedFile[]> {
+  const facts = await withTree(worktree, (tree) => tree.files(paths, true));
+  return facts.map((f, i): TouchedFile => {
+    const rel = paths[i]!;
+    assertRecordable(rel);
+    if (f.kind === 'symlink') return { rel, mode: '120000', data: f.target ?? Buffer.alloc(0), sha256: null };
+    if (f.kind === 'dir' || f.kind === 'repo') return { rel, mode: 'skip', sha256: null };
+    if (f.kind !== 'file' || !f.data || !f.sha256) return { rel, mode: 'D', sha256: null };
+    return { rel, mode: f.exec ? '100755' : '100644', data: f.data, sha256: f.sha256 };
+  });
 }
 
-/** Reads every touched path once: mode, bytes and sha256 (describeFiles' answer comes from the same bytes). */
-async function readTouched(worktree: string, paths: string[]): Promise<TouchedFile[]> {
-  return Promise.all(
-    paths.map(async (rel): Promise<TouchedFile> => {
-      const abs = path.join(worktree, rel);
-      let st: Stats;
-      try {
-        st = lstatSync(abs);
-      } catch {
-        return { rel, mode: 'D', sha256: null };
-      }
-      if (st.isSymbolicLink()) return { rel, mode: '120000', data: Buffer.from(readlinkSync(abs)), sha256: null };
-      if (!st.isFile()) return { rel, mode: 'skip', sha256: null };
-      let data: Buffer;
-      try {
-        data = st.size <= SYNC_READ_MAX ? readSmallFile(abs) : await readFile(abs);
-      } catch {
-        return { rel, mode: 'D', sha256: null }; // removed between lstat and read
-      }
-      return { rel, mode: st.mode & 0o111 ? '100755' : '100644', data, sha256: createHash('sha256').update(data).digest('hex') };
-    }),
-  );
+/**
+ * A name that did not survive decoding (invalid UTF-8 arrives as U+FFFD) would be recorded under
+ * another name than the file's: the round fails naming it rather than record a lie.
+ */
+function assertRecordable(rel: string): void {
+  if (rel.includes('\uFFFD')) {
+    throw new EchodoError('unsupported_path', `file name ${JSON.stringify(rel)} is not valid UTF-8 (shown with U+FFFD); rename it to checkpoint it`);
+  }
 }
 
 /** What the row records of the files read (describeFiles' shape: anything not a regular file is deleted). */
@@ -170,6 +155,9 @@ export async function commitTouchedPaths(args: {
   const message = redactString(args.message); // a commit message is persisted: the one redactor
   const touched = await readTouched(args.worktree, args.paths);
   const files = describeTouched(touched);
+  // A folder is never staged by its own name: git would record a nested repository as a gitlink.
+  const folders = new Set(touched.filter((f) => f.mode === 'skip').map((f) => f.rel));
+  if (folders.size) args = { ...args, paths: args.paths.filter((p) => !folders.has(p)) };
   const alreadyInStep = () => Promise.resolve({ inStep: true, paths: args.paths });
   if (!args.paths.length) {
     const { commitOid, treeOid } = await importCommit(args.worktree, commonDir, touched, args.branch, args.parentOid, message);
@@ -243,34 +231,14 @@ async function writeCommitObject(objectsDir: string, tree: string, parent: strin
   }
 }
 
-/** sha256 of a file: one read for the usual small file, a stream for a large one. */
-export async function sha256File(file: string, size?: number): Promise<string> {
-  const hash = createHash('sha256');
-  if (size !== undefined && size <= SYNC_READ_MAX) return hash.update(readSmallFile(file)).digest('hex');
-  for await (const chunk of createReadStream(file)) hash.update(chunk as Buffer);
-  return hash.digest('hex');
-}
-
-/** Path + sha256 + size of each touched path as it is on disk now (deleted when gone). */
+/** Path + sha256 + size of each touched path as it is in the tree now (deleted when gone), read by the tree process. */
 export async function describeFiles(root: string, paths: string[]): Promise<FileTouched[]> {
-  // The reads below are synchronous: whatever the caller started beside this (git processes to
-  // spawn, queries to send) goes first.
-  await new Promise<void>((resolve) => setImmediate(resolve));
-  return Promise.all(
-    paths.map(async (rel): Promise<FileTouched> => {
-      const abs = path.join(root, rel);
-      let st: Stats | undefined;
-      try {
-        st = lstatSync(abs);
-      } catch {
-        st = undefined;
-      }
-      if (!st || !st.isFile()) return { path: rel, sha256: null, bytes: 0, deleted: true };
-      const sha256 = await sha256File(abs, st.size).catch(() => null);
-      if (sha256 === null) return { path: rel, sha256: null, bytes: 0, deleted: true }; // removed between lstat and read
-      return { path: rel, sha256, bytes: st.size, deleted: false };
-    }),
-  );
+  const facts = await withTree(root, (tree) => tree.files(paths, false));
+  return facts.map((f, i): FileTouched => {
+    const rel = paths[i]!;
+    if (f.kind !== 'file' || !f.sha256) return { path: rel, sha256: null, bytes: 0, deleted: true };
+    return { path: rel, sha256: f.sha256, bytes: f.bytes ?? 0, deleted: false };
+  });
 }
 
 /**

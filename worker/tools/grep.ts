@@ -1,16 +1,14 @@
 // grep: ripgrep (no shell, no config file, the pattern after -e so '-x' is never an option), confined
 // to the root, with results capped; `git grep` when the rg binary is missing.
-import { spawn } from 'node:child_process';
-import { access, lstat, mkdtemp, rm } from 'node:fs/promises';
-import os from 'node:os';
-import path from 'node:path';
-import { createInterface } from 'node:readline';
+import { access } from 'node:fs/promises';
 import { rgPath as bundledRgPath } from '@vscode/ripgrep';
 import { z } from 'zod';
 import { ToolRefusedError } from '../../core/errors.ts';
 import type { ToolContext, ToolDefinition } from './context.ts';
 import { displayPath, resolveInside } from './paths.ts';
 import { commandEnvironment } from './run-command.ts';
+import { SANDBOX_HOME } from '../sandbox/bwrap.ts';
+import { rgInside, withTree } from '../tree/registry.ts';
 
 export const GREP_MAX_MATCHES = 200;
 export const GREP_MAX_TEXT_BYTES = 64 * 1024;
@@ -46,12 +44,9 @@ export async function grep(ctx: ToolContext, input: GrepInput, options: GrepOpti
   if (typeof pattern !== 'string' || pattern.length === 0) throw new ToolRefusedError('the pattern is empty');
   if (pattern.length > MAX_PATTERN_CHARS) throw new ToolRefusedError(`the pattern is longer than ${MAX_PATTERN_CHARS} characters`);
   if (pattern.includes('\0')) throw new ToolRefusedError('the pattern contains a NUL byte');
-  const { abs, rel } = await resolveInside(ctx, input.path ?? '.', { forWrite: false });
-  try {
-    await lstat(abs);
-  } catch {
-    throw new ToolRefusedError(`path ${displayPath(input.path ?? ".")} does not exist`);
-  }
+  const { real: rel } = await resolveInside(ctx, input.path ?? '.', { forWrite: false });
+  const at = rel === '.' ? undefined : (await withTree(ctx.root, (tree) => tree.files([rel], false)))[0]!.kind;
+  if (at === 'missing' || at === 'outside') throw new ToolRefusedError(`path ${displayPath(input.path ?? '.')} does not exist`);
 
   const rg = options.rgPath ?? bundledRgPath;
   // The doc-writer (readScope 'tracked') searches what git tracks, with git grep: ripgrep would
@@ -61,9 +56,10 @@ export async function grep(ctx: ToolContext, input: GrepInput, options: GrepOpti
     () => true,
     () => false,
   );
-  const home = await mkdtemp(path.join(os.tmpdir(), 'echodo-grep-home-'));
-  try {
-    const env = commandEnvironment(home);
+  {
+    // ripgrep and git grep run in the tree process: a folder swapped for a symlink while they walk
+    // leads nowhere outside the tree (nothing else of the host is there to read).
+    const env = commandEnvironment(SANDBOX_HOME);
     if (useRg) {
       const args = [
         '--no-config', '--null', '--line-number', '--with-filename', '--no-heading', '--color', 'never',
@@ -71,12 +67,10 @@ export async function grep(ctx: ToolContext, input: GrepInput, options: GrepOpti
         '--max-filesize', '10M', '--hidden', '--glob', '!.git', '--sort', 'path',
         '-e', pattern, '--', rel,
       ];
-      return await search(ctx, rg, args, env, parseRgLine, 'rg');
+      return await search(ctx, rgInside(rg), args, env, parseRgLine, 'rg');
     }
     const args = ['grep', '--no-color', '-n', '-z', '-I', ...(tracked ? [] : ['--untracked']), '-E', '-e', pattern, '--', rel];
     return await search(ctx, 'git', args, env, parseGitGrepLine, 'git grep');
-  } finally {
-    await rm(home, { recursive: true, force: true });
   }
 }
 
@@ -102,7 +96,7 @@ function cleanPath(p: string): string {
   return p.startsWith('./') ? p.slice(2) : p;
 }
 
-function search(
+async function search(
   ctx: ToolContext,
   program: string,
   args: string[],
@@ -110,66 +104,40 @@ function search(
   parse: (line: string) => GrepMatch | null,
   label: string,
 ): Promise<GrepResult> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(program, args, { cwd: ctx.root, env, stdio: ['ignore', 'pipe', 'pipe'] });
-    const matches: GrepMatch[] = [];
-    let textBytes = 0;
-    let truncated = false;
-    let timedOut = false;
-    let stderr = '';
-    child.stderr.setEncoding('utf8');
-    child.stderr.on('data', (chunk: string) => {
-      if (stderr.length < 4096) stderr += chunk;
-    });
-    const lines = createInterface({ input: child.stdout, crlfDelay: Infinity });
-    lines.on('line', (line) => {
-      if (truncated) return;
-      const match = parse(line);
-      if (!match) return;
-      textBytes += Buffer.byteLength(match.text) + Buffer.byteLength(match.path);
-      if (matches.length >= GREP_MAX_MATCHES || textBytes > GREP_MAX_TEXT_BYTES) {
-        truncated = true;
-        child.kill('SIGKILL'); // enough: stop the search rather than read what we would drop
-        return;
-      }
-      matches.push(match);
-    });
-    const timer = setTimeout(() => {
-      timedOut = true;
-      child.kill('SIGKILL');
-    }, ctx.commandTimeoutMs);
-    const onAbort = () => child.kill('SIGKILL');
-    ctx.signal?.addEventListener('abort', onAbort, { once: true });
-
-    child.on('error', (err) => {
-      clearTimeout(timer);
-      ctx.signal?.removeEventListener('abort', onAbort);
-      reject(err);
-    });
-    child.on('close', (code) => {
-      clearTimeout(timer);
-      ctx.signal?.removeEventListener('abort', onAbort);
-      const notes: string[] = [];
-      if (truncated) notes.push(`showing the first ${matches.length} matches; narrow the pattern or the path to see more`);
-      if (timedOut) notes.push(`search timed out after ${ctx.commandTimeoutMs} ms; results are partial`);
-      if (!truncated && !timedOut && code !== 0 && code !== 1) {
-        const problem = stderr.trim().split('\n').slice(0, 6).join('\n');
-        // rg: 'regex parse error'; git grep: "fatal: command line, '(': Unmatched ( or \\("
-        if (/regex parse error|fatal: command line/.test(problem) && matches.length === 0) {
-          reject(new ToolRefusedError(`invalid pattern ${JSON.stringify(args[args.indexOf('-e') + 1])}: ${problem}`));
-          return;
-        }
-        if (matches.length === 0) {
-          reject(new Error(`${label} failed (exit ${code}): ${problem}`));
-          return;
-        }
-        notes.push(`some files could not be searched: ${problem}`);
-      }
-      const result: GrepResult = { matches, truncated: truncated || timedOut };
-      if (notes.length > 0) result.note = notes.join('; ');
-      resolve(result);
-    });
-  });
+  // Enough bytes for every match we keep, however long the lines ripgrep cut: the rest is not read.
+  const maxBytes = GREP_MAX_TEXT_BYTES * 4 + GREP_MAX_MATCHES * (MAX_COLUMNS * 4 + 4200);
+  const r = await withTree(ctx.root, (tree) => tree.run([program, ...args], { env, timeoutMs: ctx.commandTimeoutMs, maxBytes }));
+  const matches: GrepMatch[] = [];
+  let textBytes = 0;
+  let truncated = r.truncated;
+  const lines = r.stdout.toString('utf8').split('\n');
+  if (r.truncated) lines.pop(); // cut mid-line
+  for (const line of lines) {
+    const match = parse(line);
+    if (!match) continue;
+    textBytes += Buffer.byteLength(match.text) + Buffer.byteLength(match.path);
+    if (matches.length >= GREP_MAX_MATCHES || textBytes > GREP_MAX_TEXT_BYTES) {
+      truncated = true;
+      break;
+    }
+    matches.push(match);
+  }
+  const code = r.exitCode;
+  const notes: string[] = [];
+  if (truncated) notes.push(`showing the first ${matches.length} matches; narrow the pattern or the path to see more`);
+  if (r.timedOut) notes.push(`search timed out after ${ctx.commandTimeoutMs} ms; results are partial`);
+  if (!truncated && !r.timedOut && code !== 0 && code !== 1) {
+    const problem = r.stderr.trim().split('\n').slice(0, 6).join('\n');
+    // rg: 'regex parse error'; git grep: "fatal: command line, '(': Unmatched ( or \\("
+    if (/regex parse error|fatal: command line/.test(problem) && matches.length === 0) {
+      throw new ToolRefusedError(`invalid pattern ${JSON.stringify(args[args.indexOf('-e') + 1])}: ${problem}`);
+    }
+    if (matches.length === 0) throw new Error(`${label} failed (exit ${code}): ${problem}`);
+    notes.push(`some files could not be searched: ${problem}`);
+  }
+  const result: GrepResult = { matches, truncated: truncated || r.timedOut };
+  if (notes.length > 0) result.note = notes.join('; ');
+  return result;
 }
 
 export const grepTool: ToolDefinition<typeof grepInput, GrepResult> = {

@@ -1,12 +1,12 @@
 // Confines a model-supplied path to the tool root. Every file tool goes through resolveInside;
 // it refuses, with a message naming the problem, anything that could reach outside the root or
-// into git's internals, before any file is opened. The checks run just before use: a symlink
-// swapped in between by some other process is out of scope (tools run one at a time, and
-// write_file's O_EXCL temp file + rename never follows a symlink at the target).
-import { lstat, realpath } from 'node:fs/promises';
+// into git's internals, before any file is opened. A symlink swapped in afterwards (a command of
+// the same step) is not followed either: the tree process opens every folder on the way itself.
+import { realpath } from 'node:fs/promises';
 import path from 'node:path';
 import { ToolRefusedError } from '../../core/errors.ts';
 import { runGit } from '../git.ts';
+import { withTree } from '../tree/registry.ts';
 import type { ToolContext } from './context.ts';
 
 export const MAX_PATH_BYTES = 4096;
@@ -17,6 +17,8 @@ export interface ResolvedPath {
   abs: string;
   /** Root-relative POSIX path; '.' for the root itself. */
   rel: string;
+  /** Where it lands once symlinks inside the tree are followed: the path the tree process opens. */
+  real: string;
 }
 
 export interface ResolveOptions {
@@ -44,11 +46,10 @@ export async function resolveInside(ctx: ToolContext, relPath: string, options: 
 
   const root = await realpath(ctx.root);
   const abs = rel === '.' ? root : path.join(root, rel);
-  const real = await realTarget(abs, relPath);
-  if (real !== root && !real.startsWith(root + path.sep)) {
-    throw refuse(relPath, 'leads outside the worktree through a symlink');
-  }
-  const realRel = real === root ? '.' : path.relative(root, real).split(path.sep).join('/');
+  // Where it lands is asked of the tree process: this process never follows a link in the tree.
+  const landed = await withTree(root, (tree) => tree.realRel(rel));
+  if (landed.outside || landed.real === undefined) throw refuse(relPath, 'leads outside the worktree through a symlink');
+  const realRel = landed.real;
   if (touchesGit(realRel)) throw refuse(relPath, 'leads into .git/ through a symlink (git internals are off limits)');
 
   if (options.forWrite && ctx.writePrefixes !== null) {
@@ -60,7 +61,7 @@ export async function resolveInside(ctx: ToolContext, relPath: string, options: 
     }
   }
   if (!options.forWrite && ctx.readScope === 'tracked') await assertTrackedOrWritable(ctx, relPath, realRel);
-  return { abs, rel };
+  return { abs, rel, real: realRel };
 }
 
 /** The doc-writer's reads: a path git tracks (a folder holding tracked files), or one under its write prefixes. */
@@ -128,42 +129,6 @@ function count(text: string, ch: string): number {
 function underPrefix(rel: string, prefix: string): boolean {
   const clean = prefix.replace(/\/+$/, '');
   return rel.startsWith(`${clean}/`); // inside the folder; the folder itself is not a file to write
-}
-
-/**
- * Where `abs` really points: the realpath of its deepest existing ancestor (the path itself if it
- * exists) plus the components that do not exist yet. A symlink whose target is missing is refused,
- * since writing through it would create its target wherever it points.
- */
-async function realTarget(abs: string, relPath: string): Promise<string> {
-  const missing: string[] = [];
-  let current = abs;
-  for (;;) {
-    let exists = true;
-    try {
-      await lstat(current);
-    } catch (err) {
-      const code = (err as NodeJS.ErrnoException).code;
-      if (code === 'ELOOP') throw refuse(relPath, 'goes through a symlink loop');
-      if (code === 'ENAMETOOLONG') throw refuse(relPath, 'is too long once its symlinks are followed');
-      if (code !== 'ENOENT' && code !== 'ENOTDIR') throw err;
-      exists = false;
-    }
-    if (exists) {
-      try {
-        const real = await realpath(current);
-        return missing.length === 0 ? real : path.join(real, ...missing.reverse());
-      } catch (err) {
-        const code = (err as NodeJS.ErrnoException).code;
-        if (code === 'ENOENT' || code === 'ELOOP') throw refuse(relPath, 'goes through a symlink whose target does not exist or loops');
-        throw err;
-      }
-    }
-    const parent = path.dirname(current);
-    if (parent === current) return abs; // unreachable: the root exists
-    missing.push(path.basename(current));
-    current = parent;
-  }
 }
 
 function refuse(relPath: unknown, problem: string): ToolRefusedError {

@@ -1,7 +1,6 @@
 // Names of write_file's temp files, and a sweep for those a crash left behind (the lead runs it on
 // resume, before the tree is checkpointed, so a half-written temp never lands in a commit).
-import { readdir, rm } from 'node:fs/promises';
-import path from 'node:path';
+import { withTree } from '../tree/registry.ts';
 
 const MARKER = '.echodo-tmp-';
 const TEMP_NAME = /^\..*\.echodo-tmp-[0-9a-f]+$/s;
@@ -17,27 +16,8 @@ export function isTempFileName(name: string): boolean {
   return TEMP_NAME.test(name);
 }
 
-/** Removes every write_file temp file under root (skipping .git and node_modules); returns their root-relative paths. */
-export async function removeStaleTempFiles(root: string): Promise<string[]> {
-  const removed: string[] = [];
-  const walk = async (dir: string): Promise<void> => {
-    let entries;
-    try {
-      entries = await readdir(dir, { withFileTypes: true });
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return;
-      throw err;
-    }
-    for (const entry of entries) {
-      const full = path.join(dir, entry.name);
-      if (entry.isDirectory()) {
-        if (entry.name !== '.git' && entry.name !== 'node_modules') await walk(full);
-      } else if (entry.isFile() && isTempFileName(entry.name)) {
-        await rm(full, { force: true });
-        removed.push(path.relative(root, full).split(path.sep).join('/'));
-      }
-    }
-  };
-  await walk(root);
-  return removed.sort();
+/** Removes every write_file temp file under `under` of root (skipping .git and node_modules); returns their root-relative paths. */
+export async function removeStaleTempFiles(root: string, under = '.'): Promise<string[]> {
+  const rel = under.replace(/\/+$/, '') || '.';
+  return withTree(root, (tree) => tree.sweep(rel));
 }

@@ -1,15 +1,14 @@
 // write_file: atomic replace. The content goes to a temp file in the same folder, is fsync'd, then
 // renamed over the target, so a crash leaves either the old file or the new one, never half of one.
 // A crash can leave a temp file behind; removeStaleTempFiles (temp-files.ts) sweeps them.
-import { createHash, randomBytes } from 'node:crypto';
-import { lstat, mkdir, open, rename, rm } from 'node:fs/promises';
-import path from 'node:path';
+import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import { ToolRefusedError } from '../../core/errors.ts';
-import { faultPoint, injectedErrno } from '../faults.ts';
+import { faultArmed, faultPoint, injectedErrno } from '../faults.ts';
+import { TreeRefusal } from '../tree/process.ts';
+import { withTree } from '../tree/registry.ts';
 import type { ToolContext, ToolDefinition } from './context.ts';
 import { displayPath, resolveInside } from './paths.ts';
-import { tempNameFor } from './temp-files.ts';
 
 export const WRITE_MAX_BYTES = 10 * 1024 * 1024;
 
@@ -42,74 +41,27 @@ export async function writeFile(ctx: ToolContext, input: WriteFileInput): Promis
     // UTF-8 cannot encode it: writing would silently turn it into U+FFFD.
     throw new ToolRefusedError(`content for ${displayPath(input.path)} is not valid Unicode (a lone surrogate at index ${lone.index}); nothing was written`);
   }
-  const { abs, rel } = await resolveInside(ctx, input.path, { forWrite: true });
+  const { rel, real } = await resolveInside(ctx, input.path, { forWrite: true });
   await ctx.beforeTouch();
+  const injected = injectedErrno('write-file');
+  if (injected) throw injected;
 
   const data = Buffer.from(content, 'utf8');
-  const dir = path.dirname(abs);
-  await mkdirOrRefuse(dir, input.path);
-  const mode = await existingMode(abs);
-  const temp = path.join(dir, tempNameFor(path.basename(abs), randomBytes(6).toString('hex')));
+  // The tree process writes, one folder at a time, never through a symlink (tree/server.mjs).
+  const crash = faultArmed('mid-write-file');
   try {
-    // 'wx' (O_EXCL) never follows a symlink planted at the temp name.
-    const handle = await open(temp, 'wx', mode);
-    try {
-      await handle.writeFile(data);
-      const injected = injectedErrno('write-file');
-      if (injected) throw injected;
-      await handle.sync();
-    } finally {
-      await handle.close();
-    }
-    faultPoint('mid-write-file');
-    // rename replaces the target entry itself (a symlink at the target is replaced, not followed).
-    await rename(temp, abs);
+    await withTree(ctx.root, (tree) => tree.write(real, data, crash));
   } catch (err) {
-    await rm(temp, { force: true });
-    const code = (err as NodeJS.ErrnoException).code;
-    if (code === 'EISDIR' || code === 'ENOTEMPTY') throw new ToolRefusedError(`path ${displayPath(input.path)} is a folder`);
-    throw err;
+    if (!(err instanceof TreeRefusal)) throw err;
+    const shown = displayPath(input.path);
+    if (err.refusal === 'is_dir') throw new ToolRefusedError(`path ${shown} is a folder`);
+    if (err.refusal === 'not_dir') throw new ToolRefusedError(`path ${shown} needs a folder where a file already exists`);
+    if (err.refusal === 'symlink') throw new ToolRefusedError(`path ${shown} goes through a folder that is a symlink; nothing was written`);
+    throw new ToolRefusedError(`path ${shown} could not be written: ${err.message}`);
   }
-  await syncDirectory(dir);
-  ctx.onTouched([rel]);
+  faultPoint('mid-write-file');
+  ctx.onTouched([real]);
   return { path: rel, bytes: data.length, sha256: createHash('sha256').update(data).digest('hex') };
-}
-
-async function mkdirOrRefuse(dir: string, shownPath: string): Promise<void> {
-  try {
-    await mkdir(dir, { recursive: true });
-  } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
-    if (code === 'EEXIST' || code === 'ENOTDIR') {
-      throw new ToolRefusedError(`path ${displayPath(shownPath)} needs a folder where a file already exists`);
-    }
-    throw err;
-  }
-}
-
-/** Keeps an existing file's permission bits (an executable script stays executable). */
-async function existingMode(abs: string): Promise<number> {
-  try {
-    const stat = await lstat(abs);
-    if (stat.isFile()) return stat.mode & 0o777;
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
-  }
-  return 0o644;
-}
-
-/** Makes the rename itself durable; best effort, as some file systems refuse fsync on folders. */
-async function syncDirectory(dir: string): Promise<void> {
-  try {
-    const handle = await open(dir, 'r');
-    try {
-      await handle.sync();
-    } finally {
-      await handle.close();
-    }
-  } catch {
-    // durability of the folder entry is a bonus, not a requirement
-  }
 }
 
 export const writeFileTool: ToolDefinition<typeof writeFileInput, WriteFileResult> = {
