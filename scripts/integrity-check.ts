@@ -1,6 +1,7 @@
 // npm run integrity-check: a read-only check of a run's worktree (its description below is its --help).
 import { loadConfigOrExit } from '../core/config.ts';
 import { openDatabase } from '../store/connection.ts';
+import { setUpTrees } from '../worker/tree/setup.ts';
 import { checkRunIntegrity } from '../worker/integrity.ts';
 import { errorMessage } from '../core/errors.ts';
 import { registerConfigSecrets } from '../worker/secrets.ts';
@@ -36,6 +37,7 @@ registerConfigSecrets(config); // the remote's URL is printed with --remote: any
 if (values.remote && !config.WORKER_CHECKPOINT_REMOTE) {
   fail('--remote needs WORKER_CHECKPOINT_REMOTE (the checkpoint remote) to be set');
 }
+await setUpTrees(config); // the check reads the run's tree through its sandboxed tree process
 let code = 2;
 const db = await openDatabase(config, { migrate: false }).catch((err) => {
   process.stderr.write(`integrity-check: ${errorMessage(err)}\n`);

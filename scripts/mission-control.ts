@@ -1,5 +1,6 @@
 // npm run mission-control: the operator panel, and its tokens (the description below is its --help).
 import { openDatabase, type Database } from '../store/connection.ts';
+import { setUpTrees } from '../worker/tree/setup.ts';
 import {
   createAdminTokenWithId, createWorkspaceTokenWithId, listTokens, parseDuration, revokeToken, type TokenInfo,
 } from '../store/tokens.ts';
@@ -149,6 +150,7 @@ async function main(): Promise<void> {
     const log = createLogger({ name: 'mission-control', level: config.LOG_LEVEL });
     await superviseUnlessChild({ name: 'mission-control', enabled: config.ECHODO_SUPERVISE, log });
   }
+  if (command.kind === 'serve') await setUpTrees(config); // diffs read worktrees through tree processes
   const db = await openDatabase(config);
   // Operator actions write events and reasons; the panel logs: both go through the redactor.
   await registerStartupSecrets(config, db);

@@ -8,6 +8,7 @@ import { errorMessage } from '../core/errors.ts';
 import { guardDaemon } from '../worker/process-guards.ts';
 import { redactString } from '../core/redact.ts';
 import { describeSandbox, sandboxFor, sandboxOptionsFromConfig } from '../worker/sandbox/index.ts';
+import { setUpTrees } from '../worker/tree/setup.ts';
 import { registerConfigSecrets, registerStartupSecrets } from '../worker/secrets.ts';
 import { superviseUnlessChild } from '../core/supervisor.ts';
 import { command } from './cli.ts';
@@ -38,6 +39,7 @@ const log = createLogger({ level: config.LOG_LEVEL, name: 'echodo-worker' }).chi
 // Probed once: run_command is refused (fail closed) when bwrap is unusable; 'off' is warned about.
 const sandbox = await sandboxFor(sandboxOptionsFromConfig(config));
 const sandboxLine = describeSandbox(sandbox);
+const treesLine = await setUpTrees(config, sandbox);
 
 if (config.WORKER_DRY_RUN) {
   process.stdout.write(`echodo-worker ${config.WORKER_ID} (dry run)\n${JSON.stringify(maskedConfig(config), null, 2)}\nsandbox: ${sandboxLine}\n`);
@@ -55,6 +57,9 @@ try {
   else log.warn({ sandbox: sandboxLine }, sandbox.mode === 'off' ? 'WORKER_SANDBOX=off: run_command is not confined' : 'sandbox unusable: run_command will be refused');
   process.once('SIGTERM', () => daemon.stop());
   process.once('SIGINT', () => daemon.stop());
+  if (config.WORKER_SANDBOX === 'bwrap' && sandbox.mode === 'bwrap' && sandbox.usable) log.info({ trees: treesLine }, 'trees confined');
+  else log.warn({ trees: treesLine }, 'trees not confined');
+  if (process.getuid?.() === 0) log.warn('running as root: run the worker as a dedicated user (docs/operations.md)');
   log.info({ queue: queue.backend, secretsRegistered: registered }, 'worker started');
   const code = await daemon.run();
   log.info({ results: daemon.results, exitCode: code }, 'worker stopped');

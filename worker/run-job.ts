@@ -30,6 +30,7 @@ import { CheckpointWriter } from './checkpoints/writer.ts';
 import { checkRecordedBranch, prefetchStatus, prepareTree } from './prepare-tree.ts';
 import { admitDelivery } from './delivery.ts';
 import { runSession } from './session.ts';
+import { acquireTree } from './tree/registry.ts';
 import { sandboxFor, sandboxOptionsFromConfig } from './sandbox/index.ts';
 import { finishCancelledRun } from './cancel.ts';
 import { forkStartState } from './fork.ts';
@@ -159,6 +160,8 @@ async function executeRun(
 
   // A fork's first attempt starts from its source's checkpoint (step, history, hash as anchor).
   const state = chain.length || !run.fork_seed ? stateFromChain(chain, baseOid, config.WORKER_CHECKPOINT_HISTORY_LIMIT, manifest) : forkStartState(run.fork_seed, baseOid);
+  // The run's tree process, kept for the whole attempt (every read, write and git call in the tree).
+  const treeLease = await acquireTree(tree.root);
   const tracker = new TouchTracker(tree.root);
   tracker.start();
   try {
@@ -241,6 +244,7 @@ async function executeRun(
   } finally {
     await finishMirror(mirroring);
     await tracker.stop();
+    treeLease.release();
   }
 }
 
