@@ -64,6 +64,9 @@ function releaseOnce(started: Started): () => Promise<void> {
   for (const signal of ['SIGINT', 'SIGTERM'] as const) {
     process.once(signal, () => {
       process.stderr.write(`bench: ${signal}: stopping the database and removing the bench's temp folders\n`);
+      // The phase under way fails as its server goes: that error must not end the process before the cleanup.
+      process.on('uncaughtException', () => {});
+      process.on('unhandledRejection', () => {});
       void once().finally(() => process.exit(signal === 'SIGINT' ? 130 : 143));
     });
   }
@@ -110,7 +113,6 @@ export async function openBenchEnv(log: (line: string) => void): Promise<BenchEn
     DATABASE_URL: url,
     ECHODO_HOME: home ?? path.join(workDir, 'home'),
     WORKER_WORKTREE_BASE: path.join(workDir, 'worktrees'),
-    WORKER_REPLAY_DIR: workDir, // the benches write their transcripts under it
   };
   const config = parseConfig({ ...childEnv, LOG_LEVEL: 'silent' });
   const db = await openDatabase(config, { max: 4 });

@@ -1,9 +1,4 @@
-// npm run bench [-- --quick] [-- --only=checkpoint,integrity,resume,peers,throughput,mission-control,long-run,remote] [-- --out=FILE]
-// [-- --remote-transport=git|http]
-// (--only without --out writes bench/results.<names>.json, so a partial run never replaces the full one)
-// Runs the benchmarks of docs/benchmarks.md on a fresh embedded PostgreSQL (or DATABASE_URL),
-// prints the tables and writes bench/results.json (--quick: bench/tmp/results.quick.json).
-// npm run bench -- --render [--file=…]: re-judge the targets of a results file and print it.
+// npm run bench: the benchmarks of docs/benchmarks.md (the description below is its --help).
 // Not a test: nothing here asserts a speed; the targets are reported, met or not.
 import { spawnSync } from 'node:child_process';
 import { readFile, writeFile } from 'node:fs/promises';
@@ -25,16 +20,72 @@ import { ratio, round, Samples } from '../bench/stats.ts';
 import { measureThroughput, type ThroughputResult } from '../bench/throughput.ts';
 import { PROJECT_ROOT } from '../core/config.ts';
 import { runGit } from '../worker/git.ts';
+import { command } from './cli.ts';
 
 const PROFILE_PARTS = ['load', 'verifyChain', 'statusV2', 'notesBatch', 'hashFiles'] as const;
 const GIT_PARTS = ['updateIndex', 'writeTree', 'commitTree', 'updateRef', 'noteCommonDir', 'noteRefLookup'] as const;
 const BENCHES = ['checkpoint', 'integrity', 'resume', 'peers', 'throughput', 'mission-control', 'long-run', 'remote'] as const;
 type BenchName = (typeof BENCHES)[number];
 
-const args = process.argv.slice(2);
-if (args.includes('--render')) {
+const { values: args, fail } = command({
+  name: 'bench',
+  summary:
+    'runs the benchmarks of docs/benchmarks.md on a fresh embedded PostgreSQL (or a fresh database next to ' +
+    'DATABASE_URL), prints the tables and writes bench/results.json. Ctrl-C or SIGTERM stops it, leaving no ' +
+    'server or temp folder behind.',
+  usage: [
+    '[-- [--quick] [--only=NAME,…] [--out=FILE] [--sizes=N,…] [--samples=N] [--long-run-checkpoints=N] ' +
+      '[--remote-transport=git|http]]',
+    '-- --render [--file=FILE]',
+  ],
+  flags: {
+    quick: { type: 'boolean', help: 'a small plan (minutes); writes bench/tmp/results.quick.json' },
+    only: { type: 'string', value: 'NAME,…', help: `only these benches, of: ${BENCHES.join(', ')}` },
+    out: {
+      type: 'string',
+      value: 'FILE',
+      help: 'the results file (default bench/results.json; with --only bench/results.NAMES.json)',
+    },
+    sizes: { type: 'string', value: 'N,…', help: 'repository sizes in files (default 1000,10000,50000,250000)' },
+    samples: { type: 'string', value: 'N', help: 'fewer samples everywhere, for a loaded machine' },
+    'long-run-checkpoints': { type: 'string', value: 'N', help: 'a shorter long run (same repository and changes)' },
+    'remote-transport': { type: 'string', value: 'git|http', help: 'how the many-hosts bench serves its remotes' },
+    render: { type: 'boolean', help: 're-judge the targets of a results file and print its tables; measures nothing' },
+    file: { type: 'string', value: 'FILE', help: '--render: the results file (default bench/results.json)' },
+  },
+  exitCodes: {
+    0: 'done: tables printed, results written',
+    1: 'a bench failed',
+    2: 'bad arguments',
+    130: 'stopped by SIGINT (143: SIGTERM), the database stopped and the temp folders removed',
+  },
+  env: [
+    ['DATABASE_URL', 'a server to bench on (a fresh database is made next to it); unset: a fresh embedded PostgreSQL'],
+    'LOG_LEVEL',
+  ],
+});
+const positiveInt = (flag: string, text: string | undefined): number | undefined => {
+  if (text === undefined) return undefined;
+  if (!/^[1-9]\d{0,8}$/.test(text)) fail(`--${flag} takes a positive whole number, not "${text}"`);
+  return Number(text);
+};
+const unknownBenches = (args.only ?? '').split(',').filter((name) => name && !BENCHES.includes(name as BenchName));
+if (unknownBenches.length) {
+  fail(`unknown benchmark "${unknownBenches.join('", "')}" in --only; choose from ${BENCHES.join(', ')}`);
+}
+if (args.only !== undefined && !args.only.split(',').some(Boolean)) fail('--only names no benchmark');
+const transportArg = args['remote-transport'] ?? 'git';
+if (transportArg !== 'git' && transportArg !== 'http') {
+  fail(`--remote-transport must be git or http, not "${transportArg}"`);
+}
+const sizesList = args.sizes?.split(',').map((n) => positiveInt('sizes', n)!);
+const samplesArg = positiveInt('samples', args.samples);
+const longRunArg = positiveInt('long-run-checkpoints', args['long-run-checkpoints']);
+if (args.file !== undefined && !args.render) fail('--file goes with --render');
+
+if (args.render) {
   // Re-judges the targets of a results file and prints its tables again; measures nothing.
-  const file = args.find((a) => a.startsWith('--file='))?.slice('--file='.length) ?? path.join(PROJECT_ROOT, 'bench', 'results.json');
+  const file = args.file ?? path.join(PROJECT_ROOT, 'bench', 'results.json');
   const stored = JSON.parse(await readFile(file, 'utf8')) as BenchResults;
   const { targets: _old, ...rest } = stored;
   const judged: BenchResults = { ...rest, targets: evaluateTargets(rest) };
@@ -42,11 +93,8 @@ if (args.includes('--render')) {
   process.stdout.write(`${renderTables(judged)}\n`);
   process.exit(0);
 }
-const quick = args.includes('--quick');
-const onlyArg = args.find((a) => a.startsWith('--only='));
-const outArg = args.find((a) => a.startsWith('--out='));
-const only = new Set<BenchName>(onlyArg ? (onlyArg.slice('--only='.length).split(',') as BenchName[]) : BENCHES);
-for (const name of only) if (!BENCHES.includes(name)) throw new Error(`unknown benchmark "${name}"; choose from ${BENCHES.join(', ')}`);
+const quick = args.quick ?? false;
+const only = new Set<BenchName>(args.only ? (args.only.split(',').filter(Boolean) as BenchName[]) : BENCHES);
 
 const plan = quick
   ? { sizes: [1_000, 10_000], touches: [1, 10], samples: 5, remoteResumeSamples: 5, mcRows: [10_000, 100_000], workers: [1, 2], rounds: 10, runsPerWorker: 1, longRun: { files: 1_000, checkpoints: 200, changed: 10 } }
@@ -55,19 +103,14 @@ const plan = quick
 // Issue 14's repository sizes, for the checkpoint, integrity and resume benches: the plan's and
 // 250k files (where Cline users report 20 s per checkpoint), with fewer samples there (one
 // `git status` is ~0.5 s, one clone a minute). --sizes=1000,10000 picks some.
-const sizesArg = args.find((a) => a.startsWith('--sizes='));
 // --remote-transport=http: the many-hosts bench serves its remotes over git's smart HTTP instead of git://.
-const transportArg = args.find((a) => a.startsWith('--remote-transport='))?.slice('--remote-transport='.length) ?? 'git';
-if (transportArg !== 'git' && transportArg !== 'http') throw new Error(`--remote-transport must be git or http, not "${transportArg}"`);
-const remoteTransport: 'git' | 'http' = transportArg;
-const repoSizes = sizesArg ? sizesArg.slice('--sizes='.length).split(',').map(Number) : quick ? plan.sizes : [...plan.sizes, 250_000];
+const remoteTransport = transportArg as 'git' | 'http';
+const repoSizes = sizesList ?? (quick ? plan.sizes : [...plan.sizes, 250_000]);
 const SAMPLES_AT: Record<number, { checkpoint: number; resume: number }> = { 250_000: { checkpoint: 10, resume: 5 } };
 // --samples=N: fewer samples everywhere, for a machine too loaded to run the full plan in time.
-const samplesArg = args.find((a) => a.startsWith('--samples='));
-if (samplesArg) plan.samples = Number(samplesArg.slice('--samples='.length));
+if (samplesArg) plan.samples = samplesArg;
 // --long-run-checkpoints=N: a shorter long run (same repository and changes), for iterating on it.
-const longRunArg = args.find((a) => a.startsWith('--long-run-checkpoints='));
-if (longRunArg) plan.longRun.checkpoints = Number(longRunArg.slice('--long-run-checkpoints='.length));
+if (longRunArg) plan.longRun.checkpoints = longRunArg;
 const samplesAt = (files: number, kind: 'checkpoint' | 'resume') => Math.min(plan.samples, SAMPLES_AT[files]?.[kind] ?? plan.samples);
 
 const log = (line: string) => process.stdout.write(`${line}\n`);
@@ -248,7 +291,8 @@ try {
 
   await settle();
   // Issue 13, many hosts (bench/remote.ts): after resume, for the same reason (its clones).
-  const remotePlan = { ...plan, sizes: (sizesArg ? repoSizes : plan.sizes).filter((n) => n <= 50_000), transport: remoteTransport };
+  const remoteSizes = (sizesList ? repoSizes : plan.sizes).filter((n) => n <= 50_000);
+  const remotePlan = { ...plan, sizes: remoteSizes, transport: remoteTransport };
   const remote = only.has('remote') ? await measureRemote(env, remotePlan, s, log, since) : undefined;
 
   await settle();
@@ -290,11 +334,11 @@ try {
     ...(remote ? { remote } : {}),
   };
   results = { ...partial, targets: evaluateTargets(partial) };
-  const out = outArg
-    ? path.resolve(outArg.slice('--out='.length))
+  const out = args.out
+    ? path.resolve(args.out)
     : quick
       ? path.join(BENCH_TMP, 'results.quick.json')
-      : onlyArg
+      : args.only
         ? path.join(PROJECT_ROOT, 'bench', `results.${[...only].join('+')}.json`) // a partial run never overwrites the full one
         : path.join(PROJECT_ROOT, 'bench', 'results.json');
   await writeFile(out, JSON.stringify(results, null, 2) + '\n');
