@@ -113,6 +113,7 @@ export async function openBenchEnv(log: (line: string) => void): Promise<BenchEn
     DATABASE_URL: url,
     ECHODO_HOME: home ?? path.join(workDir, 'home'),
     WORKER_WORKTREE_BASE: path.join(workDir, 'worktrees'),
+    WORKER_REPLAY_DIR: workDir, // the benches write their transcripts under it
   };
   const config = parseConfig({ ...childEnv, LOG_LEVEL: 'silent' });
   const db = await openDatabase(config, { max: 4 });
