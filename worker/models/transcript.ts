@@ -39,13 +39,17 @@ export class TranscriptError extends EchodoError {
 
 /**
  * Where JSON.parse stopped, without its words: V8's message quotes the input around the problem,
- * and a transcript path may name any file, so only the position is kept.
+ * and a transcript path may name any file, so only the position (or the kind of problem) is kept.
  */
-function jsonPosition(err: unknown): string {
+function jsonPosition(err: unknown, text: string): string {
   const message = err instanceof Error ? err.message : '';
-  const at = /at position (\d+)(?: \(line (\d+) column (\d+)\))?/.exec(message);
-  if (at?.[2]) return ` (at line ${at[2]}, column ${at[3]})`;
-  if (at) return ` (at position ${at[1]})`;
+  const at = /at position (\d+)/.exec(message);
+  if (at) {
+    const before = text.slice(0, Number(at[1]));
+    const line = before.split('\n').length;
+    return ` (at line ${line}, column ${before.length - before.lastIndexOf('\n')})`;
+  }
+  if (/^Unexpected token/.test(message)) return ' (an unexpected character)';
   return /end of JSON input/i.test(message) ? ' (it ends too early)' : '';
 }
 
@@ -118,7 +122,7 @@ export async function loadTranscript(path: string): Promise<Transcript> {
   try {
     json = JSON.parse(text);
   } catch (err) {
-    failWith(`replay transcript ${path} ${NOT_A_TRANSCRIPT}: it is not valid JSON${jsonPosition(err)}`);
+    failWith(`replay transcript ${path} ${NOT_A_TRANSCRIPT}: it is not valid JSON${jsonPosition(err, text)}`);
   }
   return parseTranscript(json, path);
 }
