@@ -1,4 +1,4 @@
-// npm test [-- --load] [files…]
+// npm test: the test suite (the description below is its --help).
 // A preflight first (scripts/test-preflight.ts): redis-server, Chromium and bwrap must be there,
 // installed with apt-get where it may (root, Debian-like), else it stops naming what is missing.
 // Then it starts what the suite needs (one embedded PostgreSQL with a migrated template database,
@@ -15,6 +15,28 @@ import { ensureEmbeddedPostgres, stopEmbeddedPostgres } from '../store/embedded.
 import { cleanUpWhenGone, ensureTemplate, withDatabase } from '../test/support/db.ts';
 import { freePort, pings } from '../test/support/redis.ts';
 import { ensureTestPrerequisites, PreflightError } from './test-preflight.ts';
+import { command } from './cli.ts';
+
+const { values, positionals: fileArgs } = command({
+  name: 'test',
+  summary:
+    'the test suite: a preflight (redis-server, Chromium and bwrap must be there, installed with apt-get where ' +
+    'it may), then one embedded PostgreSQL with a migrated template database and one redis-server, then node\'s ' +
+    'test runner on test/**/*.test.ts (or the files given); everything it started is stopped at the end.',
+  usage: ['[-- [--load] [FILE…]]'],
+  flags: { load: { type: 'boolean', help: 'the load tests at full size (npm run test:load)' } },
+  positionals: { min: 0, max: Infinity, help: ['FILE…  test files to run (default: every test/**/*.test.ts)'] },
+  exitCodes: {
+    0: 'every test passed',
+    1: 'a test failed, or a prerequisite is missing (named)',
+    2: 'bad arguments, or no such test file',
+    130: 'stopped by a signal, after stopping what it started',
+  },
+  env: [
+    ['DATABASE_URL', "ignored: the tests start their own PostgreSQL and never touch the caller's"],
+    ['REDIS_URL', 'ignored, likewise'],
+  ],
+});
 
 const say = (line: string) => process.stderr.write(`test: ${line}\n`);
 
@@ -65,9 +87,7 @@ async function stopAll(started: Started): Promise<void> {
   if (started.home) await rm(started.home, { recursive: true, force: true });
 }
 
-async function main(argv: string[]): Promise<number> {
-  const load = argv.includes('--load');
-  const fileArgs = argv.filter((a) => a !== '--load');
+async function main(load: boolean): Promise<number> {
   const files = fileArgs.length ? fileArgs.map((f) => path.resolve(f)) : findTestFiles(path.join(PROJECT_ROOT, 'test'));
   const missing = files.filter((f) => !existsSync(f));
   if (missing.length) {
@@ -147,7 +167,7 @@ async function main(argv: string[]): Promise<number> {
   }
 }
 
-main(process.argv.slice(2)).then(
+main(values.load ?? false).then(
   (code) => process.exit(code),
   (err: unknown) => {
     say(`failed: ${errorMessage(err)}`);
