@@ -74,11 +74,23 @@ describe('checkAllowed', () => {
   });
 
   test('refuses commands that are not on the allowlist, or with no allowlist at all', () => {
-    refusedWith(() => check('git push'), /"git push" is not on the allowlist; allowed: pnpm lint, /);
+    refusedWith(() => check('git push'), /"git push" is not on the allowlist of this harness: pnpm lint, /);
     refusedWith(() => check('rm -rf src'), /not on the allowlist/);
     refusedWith(() => check('gitx diff'), /not on the allowlist/);
     refusedWith(() => check('npm run build'), /not on the allowlist/);
     refusedWith(() => checkAllowed(['git', 'status'], null), /not available in this harness/);
+    refusedWith(() => checkAllowed(['git', 'status'], null, 'doc-writer'), /not available in harness doc-writer/);
+  });
+
+  test('an unlisted program is refused as unlisted, whatever its arguments hold', () => {
+    // Its URL holds '//' and its path '..': neither is the reason, the program is.
+    const unlisted = /^command "curl[^"]*" is not on the allowlist of harness code: pnpm lint, .*npm run test$/;
+    refusedWith(() => checkAllowed(splitCommand('curl https://example.com/x'), ALLOWED, 'code'), unlisted);
+    refusedWith(() => checkAllowed(splitCommand('curl -o ../x /etc/passwd'), ALLOWED, 'code'), unlisted);
+    refusedWith(() => check('cat /etc/passwd'), /"cat \/etc\/passwd" is not on the allowlist of this harness/);
+    refusedWith(() => check('npm run build -- --prefix=/x'), /not on the allowlist/);
+    // an allowlisted program still has its arguments checked
+    refusedWith(() => check('git diff -- /etc/passwd'), /absolute path/);
   });
 
   test('refuses git global options before the subcommand', () => {

@@ -9,10 +9,11 @@
 //   - refused: an empty command, more than 4096 characters, an unterminated quote, and an
 //     environment assignment as the first word (FOO=bar cmd).
 //
-// checkAllowed
+// checkAllowed (in this order, so a refusal names the real reason: `curl https://…` is refused
+// as a program not on the allowlist, not for the '//' its URL happens to hold)
+//   - git: no global option before the subcommand (-c, -C, --git-dir, --work-tree, --exec-path…);
 //   - argv must start with an allowlisted entry, word for word ('git diff' allows
 //     'git diff --stat' but not 'git -c x=y diff'); the longest matching entry wins;
-//   - git: no global option before the subcommand (-c, -C, --git-dir, --work-tree, --exec-path…);
 //   - every argument: no absolute path, no '~' home path, no '..' path segment (also after '=' or
 //     ':'), and none of the options that write, read or execute elsewhere (--output, -o for git,
 //     --exec, --upload-pack, --receive-pack, --ext-diff, --textconv, --no-index, --config,
@@ -146,22 +147,28 @@ const SCRIPT_VALUE_FLAGS: Record<string, RegExp> = {
 
 /**
  * Checks argv against the allowlist (entries are command prefixes); returns the matching entry.
- * Throws ToolRefusedError naming the first problem found.
+ * Throws ToolRefusedError naming the first problem found; `harness` (its alias) is named in it.
  */
-export function checkAllowed(argv: readonly string[], allowedCommands: readonly string[] | null): string {
-  if (allowedCommands === null) throw refuse('run_command is not available in this harness');
+export function checkAllowed(
+  argv: readonly string[],
+  allowedCommands: readonly string[] | null,
+  harness?: string,
+): string {
+  const which = harness ? `harness ${harness}` : 'this harness';
+  if (allowedCommands === null) throw refuse(`run_command is not available in ${which}`);
   if (argv.length === 0) throw refuse('the command is empty');
   const program = argv[0]!;
 
   if (program === 'git' && argv.length > 1 && argv[1]!.startsWith('-')) {
     throw refuse(`git global option ${JSON.stringify(argv[1])} is not allowed (it can change git's configuration or directory)`);
   }
-  for (const arg of argv.slice(1)) checkArgument(program, arg);
-
   const entry = longestMatchingEntry(argv, allowedCommands);
   if (entry === null) {
-    throw refuse(`command ${JSON.stringify(argv.join(' '))} is not on the allowlist; allowed: ${allowedCommands.join(', ')}`);
+    const allowed = allowedCommands.join(', ');
+    throw refuse(`command ${JSON.stringify(argv.join(' '))} is not on the allowlist of ${which}: ${allowed}`);
   }
+  for (const arg of argv.slice(1)) checkArgument(program, arg);
+
   const rest = argv.slice(entry.length);
   const prefix = entry.join(' ');
   if (program === 'git') checkGitRest(prefix, rest);
