@@ -22,7 +22,7 @@ const validJob = () => ({
   briefId: 'brief-cli',
   roleId: 'coder',
   harnessAlias: 'code',
-  repoPath: '/srv/repos/acme',
+  // No repoPath: WORKER_REPO_ROOT (any other must be registered to the workspace: test/grants.test.ts).
   baseRef: 'main',
   brief: 'Add a greeting module and a test for it.',
   model: 'replay:/srv/transcripts/greet.json',
