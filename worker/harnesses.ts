@@ -33,7 +33,8 @@ export async function resolveHarnessForJob(tx: WorkspaceTx, job: Job, config: Pi
     return {
       alias,
       needsWorktree: override.needs_worktree,
-      allowedCommands: override.allowed_commands.length ? override.allowed_commands : null,
+      // A row written before the rule (or by hand) still gets no run_command without a worktree.
+      allowedCommands: override.needs_worktree && override.allowed_commands.length ? override.allowed_commands : null,
       writePrefixes: override.write_prefixes,
     };
   }

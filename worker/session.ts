@@ -14,6 +14,8 @@ import type { CheckpointWriter } from './checkpoints/writer.ts';
 import type { TouchTracker } from './checkpoints/tracker.ts';
 import { TOOLS } from './tools/index.ts';
 import type { ToolContext } from './tools/context.ts';
+import type { RunCommandResult } from './tools/run-command.ts';
+import { withTree } from './tree/registry.ts';
 import type { CommandSandbox } from './sandbox/index.ts';
 import { isTransientDbError } from '../store/retry.ts';
 
@@ -59,6 +61,19 @@ export function buildSystemPrompt(d: Pick<SessionDeps, 'roleId' | 'harness' | 'r
     );
   }
   return parts.join('\n');
+}
+
+/**
+ * What a command left behind, settled before anything reads it: setuid/setgid bits cleared (they
+ * would be root's on the host), its changes noted, and a nested repository named to the model
+ * (its files are not checkpointed: git would record it as a link to another repository).
+ */
+async function afterCommand(d: SessionDeps, output: RunCommandResult): Promise<RunCommandResult> {
+  await withTree(d.root, (tree) => tree.strip());
+  const nested = await d.tracker.crossCheckWithGit();
+  if (!nested.length) return output;
+  const finding = `${nested.map((p) => JSON.stringify(p)).join(', ')} ${nested.length > 1 ? 'are git repositories' : 'is a git repository'} of its own: not checkpointed; remove its .git folder to have its files recorded`;
+  return { ...output, note: output.note ? `${output.note}; ${finding}` : finding };
 }
 
 export async function runSession(d: SessionDeps): Promise<SessionOutcome> {
@@ -136,7 +151,7 @@ export async function runSession(d: SessionDeps): Promise<SessionOutcome> {
           });
           faultPoint('before-tool-call'); // every checkpoint before this round has counted
           const output = await def.execute(ctx, input as never);
-          if (def.name === 'run_command') await d.tracker.crossCheckWithGit();
+          if (def.name === 'run_command') return await afterCommand(d, output as RunCommandResult);
           return output;
         } catch (err) {
           // A full or broken disk is not the model's mistake: stop the run rather than let it

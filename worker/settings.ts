@@ -66,7 +66,12 @@ export function harnessInput(input: { alias?: string; worktree?: boolean; allow?
   for (const p of prefixes) {
     if (p.startsWith('/') || p.split('/').includes('..') || /[\0\n]/.test(p)) throw new SettingRefusedError(`write prefix ${JSON.stringify(p)} must be a relative path inside the root`);
   }
-  return { alias, needs_worktree: input.worktree ?? true, allowed_commands: allowed, write_prefixes: prefixes.length ? prefixes : null };
+  const needsWorktree = input.worktree ?? true;
+  if (!needsWorktree && allowed.length) {
+    // Without a worktree its commands would run in the repository root, whose every file they could write.
+    throw new SettingRefusedError('allowed commands: a harness without a worktree cannot run commands (no --allow with --no-worktree)');
+  }
+  return { alias, needs_worktree: needsWorktree, allowed_commands: allowed, write_prefixes: prefixes.length ? prefixes : null };
 }
 
 export function routeInput(input: { role?: string; harness?: string }): RouteRow {

@@ -43,7 +43,9 @@ function summarizeResult(tool: string, result: unknown): unknown {
       // The whole output is redacted before the tail is cut: a key straddling the cut would
       // otherwise be stored minus its first characters, which no pattern recognises.
       const output = redactString(`${r.stdout ?? ''}${r.stderr ?? ''}`);
-      return { exitCode: r.exitCode, timedOut: r.timedOut, tail: output.slice(-TAIL_CHARS) };
+      // The worker's own note (limits hit, a nested repository found) is kept: it explains the round.
+      const note = typeof r.note === 'string' ? redactString(r.note).slice(0, TAIL_CHARS) : undefined;
+      return { exitCode: r.exitCode, timedOut: r.timedOut, tail: output.slice(-TAIL_CHARS), note };
     }
     default:
       return { keys: Object.keys(r) };

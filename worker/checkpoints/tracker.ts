@@ -5,6 +5,7 @@ import path from 'node:path';
 import { Worker } from 'node:worker_threads';
 import { runGit } from '../git.ts';
 import { changedPathsByGit } from './content.ts';
+import { withTree } from '../tree/registry.ts';
 
 export class TouchTracker {
   private pending = new Set<string>();
@@ -36,9 +37,17 @@ export class TouchTracker {
     }
   }
 
-  /** After run_command: whatever git says changed joins the set. */
-  async crossCheckWithGit(): Promise<void> {
-    for (const rel of await changedPathsByGit(this.root)) this.note(rel);
+  /**
+   * After run_command: whatever git says changed joins the set. Returns the nested repositories
+   * git saw (an untracked folder listed as a whole, `name/`): never staged, named to the model.
+   */
+  async crossCheckWithGit(): Promise<string[]> {
+    const nested: string[] = [];
+    for (const rel of await changedPathsByGit(this.root)) {
+      if (rel.endsWith('/')) nested.push(rel.slice(0, -1));
+      else this.note(rel);
+    }
+    return nested;
   }
 
   async drain(): Promise<string[]> {
@@ -47,7 +56,13 @@ export class TouchTracker {
     this.pending.clear();
     this.watched.clear();
     if (watchedOnly.length) {
-      const ignored = await runGit(this.root, ['check-ignore', '-z', '--stdin'], { input: watchedOnly.join('\0'), allowExitCodes: [1] });
+      // A path below a folder that became a symlink is gone from the tree (git refuses to look at it).
+      const facts = await withTree(this.root, (tree) => tree.files(watchedOnly, false));
+      const beyondLink = new Set(facts.filter((f) => f.kind === 'outside').map((f) => f.rel));
+      const askGit = watchedOnly.filter((p) => !beyondLink.has(p));
+      const ignored = askGit.length
+        ? await runGit(this.root, ['check-ignore', '-z', '--stdin'], { input: askGit.join('\0'), allowExitCodes: [1] })
+        : { stdout: '' };
       const skip = new Set(ignored.stdout.split('\0'));
       for (const p of watchedOnly) if (!skip.has(p)) paths.add(p);
     }
