@@ -16,7 +16,9 @@ const HOST = /^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?
 /** A host as granted: lower case, hostname with an optional port; throws on anything else. */
 export function normalizeGrantHost(host: string): string {
   const h = host.trim().toLowerCase();
-  if (!HOST.test(h)) throw new EchodoError('invalid_job', `host ${JSON.stringify(host)} is not a host name or host:port`);
+  if (!HOST.test(h)) {
+    throw new EchodoError('invalid_job', `host ${JSON.stringify(host)} is not a host name or host:port`);
+  }
   return h;
 }
 
@@ -44,7 +46,12 @@ export class KeyNotGrantedError extends EchodoError {
  * Throws KeyNotGrantedError, naming the variable, unless `grant` (the workspace's grant of it)
  * exists and allows `url`'s host.
  */
-export function assertKeyGranted(variable: string, grant: KeyGrant | undefined, url: string | URL, workspace?: string): void {
+export function assertKeyGranted(
+  variable: string,
+  grant: KeyGrant | undefined,
+  url: string | URL,
+  workspace?: string,
+): void {
   const where = workspace ? ` to workspace ${workspace}` : ' to this workspace';
   if (!grant || grant.variable !== variable) {
     throw new KeyNotGrantedError(

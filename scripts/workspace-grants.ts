@@ -62,7 +62,8 @@ export async function keyRevoke(owner: Sql, workspaceId: string, variable: strin
 
 export async function keyList(owner: Sql, workspaceId: string | null): Promise<string[]> {
   const rows = await listKeyGrants(owner, workspaceId);
-  return rows.map((r) => JSON.stringify({ workspace: r.workspace_id, variable: r.env_var, hosts: r.hosts.length ? r.hosts : 'any' }));
+  return rows.map((r) =>
+    JSON.stringify({ workspace: r.workspace_id, variable: r.env_var, hosts: r.hosts.length ? r.hosts : 'any' }));
 }
 
 /**
@@ -91,7 +92,8 @@ export async function repoAdd(owner: Sql, workspaceId: string, realPath: string,
 /** Removes a registration, named by its path as given or as resolved (the folder may be gone). */
 export async function repoRemove(owner: Sql, workspaceId: string, given: string): Promise<void> {
   const real = await realpath(given).catch(() => path.resolve(given));
-  const removed = (await deleteRepoGrant(owner, workspaceId, real)) || (await deleteRepoGrant(owner, workspaceId, path.resolve(given)));
+  const removed = (await deleteRepoGrant(owner, workspaceId, real))
+    || (await deleteRepoGrant(owner, workspaceId, path.resolve(given)));
   if (!removed) throw new GrantRefusedError(`${given} is not registered to workspace ${workspaceId}`);
 }
 

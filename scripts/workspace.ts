@@ -7,7 +7,8 @@ import { registerConfigSecrets, registerStartupSecrets } from '../worker/secrets
 import { createWorkspace, workspaceExists } from '../store/runs.ts';
 import { harnessOverride, modelProvider, upsertModelProvider } from '../store/workspace-config.ts';
 import {
-  listHarnesses, listModelProviders, listRoutes, removeHarness, removeModelProvider, removeRoute, upsertHarness, upsertRoute,
+  listHarnesses, listModelProviders, listRoutes, removeHarness, removeModelProvider, removeRoute, upsertHarness,
+  upsertRoute,
 } from '../store/workspace-settings.ts';
 import { keyGrantOf } from '../store/grants.ts';
 import { withWorkspace, type WorkspaceTx } from '../store/workspace.ts';
@@ -100,7 +101,8 @@ if (rest.length > shape.args.length) fail(`unexpected argument(s): ${rest.slice(
 if (rest.length < shape.args.length) fail(`${key} needs ${shape.args.slice(rest.length).join(' ')}`);
 if (workspaceId === null && !shape.optionalWorkspace) fail(`${key} needs ${W}`);
 if (workspaceId !== null && !WORKSPACE_NAME.test(workspaceId)) {
-  fail(`workspace ${JSON.stringify(workspaceId)} must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit`);
+  fail(`workspace ${JSON.stringify(workspaceId)} must be 1-64 letters, digits, '.', '_' or '-', ` +
+    'starting with a letter or digit');
 }
 const [arg] = rest;
 
@@ -113,6 +115,9 @@ const refuse = (message: string): never => {
   process.exit(2);
 };
 const need = (value: string | undefined, flag: string): string => value ?? fail(`${key} needs --${flag}`);
+/** The answer of an rm: done, or nothing of that name (exit 2). */
+const removed = (done: boolean, what: string): number =>
+  done ? (out(`${what} removed`), 0) : refuse(`no ${what} in workspace ${ws}`);
 
 /** A setting, in one workspace transaction of the app role. */
 type Planned = { kind: 'app'; run(tx: WorkspaceTx): Promise<number> };
@@ -137,7 +142,10 @@ async function planCommand(): Promise<Planned | Granted> {
       return app(async (tx) => (await createWorkspace(tx), out(`workspace ${ws} ready`), 0));
     case 'model add': {
       const row = modelInput(
-        { alias: values.alias, provider: values.provider, baseUrl: values['base-url'], model: values.model, keyEnv: values['key-env'] },
+        {
+          alias: values.alias, provider: values.provider, baseUrl: values['base-url'], model: values.model,
+          keyEnv: values['key-env'],
+        },
         keyVarGlobs,
       );
       return app(async (tx) => {
@@ -149,13 +157,14 @@ async function planCommand(): Promise<Planned | Granted> {
     case 'model list':
       return app(async (tx) => {
         for (const m of await listModelProviders(tx)) {
-          out(JSON.stringify({ alias: m.alias, provider: m.provider, baseUrl: redactString(m.base_url), model: m.model, keyEnv: m.api_key_env_var }));
+          const { alias, provider, model, api_key_env_var: keyEnv } = m;
+          out(JSON.stringify({ alias, provider, baseUrl: redactString(m.base_url), model, keyEnv }));
         }
         return 0;
       });
     case 'model rm': {
       const alias = need(values.alias, 'alias');
-      return app(async (tx) => ((await removeModelProvider(tx, alias)) ? (out(`model ${alias} removed`), 0) : refuse(`no model ${alias} in workspace ${ws}`)));
+      return app(async (tx) => removed(await removeModelProvider(tx, alias), `model ${alias}`));
     }
     case 'model test': {
       const alias = need(values.alias, 'alias');
@@ -174,26 +183,30 @@ async function planCommand(): Promise<Planned | Granted> {
       });
     }
     case 'harness add': {
-      const row = harnessInput({ alias: values.alias, worktree: !values['no-worktree'], allow: values.allow, writePrefix: values['write-prefix'] });
+      const row = harnessInput({
+        alias: values.alias, worktree: !values['no-worktree'], allow: values.allow, writePrefix: values['write-prefix'],
+      });
       return app(async (tx) => (await upsertHarness(tx, row), out(`harness ${row.alias} added to ${ws}`), 0));
     }
     case 'harness list':
       return app(async (tx) => {
         for (const h of await listHarnesses(tx)) {
-          out(JSON.stringify({ alias: h.alias, worktree: h.needs_worktree, allow: h.allowed_commands, writePrefixes: h.write_prefixes }));
+          const { alias, needs_worktree: worktree, allowed_commands: allow, write_prefixes: writePrefixes } = h;
+          out(JSON.stringify({ alias, worktree, allow, writePrefixes }));
         }
         return 0;
       });
     case 'harness rm': {
       const alias = need(values.alias, 'alias');
-      return app(async (tx) => ((await removeHarness(tx, alias)) ? (out(`harness ${alias} removed`), 0) : refuse(`no harness ${alias} in workspace ${ws}`)));
+      return app(async (tx) => removed(await removeHarness(tx, alias), `harness ${alias}`));
     }
     case 'route add': {
       const route = routeInput({ role: need(values.role, 'role'), harness: need(values.harness, 'harness') });
       const builtin = Object.keys(builtinHarnesses(config));
       return app(async (tx) => {
         if (!builtin.includes(route.harness_alias) && !(await harnessOverride(tx, route.harness_alias))) {
-          return refuse(`harness ${route.harness_alias} is neither built in (${builtin.join(', ')}) nor a harness of workspace ${ws}`);
+          const h = route.harness_alias;
+          return refuse(`harness ${h} is neither built in (${builtin.join(', ')}) nor a harness of workspace ${ws}`);
         }
         await upsertRoute(tx, route);
         return out(`role ${route.role_id} → harness ${route.harness_alias}`), 0;
@@ -206,7 +219,7 @@ async function planCommand(): Promise<Planned | Granted> {
       });
     case 'route rm': {
       const role = need(values.role, 'role');
-      return app(async (tx) => ((await removeRoute(tx, role)) ? (out(`route of role ${role} removed`), 0) : refuse(`no route for role ${role} in workspace ${ws}`)));
+      return app(async (tx) => removed(await removeRoute(tx, role), `route for role ${role}`));
     }
     case 'key grant': {
       const variable = grantVariable(arg!, keyVarGlobs);
@@ -223,7 +236,10 @@ async function planCommand(): Promise<Planned | Granted> {
     case 'repo add': {
       const real = await repoRealpath(arg!);
       const shared = values.shared ?? false;
-      return owner(async (sql) => (await repoAdd(sql, ws, real, shared), out(`${real} registered to ${ws}${shared ? ' (shared)' : ''}`), 0));
+      return owner(async (sql) => {
+        await repoAdd(sql, ws, real, shared);
+        return out(`${real} registered to ${ws}${shared ? ' (shared)' : ''}`), 0;
+      });
     }
     case 'repo rm':
       return owner(async (sql) => (await repoRemove(sql, ws, arg!), out(`${arg} unregistered from ${ws}`), 0));
@@ -236,7 +252,7 @@ async function planCommand(): Promise<Planned | Granted> {
 
 // Grants are written only with the owner's connection: an app-only deployment has none here.
 if (plan.kind === 'owner' && config.DATABASE_APP_URL && !config.DATABASE_URL) {
-  refuse("key and repo grants are the operator's: set DATABASE_URL to the owner's connection (the app login may not write them)");
+  refuse("key and repo grants are the operator's: set DATABASE_URL to the owner's connection (not the app login's)");
 }
 
 const db = await openDatabase(config);
@@ -262,7 +278,8 @@ try {
 } catch (err) {
   if (err instanceof EchodoError) refuse(err.message);
   // A constraint the database enforces (a value too long, say): the user's input, not a crash.
-  if (/^23/.test(String((err as { code?: unknown }).code ?? ''))) refuse(`refused by the database: ${errorMessage(err)}`);
+  const sqlState = String((err as { code?: unknown }).code ?? '');
+  if (sqlState.startsWith('23')) refuse(`refused by the database: ${errorMessage(err)}`);
   process.stderr.write(`workspace: ${redactString(errorMessage(err))}\n`);
   code = 1;
 } finally {

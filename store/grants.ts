@@ -33,7 +33,8 @@ export async function workspaceKeyGrants(tx: WorkspaceTx): Promise<KeyGrant[]> {
 
 /** The grant of one variable to the transaction's workspace, if any. */
 export async function keyGrantOf(tx: WorkspaceTx, variable: string): Promise<KeyGrant | undefined> {
-  const [row] = await tx<{ env_var: string; hosts: string[] }[]>`select env_var, hosts from key_grants where env_var = ${variable}`;
+  const [row] = await tx<{ env_var: string; hosts: string[] }[]>`
+    select env_var, hosts from key_grants where env_var = ${variable}`;
   return row && { variable: row.env_var, hosts: row.hosts };
 }
 
@@ -45,7 +46,12 @@ export async function repoAccess(tx: WorkspaceTx, realPath: string): Promise<Rep
 
 // ------------------------------------------------------------------ operator writes (owner connection)
 
-export async function upsertKeyGrant(owner: Sql, workspaceId: string, variable: string, hosts: readonly string[]): Promise<void> {
+export async function upsertKeyGrant(
+  owner: Sql,
+  workspaceId: string,
+  variable: string,
+  hosts: readonly string[],
+): Promise<void> {
   await withWorkspace(owner, workspaceId, (tx) => tx`
     insert into key_grants (workspace_id, env_var, hosts) values (${workspaceId}, ${variable}, ${[...hosts]})
     on conflict (workspace_id, env_var) do update set hosts = excluded.hosts, granted_at = now()`);
@@ -71,13 +77,22 @@ export async function lockRepoPath(tx: TransactionSql, realPath: string): Promis
 }
 
 /** Other workspaces' registrations of a path (the owner sees every workspace). */
-export async function otherRepoGrants(tx: TransactionSql, workspaceId: string, realPath: string): Promise<RepoGrantRow[]> {
+export async function otherRepoGrants(
+  tx: TransactionSql,
+  workspaceId: string,
+  realPath: string,
+): Promise<RepoGrantRow[]> {
   return tx<RepoGrantRow[]>`
     select workspace_id, path, shared, registered_at from repo_grants
      where path = ${realPath} and workspace_id <> ${workspaceId} order by workspace_id`;
 }
 
-export async function upsertRepoGrant(tx: TransactionSql, workspaceId: string, realPath: string, shared: boolean): Promise<void> {
+export async function upsertRepoGrant(
+  tx: TransactionSql,
+  workspaceId: string,
+  realPath: string,
+  shared: boolean,
+): Promise<void> {
   await tx`insert into repo_grants (workspace_id, path, shared) values (${workspaceId}, ${realPath}, ${shared})
            on conflict (workspace_id, path) do update set shared = excluded.shared`;
 }

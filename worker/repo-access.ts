@@ -28,7 +28,11 @@ const notRegistered = (repoPath: string, workspaceId: string) =>
  * (absent, or WORKER_REPO_ROOT). A path that does not resolve is refused as unregistered: the
  * answer must not tell a tenant which paths exist on the host.
  */
-export async function repoNeedingGrant(repoPath: string | undefined, repoRoot: string, workspaceId: string): Promise<string | null> {
+export async function repoNeedingGrant(
+  repoPath: string | undefined,
+  repoRoot: string,
+  workspaceId: string,
+): Promise<string | null> {
   if (repoPath === undefined) return null;
   if (path.resolve(repoPath) === path.resolve(repoRoot)) return null;
   const realRoot = await realpath(repoRoot).catch(() => path.resolve(repoRoot));
@@ -47,10 +51,4 @@ export async function assertRepoGranted(tx: WorkspaceTx, repoPath: string, realP
       `repoPath: ${repoPath} is registered to another workspace and not shared with ${tx.workspaceId}`,
     );
   }
-}
-
-/** Both steps, for callers that hold a workspace transaction already. */
-export async function assertRepoAllowed(tx: WorkspaceTx, repoPath: string | undefined, repoRoot: string): Promise<void> {
-  const real = await repoNeedingGrant(repoPath, repoRoot, tx.workspaceId);
-  if (real !== null) await assertRepoGranted(tx, repoPath!, real);
 }

@@ -46,12 +46,13 @@ end $$;
 create function echodo_repo_access(p_path text)
 returns text
 language sql stable security definer set search_path = public as $$
-  with me as (select nullif(current_setting('app.workspace_id', true), '') as ws)
+  with me as (select nullif(current_setting('app.workspace_id', true), '') as ws),
+  mine as (select g.shared from repo_grants g, me where g.workspace_id = me.ws and g.path = p_path)
   select case
-    when not exists (select 1 from repo_grants g, me where g.workspace_id = me.ws and g.path = p_path) then 'unregistered'
+    when not exists (select 1 from mine) then 'unregistered'
     when exists (select 1 from repo_grants g, me
                   where g.path = p_path and g.workspace_id <> me.ws
-                    and (not g.shared or not (select o.shared from repo_grants o where o.workspace_id = me.ws and o.path = p_path)))
+                    and (not g.shared or not (select m.shared from mine m)))
       then 'exclusive'
     else 'granted'
   end

@@ -133,7 +133,9 @@ async function readRegularFile(path: string): Promise<string> {
     const info = await handle.stat();
     if (info.isDirectory()) failWith(`replay transcript ${path} is a directory, not a file`);
     if (!info.isFile()) failWith(`replay transcript ${path} is not a regular file`);
-    if (info.size > MAX_TRANSCRIPT_BYTES) failWith(`replay transcript ${path} is larger than ${MAX_TRANSCRIPT_BYTES} bytes`);
+    if (info.size > MAX_TRANSCRIPT_BYTES) {
+      failWith(`replay transcript ${path} is larger than ${MAX_TRANSCRIPT_BYTES} bytes`);
+    }
     return await handle.readFile('utf8');
   } finally {
     await handle.close();
