@@ -102,12 +102,12 @@ export function renderHelp<F extends Record<string, FlagSpec>>(spec: CommandSpec
 }
 
 /**
- * The description as data: ECHODO_CLI_HELP=json makes --help print this instead of the text, so
- * the reference docs and the tests read the same declarations the command uses.
+ * The description as data, with its text: ECHODO_CLI_HELP=json makes --help print this instead,
+ * so the reference docs and the tests read the same declarations the command uses.
  */
 function helpJson<F extends Record<string, FlagSpec>>(spec: CommandSpec<F>): string {
   const env = spec.env.map((e) => (typeof e === 'string' ? e : e[0]));
-  return `${JSON.stringify({ ...spec, flags: { ...spec.flags, help: HELP_FLAG }, env })}\n`;
+  return `${JSON.stringify({ ...spec, flags: { ...spec.flags, help: HELP_FLAG }, env, text: renderHelp(spec) })}\n`;
 }
 
 function printUsageAndExit(lines: string[], name: string, problem?: string): never {
@@ -145,34 +145,6 @@ export function command<const F extends Record<string, FlagSpec>>(
   if (extra.length) fail(`unexpected argument(s): ${extra.join(' ')}`);
   if (parsed.positionals.length < min) fail('missing argument(s)');
   return { values: parsed.values as FlagValues<F>, positionals: parsed.positionals, fail };
-}
-
-/** The older form, a usage line and parseArgs options: --help prints the usage and the flags. */
-export function usageError(usage: string, problem?: string): never {
-  if (problem) process.stderr.write(`${problem}\n`);
-  process.stderr.write(`usage: ${usage}\n`);
-  process.exit(2);
-}
-
-export function parseCli<T extends NonNullable<ParseArgsConfig['options']>>(
-  options: T,
-  usage: string,
-  args = process.argv.slice(2),
-) {
-  if (wantsHelp(args)) {
-    const flags = Object.keys(options).map((name) => `--${name}`);
-    process.stdout.write(
-      process.env.ECHODO_CLI_HELP === 'json'
-        ? `${JSON.stringify({ usage: [usage], flags: Object.fromEntries(flags.map((f) => [f.slice(2), {}])) })}\n`
-        : `usage: ${usage}\n\nflags: ${[...flags, '--help'].join(', ')}\n`,
-    );
-    process.exit(0);
-  }
-  try {
-    return parseArgs({ args, options, allowPositionals: true, strict: true });
-  } catch (err) {
-    usageError(usage, (err as Error).message);
-  }
 }
 
 /**
