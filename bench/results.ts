@@ -1,6 +1,7 @@
 // The shape of bench/results.json, the targets of the issue judged on it, and the printed tables
 // (markdown, so docs/benchmarks.md can quote them as printed).
 import type { LongRunResult } from './long-run.ts';
+import type { OutageFigure } from './outage.ts';
 import { longRunTargets, renderLongRun } from './long-run-report.ts';
 import type { MissionControlLevel } from './mission-control.ts';
 import type { ThroughputResult } from './throughput.ts';
@@ -111,6 +112,8 @@ export interface BenchResults {
   remote?: RemoteFigure[];
   /** Issue 14's long run (with its prune phase), when it ran. */
   longRun?: LongRunResult;
+  /** Recovery from a Postgres outage (bench/outage.ts), when it ran. */
+  outage?: OutageFigure;
   targets: Target[];
 }
 
@@ -163,6 +166,14 @@ export function evaluateTargets(r: Omit<BenchResults, 'targets'>): Target[] {
   });
   if (r.longRun) targets.push(...longRunTargets(r.longRun));
   targets.push(...remoteTargets(r.remote));
+  if (r.outage) {
+    targets.push({
+      name: 'recovery after a Postgres outage',
+      goal: 'Postgres answering again → every lapsed run running again ≤ 2 × WORKER_LEASE_MS',
+      measured: `median ${ms(r.outage.recovery.median)} ms, max ${x(r.outage.recoveryOverLeaseMax)} the lease (${r.outage.leaseMs} ms)`,
+      met: r.outage.recoveryOverLeaseMax <= 2,
+    });
+  }
   return targets;
 }
 

@@ -10,6 +10,7 @@ import { measureIntegrity, profileIntegrity } from '../bench/integrity.ts';
 import { measureLongRun, type LongRunResult } from '../bench/long-run.ts';
 import { machineInfo, versions } from '../bench/machine.ts';
 import { measureMissionControl } from '../bench/mission-control.ts';
+import { measureOutageRecovery, type OutageFigure } from '../bench/outage.ts';
 import { measurePeers } from '../bench/peers.ts';
 import { createGitPeers } from '../bench/peers-git.ts';
 import { BENCH_TMP, ensurePristineRepo, HISTORY_COMMITS, spreadPaths, workingRepo } from '../bench/repos.ts';
@@ -24,7 +25,7 @@ import { command } from './cli.ts';
 
 const PROFILE_PARTS = ['load', 'verifyChain', 'statusV2', 'notesBatch', 'hashFiles'] as const;
 const GIT_PARTS = ['updateIndex', 'writeTree', 'commitTree', 'updateRef', 'noteCommonDir', 'noteRefLookup'] as const;
-const BENCHES = ['checkpoint', 'integrity', 'resume', 'peers', 'throughput', 'mission-control', 'long-run', 'remote'] as const;
+const BENCHES = ['checkpoint', 'integrity', 'resume', 'peers', 'throughput', 'mission-control', 'long-run', 'remote', 'outage'] as const;
 type BenchName = (typeof BENCHES)[number];
 
 const { values: args, fail } = command({
@@ -313,6 +314,12 @@ try {
     log(`mission control done (${since()})`);
   }
 
+  let outage: OutageFigure | undefined;
+  if (only.has('outage')) {
+    outage = await measureOutageRecovery(log, { samples: quick ? 2 : plan.samples >= 10 ? 5 : 3 });
+    log(`outage: lapsed runs running again ${outage.recovery.median.toFixed(0)} ms (median) after Postgres answered, ${outage.recoveryOverLease}× the lease (${since()})`);
+  }
+
   const mcRatio = missionControl.length > 1 ? ratio(missionControl.at(-1)!.convoyDetail.median, missionControl[0]!.convoyDetail.median) : null;
 
   const partial: Omit<BenchResults, 'targets'> = {
@@ -332,6 +339,7 @@ try {
     throughput,
     ...(longRun ? { longRun } : {}),
     ...(remote ? { remote } : {}),
+    ...(outage ? { outage } : {}),
   };
   results = { ...partial, targets: evaluateTargets(partial) };
   const out = args.out
