@@ -30,7 +30,8 @@ const { values, positionals, fail } = command({
     'creates a workspace and manages its settings (model providers, harnesses, role → harness routes) and the ' +
     "operator's grants: the key variables its provider rows may name (and the hosts a key may go to), and the " +
     'repositories its jobs may name as repoPath. The workspace may also be given as the first argument after ' +
-    'the subcommand (e.g. `model list acme`).',
+    'the subcommand (e.g. `model list acme`). Grants (key, repo) are written with the owner\'s connection ' +
+    '(DATABASE_URL, or the embedded server), never the app login.',
   usage: [
     `-- create ${W}`,
     `-- model add ${W} --alias A --base-url URL --model M [--key-env VAR] [--provider openai-compatible]`,
@@ -69,12 +70,7 @@ const { values, positionals, fail } = command({
     1: '`model test` failed, or an unexpected error (e.g. the database could not be reached)',
     2: 'bad arguments or a refused setting or grant (one line: why)',
   },
-  env: [
-    ...DATABASE_ENV,
-    'WORKER_PROVIDER_KEY_VARS',
-    'WORKER_ALLOWED_COMMANDS',
-    ['DATABASE_URL (grants)', "key and repo write with the owner's connection: DATABASE_URL or the embedded server"],
-  ],
+  env: [...DATABASE_ENV, 'WORKER_PROVIDER_KEY_VARS', 'WORKER_ALLOWED_COMMANDS'],
 });
 exitOnStartupError('workspace');
 
