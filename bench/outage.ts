@@ -68,8 +68,9 @@ export async function measureOutageRecovery(
   // Long enough that the run is still in flight after the outage.
   await writeFile(transcriptPath, JSON.stringify(transcript(60, 200)));
   const env: Record<string, string> = {
-    DATABASE_URL: server.url, ECHODO_HOME: path.join(home, 'echodo'), WORKER_WORKTREE_BASE: path.join(home, 'worktrees'),
-    WORKER_REPO_ROOT: repo, WORKER_REPLAY_DIR: home, WORKER_LEASE_MS: String(leaseMs), WORKER_HEARTBEAT_MS: String(heartbeatMs),
+    DATABASE_URL: server.url, ECHODO_HOME: path.join(home, 'echodo'),
+    WORKER_WORKTREE_BASE: path.join(home, 'worktrees'), WORKER_REPO_ROOT: repo, WORKER_REPLAY_DIR: home,
+    WORKER_LEASE_MS: String(leaseMs), WORKER_HEARTBEAT_MS: String(heartbeatMs),
     WORKER_BLPOP_TIMEOUT_S: '1', WORKER_MAX_TOOL_STEPS: '100', LOG_LEVEL: 'warn', ECHODO_SUPERVISE: '1',
   };
   const config = parseConfig(env);
@@ -92,8 +93,9 @@ export async function measureOutageRecovery(
       const ids: string[] = [];
       for (let i = 0; i < workers; i++) {
         const job = {
-          workspaceId: 'bench', convoyId: 'outage', briefId: `outage-${sample}-${i}`, roleId: 'coder', harnessAlias: 'code',
-          repoPath: repo, baseRef: 'main', brief: 'Write files.', model: `replay:${transcriptPath}`,
+          workspaceId: 'bench', convoyId: 'outage', briefId: `outage-${sample}-${i}`,
+          roleId: 'coder', harnessAlias: 'code', repoPath: repo, baseRef: 'main', brief: 'Write files.',
+          model: `replay:${transcriptPath}`,
         };
         ids.push((await dispatchJob(db, queue, job)).agentRunId);
       }
@@ -102,7 +104,8 @@ export async function measureOutageRecovery(
                               and (select count(*) from worker_checkpoints c where c.agent_run_id = r.id) >= 2`;
         return rows.length === ids.length;
       }, 60_000, 'runs in flight on every worker');
-      const before = new Map((await su`select id, attempt from agent_runs where id = any(${ids})`).map((r) => [r.id as string, r.attempt as number]));
+      const attempts = await su`select id, attempt from agent_runs where id = any(${ids})`;
+      const before = new Map(attempts.map((r) => [r.id as string, r.attempt as number]));
       await stopEmbeddedPostgres(home);
       await sleep(outageMs);
       await ensureEmbeddedPostgres(home);
@@ -113,7 +116,8 @@ export async function measureOutageRecovery(
       }, 120_000, 'every lapsed run running again', 20);
       const ms = performance.now() - answered;
       samples.push(ms);
-      log(`outage ${sample + 1}/${options.samples}: every lapsed run running again ${ms.toFixed(0)} ms after Postgres answered (lease ${leaseMs} ms)`);
+      const which = `${sample + 1}/${options.samples}`;
+      log(`outage ${which}: lapsed runs running again ${ms.toFixed(0)} ms after Postgres answered (lease ${leaseMs})`);
       await until(async () => {
         const rows = await su`select status from agent_runs where id = any(${ids})`;
         return rows.every((r) => r.status !== 'running' && r.status !== 'queued');
@@ -121,7 +125,8 @@ export async function measureOutageRecovery(
     }
   } finally {
     for (const p of procs) if (p.exitCode === null) p.kill('SIGTERM');
-    await Promise.race([Promise.all(procs.map((p) => (p.exitCode === null ? new Promise((r) => p.once('exit', r)) : null))), sleep(15_000)]);
+    const exits = procs.map((p) => (p.exitCode === null ? new Promise((r) => p.once('exit', r)) : null));
+    await Promise.race([Promise.all(exits), sleep(15_000)]);
     for (const p of procs) if (p.exitCode === null && p.signalCode === null) p.kill('SIGKILL');
     await su.end({ timeout: 2 });
     await queue.close();

@@ -31,7 +31,9 @@ const ROUNDS = 12;
 const RUNS = 4;
 const LEASE_MS = 3000;
 // Short leases so the outage is short; STALL_QUEUED_MS stays at its default, so recovery cannot lean on it.
-const TIMING = { WORKER_LEASE_MS: String(LEASE_MS), WORKER_HEARTBEAT_MS: '300', STALL_CHECK_MS: '500', WORKER_BLPOP_TIMEOUT_S: '1' };
+const TIMING = {
+  WORKER_LEASE_MS: String(LEASE_MS), WORKER_HEARTBEAT_MS: '300', STALL_CHECK_MS: '500', WORKER_BLPOP_TIMEOUT_S: '1',
+};
 const SUPERVISED = { ECHODO_SUPERVISE: '1' };
 
 const children: Child[] = [];
@@ -89,7 +91,8 @@ describe('Postgres stopped for three leases and Redis restarted, with runs in fl
   let model: string;
   let mcUrl: string;
   let token: string;
-  const dbCli = (verb: string) => spawnNode('scripts/db.ts', [verb], { env: { ECHODO_HOME: pgHome, DATABASE_URL: undefined, ECHODO_PG_FAST: '1' } });
+  const dbCli = (verb: string) =>
+    spawnNode('scripts/db.ts', [verb], { env: { ECHODO_HOME: pgHome, DATABASE_URL: undefined, ECHODO_PG_FAST: '1' } });
 
   before(async () => {
     pgHome = await realpath(await mkdtemp(path.join(os.tmpdir(), 'echodo-survival-pg-')));
@@ -102,8 +105,9 @@ describe('Postgres stopped for three leases and Redis restarted, with runs in fl
     await writeFile(transcript, JSON.stringify({ steps: sampleSteps(300, ROUNDS) }));
     model = `replay:${transcript}`;
     env = {
-      DATABASE_URL: server.url, ECHODO_HOME: path.join(pgHome, 'echodo'), WORKER_WORKTREE_BASE: path.join(pgHome, 'worktrees'),
-      WORKER_REPO_ROOT: repo, WORKER_REPLAY_DIR: pgHome, REDIS_URL: redis.url, LOG_LEVEL: 'info', WORKER_MAX_TOOL_STEPS: '40',
+      DATABASE_URL: server.url, ECHODO_HOME: path.join(pgHome, 'echodo'),
+      WORKER_WORKTREE_BASE: path.join(pgHome, 'worktrees'), WORKER_REPO_ROOT: repo, WORKER_REPLAY_DIR: pgHome,
+      REDIS_URL: redis.url, LOG_LEVEL: 'info', WORKER_MAX_TOOL_STEPS: '40',
       MISSION_CONTROL_PORT: String(await freePort()), ...TIMING, ...SUPERVISED,
     };
     mcUrl = `http://127.0.0.1:${env.MISSION_CONTROL_PORT}`;
@@ -125,8 +129,10 @@ describe('Postgres stopped for three leases and Redis restarted, with runs in fl
     }
   });
 
-  test('every run completes whole; the workers, the stall detector and mission control stay up', { timeout: 240_000 }, async () => {
-    const workers = [1, 2].map((n) => track(spawnNode('scripts/worker.ts', [], { env: { ...env, WORKER_ID: `survivor-${n}` } })));
+  const name = 'every run completes whole; the workers, the stall detector and mission control stay up';
+  test(name, { timeout: 240_000 }, async () => {
+    const workers = [1, 2].map((n) =>
+      track(spawnNode('scripts/worker.ts', [], { env: { ...env, WORKER_ID: `survivor-${n}` } })));
     const detector = track(spawnNode('scripts/stall-detector.ts', [], { env }));
     const panel = track(spawnNode('scripts/mission-control.ts', [], { env }));
     await Promise.all(workers.map((w) => w.waitForLine(/"worker started"/)));
@@ -140,7 +146,8 @@ describe('Postgres stopped for three leases and Redis restarted, with runs in fl
     });
     const ids: string[] = [];
     for (let i = 0; i < RUNS; i++) ids.push((await dispatchJob(db, queue, job(i))).agentRunId);
-    const checkpointsOf = async (id: string) => (await su`select count(*)::int as n from worker_checkpoints where agent_run_id = ${id}`)[0]!.n as number;
+    const checkpointsOf = async (id: string) =>
+      (await su`select count(*)::int as n from worker_checkpoints where agent_run_id = ${id}`)[0]!.n as number;
     await waitFor(async () => {
       const running = await su`select id from agent_runs where status = 'running'`;
       if (running.length < 2) return false;
@@ -151,7 +158,8 @@ describe('Postgres stopped for three leases and Redis restarted, with runs in fl
 
     // A feed opened before the outage.
     const beforeFeed = new AbortController();
-    const before = await fetch(`${mcUrl}/api/events`, { headers: { authorization: `Bearer ${token}` }, signal: beforeFeed.signal });
+    const auth = { authorization: `Bearer ${token}` };
+    const before = await fetch(`${mcUrl}/api/events`, { headers: auth, signal: beforeFeed.signal });
     assert.equal(before.status, 200);
 
     const down = dbCli('down');
@@ -160,16 +168,18 @@ describe('Postgres stopped for three leases and Redis restarted, with runs in fl
     const outageStart = Date.now();
 
     // Mission control while Postgres is away: 503 and a message, for the API and for a page.
-    const api = await fetch(`${mcUrl}/api/convoys/convoy-1`, { headers: { authorization: `Bearer ${token}` } });
+    const api = await fetch(`${mcUrl}/api/convoys/convoy-1`, { headers: auth });
     const apiBody = await api.text();
     assert.equal(api.status, 503, apiBody);
     assert.equal(JSON.parse(apiBody).error, 'database_unavailable');
     assert.match(JSON.parse(apiBody).message, /database is unavailable/);
-    const page = await fetch(`${mcUrl}/runs/${ids[0]}`, { headers: { authorization: `Bearer ${token}` } });
+    const page = await fetch(`${mcUrl}/runs/${ids[0]}`, { headers: auth });
     const pageBody = await page.text();
     assert.equal(page.status, 503);
     assert.match(pageBody, /Database unavailable/);
-    for (const body of [apiBody, pageBody]) assert.doesNotMatch(body, /\n\s+at |ECONNREFUSED|node_modules/, 'no stack trace, no driver error');
+    for (const body of [apiBody, pageBody]) {
+      assert.doesNotMatch(body, /\n\s+at |ECONNREFUSED|node_modules/, 'no stack trace, no driver error');
+    }
 
     await redis.restart();
     await sleep(Math.max(0, 3 * LEASE_MS - (Date.now() - outageStart)));
@@ -177,7 +187,8 @@ describe('Postgres stopped for three leases and Redis restarted, with runs in fl
     assert.equal((await up.exited).code, 0, up.output());
     assert.equal(new URL(up.stdout.at(-1)!.trim()).port, new URL(env.DATABASE_URL).port, 'started again on its port');
 
-    const context = () => daemons.map((d) => d.lines.filter((l) => /"level":(40|50|60)/.test(l)).slice(-15).join('\n')).join('\n---\n');
+    const warnings = (d: Child) => d.lines.filter((l) => /"level":(40|50|60)/.test(l)).slice(-15).join('\n');
+    const context = () => daemons.map(warnings).join('\n---\n');
     for (const id of ids) {
       const run = await waitFor(async () => {
         const [r] = await su`select * from agent_runs where id = ${id}`;
@@ -187,9 +198,11 @@ describe('Postgres stopped for three leases and Redis restarted, with runs in fl
       });
       assert.equal(run.status, 'completed', `${run.failure_reason}\n${context()}`);
       const rows = await su`select * from worker_checkpoints where agent_run_id = ${id} order by checkpoint_seq`;
-      assert.deepEqual(rows.map((r) => r.checkpoint_seq), Array.from({ length: ROUNDS }, (_, i) => i + 1), `run ${id}: seqs 1..n`);
+      const seqs = Array.from({ length: ROUNDS }, (_, i) => i + 1);
+      assert.deepEqual(rows.map((r) => r.checkpoint_seq), seqs, `run ${id}: seqs 1..n`);
       assert.ok(verifyChain(rows as never).ok, `run ${id}: hash chain verifies`);
-      assert.deepEqual((await checkRunIntegrity(db, parseConfig(env), 'acme', id))?.findings, [], `run ${id}: integrity`);
+      const report = await checkRunIntegrity(db, parseConfig(env), 'acme', id);
+      assert.deepEqual(report?.findings, [], `run ${id}: integrity`);
     }
 
     // Nobody went down: the parents are the processes started, and each still has its first child.
@@ -197,22 +210,26 @@ describe('Postgres stopped for three leases and Redis restarted, with runs in fl
       assert.equal(d.process.exitCode, null, `daemon ${i} is running:\n${d.lines.slice(-20).join('\n')}`);
       assert.equal(d.pid, parents[i]);
       const pids = childPids(d);
-      assert.equal(pids.length, 1, `daemon ${i} never needed a restart:\n${d.lines.filter((l) => l.includes('child')).join('\n')}`);
+      const supervision = d.lines.filter((l) => l.includes('child')).join('\n');
+      assert.equal(pids.length, 1, `daemon ${i} never needed a restart:\n${supervision}`);
       assert.ok(alive(pids[0]!), `daemon ${i}'s child is alive`);
     }
     for (const w of workers) {
-      assert.ok(w.lines.some((l) => l.includes('database unreachable: the worker waits for it')), 'the worker saw the outage');
-      assert.ok(w.lines.some((l) => l.includes('database answers again: the worker goes on')), 'and its end');
-      assert.ok(w.lines.filter((l) => l.includes('database unreachable')).length <= 3, 'logged once per outage, not per retry');
+      const said = (text: string) => w.lines.filter((l) => l.includes(text)).length;
+      assert.ok(said('database unreachable: the worker waits for it') >= 1, 'the worker saw the outage');
+      assert.ok(said('database answers again: the worker goes on') >= 1, 'and its end');
+      assert.ok(said('database unreachable') <= 3, 'logged once per outage, not per retry');
     }
-    assert.ok(workers.some((w) => w.lines.some((l) => l.includes('the run is given up'))), 'a run in flight was given up, not the worker');
-    assert.ok(detector.lines.some((l) => l.includes('database answers again: the stall detector goes on')), detector.output());
+    const gaveUp = workers.some((w) => w.lines.some((l) => l.includes('the run is given up')));
+    assert.ok(gaveUp, 'a run in flight was given up, not the worker');
+    const detectorBack = detector.lines.some((l) => l.includes('database answers again: the stall detector goes on'));
+    assert.ok(detectorBack, detector.output());
 
     // Mission control answers again, and its feeds work: a new one gets a change.
-    const convoy = await fetch(`${mcUrl}/api/convoys/convoy-1`, { headers: { authorization: `Bearer ${token}` } });
+    const convoy = await fetch(`${mcUrl}/api/convoys/convoy-1`, { headers: auth });
     assert.equal(convoy.status, 200);
     assert.ok(((await convoy.json()) as { runs: unknown[] }).runs.length >= RUNS);
-    const feed = await fetch(`${mcUrl}/api/events`, { headers: { authorization: `Bearer ${token}` } });
+    const feed = await fetch(`${mcUrl}/api/events`, { headers: auth });
     assert.equal(feed.status, 200);
     let dispatched = false;
     const events = await readEvents(feed, (seen) => seen.some((e) => e.event === 'change'), (event) => {
@@ -226,7 +243,8 @@ describe('Postgres stopped for three leases and Redis restarted, with runs in fl
     const giveUp = setTimeout(() => beforeFeed.abort(), 20_000);
     const old = await readEvents(before, (seen) => seen.some((e) => e.event === 'resync'));
     clearTimeout(giveUp);
-    assert.ok(old.some((e) => e.event === 'resync'), `the older feed lived through the outage and was told to catch up: ${JSON.stringify(old.map((e) => e.event))}`);
+    const seen = JSON.stringify(old.map((e) => e.event));
+    assert.ok(old.some((e) => e.event === 'resync'), `the older feed lived through the outage: ${seen}`);
 
     for (const d of daemons) assert.equal((await d.stop('SIGTERM', 15_000)).code, 0, d.lines.slice(-10).join('\n'));
   });
@@ -243,7 +261,8 @@ describe('self-supervision', () => {
 
       process.kill(first, 'SIGKILL');
       await waitFor(() => childPids(w).length === 2, { timeoutMs: 20_000, what: 'the child to be started again' });
-      assert.ok(w.lines.some((l) => l.includes('child exited; restarting it') && l.includes('SIGKILL')), 'the restart is logged');
+      const restart = w.lines.some((l) => l.includes('child exited; restarting it') && l.includes('SIGKILL'));
+      assert.ok(restart, 'the restart is logged');
       const second = childPids(w)[1]!;
       assert.notEqual(second, first);
       const { agentRunId } = await s.dispatch();
@@ -261,7 +280,8 @@ describe('self-supervision', () => {
   });
 
   test('WORKER_DRY_RUN=1 under supervision prints its banner once and exits 0', async () => {
-    const w = track(spawnNode('scripts/worker.ts', [], { env: { ...SUPERVISED, WORKER_DRY_RUN: '1', WORKER_ID: 'dry' } }));
+    const dry = { ...SUPERVISED, WORKER_DRY_RUN: '1', WORKER_ID: 'dry' };
+    const w = track(spawnNode('scripts/worker.ts', [], { env: dry }));
     const exit = await w.exited;
     assert.equal(exit.code, 0, w.output());
     assert.equal(w.lines.filter((l) => l.includes('(dry run)')).length, 1);
