@@ -9,6 +9,7 @@ import { sendPage } from './layout.ts';
 import { messageContent } from './pages-admin.ts';
 
 export const RETRY_AFTER_S = 5;
+const TITLE = 'Database unavailable';
 export const UNAVAILABLE_MESSAGE = 'The database is unavailable; mission control answers again as soon as it is back.';
 
 export interface OutageGate {
@@ -30,7 +31,7 @@ export function outageGate(log: Logger): OutageGate {
       c.header('Retry-After', String(RETRY_AFTER_S));
       return json
         ? c.json({ error: 'database_unavailable', message: UNAVAILABLE_MESSAGE }, 503)
-        : sendPage(c, { title: 'Database unavailable', content: messageContent('Database unavailable', UNAVAILABLE_MESSAGE) }, 503);
+        : sendPage(c, { title: TITLE, content: messageContent(TITLE, UNAVAILABLE_MESSAGE) }, 503);
     },
   };
 }
