@@ -1,7 +1,4 @@
-// npm run cancel -- --workspace W --run R
-// Cancels a run: at once when nobody is working on it (queued, or its worker dead), else its
-// worker stops at the next tool boundary. Prints {"agentRunId","status","immediate",…}.
-// Exit 0 ok; 2 bad arguments or no such run in that workspace; 3 refused (already finished).
+// npm run cancel: cancels a run (the description below is its --help).
 import { requestCancel } from '../worker/cancel.ts';
 import { createLogger } from '../worker/log.ts';
 import { runActionCommand } from './run-action.ts';

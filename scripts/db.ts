@@ -29,7 +29,11 @@ const { positionals, fail } = command({
       'status   whether the embedded server runs (pid, port), or which external database is set',
     ],
   },
-  exitCodes: { 0: 'done', 1: 'an error (e.g. the server did not start)', 2: 'bad arguments, or up/migrate with only DATABASE_APP_URL' },
+  exitCodes: {
+    0: 'done',
+    1: 'an error (e.g. the server did not start)',
+    2: 'bad arguments, or up/migrate with only DATABASE_APP_URL',
+  },
   env: ['DATABASE_URL', 'DATABASE_APP_URL', 'ECHODO_HOME'],
 });
 if (!VERBS.includes(positionals[0]!)) fail(`unknown command: ${positionals[0]}`);

@@ -1,7 +1,4 @@
-// npm run retry -- --workspace W --run R
-// Re-dispatches a failed or stalled run (attempt + 1, resumed from its last checkpoint), through
-// the same decision as `dispatch` of a job naming the run. Prints {"jobId","agentRunId","outcome"}.
-// Exit 0 ok; 2 bad arguments or no such run in that workspace; 3 refused (running, completed, cancelled).
+// npm run retry: re-dispatches a run from its last checkpoint (the description below is its --help).
 import { retryRun } from '../worker/dispatch.ts';
 import { createQueue } from '../worker/queue/index.ts';
 import { runActionCommand } from './run-action.ts';

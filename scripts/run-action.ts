@@ -34,7 +34,12 @@ export async function runActionCommand(
       workspace: { type: 'string', value: 'W', help: 'the workspace of the run' },
       run: { type: 'string', value: 'R', help: 'the run (agentRunId)' },
     },
-    exitCodes: { 0: 'done: one JSON line on stdout', 1: 'any other error', 2: 'bad arguments, or no such run in that workspace', 3: refused },
+    exitCodes: {
+      0: 'done: one JSON line on stdout',
+      1: 'any other error',
+      2: 'bad arguments, or no such run in that workspace',
+      3: refused,
+    },
     env: [...DATABASE_ENV, 'REDIS_URL', 'WORKER_REPO_ROOT'],
   });
   if (!values.workspace || !values.run) fail('both --workspace and --run are required');

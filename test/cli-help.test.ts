@@ -30,7 +30,8 @@ interface Entry {
 
 /** The npm scripts that run our own entry points; the others run third-party tools (tsc, patch-package). */
 function entryPoints(): Entry[] {
-  const scripts = JSON.parse(readFileSync(path.join(PROJECT_ROOT, 'package.json'), 'utf8')).scripts as Record<string, string>;
+  const pkg = JSON.parse(readFileSync(path.join(PROJECT_ROOT, 'package.json'), 'utf8'));
+  const scripts = pkg.scripts as Record<string, string>;
   return Object.entries(scripts).flatMap(([script, line]) => {
     const m = /^tsx (scripts\/\S+\.ts)((?: \S+)*)$/.exec(line);
     return m ? [{ script, file: m[1]!, args: m[2]!.split(' ').filter(Boolean) }] : [];
@@ -69,9 +70,7 @@ async function sandbox(port: number): Promise<Sandbox> {
     DATABASE_URL: `postgres://echodo:x@127.0.0.1:${port}/echodo`,
     LOG_LEVEL: 'info',
   };
-  for (const name of ['DATABASE_APP_URL', 'REDIS_URL', 'ECHODO_CLI_HELP', 'ECHODO_TEST_PG_URL', 'ECHODO_TEST_REDIS_URL']) {
-    delete env[name];
-  }
+  for (const name of ['DATABASE_APP_URL', 'REDIS_URL', 'ECHODO_CLI_HELP', 'ECHODO_TEST_PG_URL']) delete env[name];
   return { home, worktrees, env };
 }
 
@@ -244,7 +243,7 @@ describe('a user\'s mistake is named, with exit 2', () => {
     { name: 'bench --only=bogus', file: 'scripts/bench.ts', args: ['--only=bogus'], says: /unknown benchmark "bogus"/ },
     { name: 'db with no command', file: 'scripts/db.ts', args: [], says: /usage: npm run db/ },
     { name: 'db bogus', file: 'scripts/db.ts', args: ['bogus'], says: /unknown command: bogus/ },
-    { name: 'fork --at x', file: 'scripts/fork.ts', args: ['--workspace', 'w', '--run', 'r', '--at', 'x'], says: /--at/ },
+    { name: 'fork --at x', file: 'scripts/fork.ts', args: ['--workspace=w', '--run=r', '--at=x'], says: /--at/ },
     { name: 'cancel without --run', file: 'scripts/cancel.ts', args: ['--workspace', 'w'], says: /--run/ },
     { name: 'worker with an argument', file: 'scripts/worker.ts', args: ['now'], says: /unexpected argument/ },
     { name: 'a flag without its value', file: 'scripts/dispatch.ts', args: ['--job'], says: /--job/ },
