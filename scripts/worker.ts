@@ -22,7 +22,12 @@ command({
     'checkpoint. WORKER_DRY_RUN=1 prints a banner (configuration, secrets masked) and exits.',
   usage: [''],
   flags: {},
-  exitCodes: { 0: 'stopped cleanly on SIGTERM/SIGINT (or the dry run)', 1: 'could not start', 2: 'bad arguments' },
+  exitCodes: {
+    0: 'stopped cleanly on SIGTERM/SIGINT (or the dry run)',
+    1: 'could not start',
+    2: 'bad arguments',
+    3: 'a lease lost while the process was paused: a fresh process is wanted (the supervisor starts one)',
+  },
   env: [
     ...DATABASE_ENV, 'REDIS_URL', 'WORKER_QUEUE_KEY', 'WORKER_DRY_RUN', 'WORKER_ID', 'WORKER_REPO_ROOT',
     'WORKER_WORKTREE_BASE', 'WORKER_NOTES_REF', 'WORKER_BLPOP_TIMEOUT_S', 'WORKER_MAX_TOOL_STEPS',
