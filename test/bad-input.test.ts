@@ -9,7 +9,7 @@
 import assert from 'node:assert/strict';
 import { createHash, randomUUID } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
-import { mkdir, mkdtemp, readdir, symlink, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, realpath, symlink, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -19,6 +19,7 @@ import { checkRunIntegrity } from '../worker/integrity.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { waitFor, type Child } from './support/child.ts';
 import { git } from './support/git.ts';
+import { registerRepo } from './support/grants.ts';
 import { startRedis, type RedisServer } from './support/redis.ts';
 import { createScenario, sampleSteps, type Scenario, type TranscriptStep } from './support/scenario.ts';
 import { deadLetterText } from '../worker/queue/postgres.ts';
@@ -135,6 +136,9 @@ describe('bad input: jobs, runs and tool calls', () => {
       $LONG_COMPONENT: `${'n'.repeat(300)}.txt`,
       $EMOJI_AT_500: `${'q'.repeat(499)}\u{1F600}z`,
     };
+    // Registered to the workspace, so what fails is the folder itself, not its grant (test/grants.test.ts).
+    const real = await realpath(scratch);
+    for (const folder of ['not-a-repo', 'no-such-folder']) await registerRepo(s.su, s.workspaceId, path.join(real, folder));
 
     // Branch bad-input of the repo: the odd files and symlinks the model-level run trips over.
     await git(s.repo, 'checkout', '-q', '-b', 'bad-input');
@@ -301,6 +305,9 @@ describe('bad input on the Postgres queue: the same job table', () => {
       $BRIEF_10MB: 'Do it. '.repeat(Math.ceil((10 * MB) / 7)),
       $ROLE_201: 'r'.repeat(201),
     };
+    // Registered to the workspace, so what fails is the folder itself, not its grant (test/grants.test.ts).
+    const real = await realpath(scratch);
+    for (const folder of ['not-a-repo', 'no-such-folder']) await registerRepo(s.su, s.workspaceId, path.join(real, folder));
     worker = s.spawnWorker({ WORKER_ID: WORKER });
     await worker.waitForLine(/"worker started"/);
   });

@@ -57,12 +57,9 @@ export async function dispatchJob(db: Database, queue: JobQueue, input: unknown,
   // Told WORKER_REPO_ROOT, dispatch refuses a repository the workspace was not granted; the
   // claim checks every run again (worker/repo-access.ts), whatever way it was enqueued.
   const root = options.defaultRepoPath;
-  const repoReal = root === undefined
-    ? null
-    : await repoNeedingGrant(job.repoPath, root, job.workspaceId).catch((err: unknown) => err as Error);
+  const repoReal = root === undefined ? null : await repoNeedingGrant(job.repoPath, root);
   const admission = await admitInWorkspace(db, job.workspaceId, async (tx) => {
     if (!(await workspaceExists(tx))) throw new EchodoError('workspace_not_found', `workspaceId: workspace "${job.workspaceId}" does not exist (create it with: npm run workspace -- create ${job.workspaceId})`);
-    if (repoReal instanceof Error) throw repoReal; // after the workspace: an unknown one is named as such
     if (repoReal !== null) await assertRepoGranted(tx, job.repoPath!, repoReal);
     return admitJob(tx, job, { entry: 'request', agentRunIdGiven: parsed.agentRunIdGiven, defaultRepoPath: options.defaultRepoPath });
   });

@@ -25,21 +25,16 @@ const notRegistered = (repoPath: string, workspaceId: string) =>
 
 /**
  * The realpath a job's repoPath must be registered under, or null when it needs no registration
- * (absent, or WORKER_REPO_ROOT). A path that does not resolve is refused as unregistered: the
- * answer must not tell a tenant which paths exist on the host.
+ * (absent, or WORKER_REPO_ROOT). A path that does not resolve is looked up as written: unregistered,
+ * it is refused exactly like an existing one (the answer tells a tenant nothing about which paths
+ * exist on the host); registered, the run goes on to fail on the missing folder itself.
  */
-export async function repoNeedingGrant(
-  repoPath: string | undefined,
-  repoRoot: string,
-  workspaceId: string,
-): Promise<string | null> {
+export async function repoNeedingGrant(repoPath: string | undefined, repoRoot: string): Promise<string | null> {
   if (repoPath === undefined) return null;
   if (path.resolve(repoPath) === path.resolve(repoRoot)) return null;
   const realRoot = await realpath(repoRoot).catch(() => path.resolve(repoRoot));
-  const real = await realpath(repoPath).catch(() => undefined);
-  if (real === realRoot) return null;
-  if (real === undefined) throw notRegistered(repoPath, workspaceId);
-  return real;
+  const real = await realpath(repoPath).catch(() => path.resolve(repoPath));
+  return real === realRoot ? null : real;
 }
 
 /** Throws RepoNotGrantedError unless the transaction's workspace may name the repository at realPath. */

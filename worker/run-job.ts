@@ -122,7 +122,7 @@ async function executeRun(
   // and runs while Postgres answers (verify.ts uses it only if the row still names that path).
   // The repository first (worker/repo-access.ts): a job enqueued past dispatch, or a registration
   // revoked since, fails here with the reason before anything touches the repository.
-  const repoReal = await repoNeedingGrant(job.repoPath, config.WORKER_REPO_ROOT, run.workspace_id);
+  const repoReal = await repoNeedingGrant(job.repoPath, config.WORKER_REPO_ROOT);
   const prefetchedStatus = prefetchStatus(run, config);
   // Every read the run starts from, pipelined in one transaction: the harness, the API key
   // variables to redact, the last rows (a bounded tail, resume-chain.ts), the run's whole

@@ -99,7 +99,7 @@ function failWith(message: string, cause?: unknown): never {
 }
 
 /** A transcript larger than this is refused unread: the worker holds it in memory whole. */
-export const MAX_TRANSCRIPT_BYTES = 32 * 1024 * 1024;
+export const MAX_TRANSCRIPT_BYTES = 256 * 1024 * 1024;
 
 /**
  * Reads a transcript at a path already checked to be inside WORKER_REPLAY_DIR (replay-dir.ts).
