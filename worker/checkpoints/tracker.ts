@@ -1,32 +1,34 @@
-// Which paths changed since the last checkpoint: what the tools report, what chokidar sees
-// (side effects of commands, anything else writing in the worktree), cross-checked by git
-// after each command. A checkpoint then stages exactly these paths.
+// Which paths changed since the last checkpoint: what the tools report, what chokidar sees in the
+// tree process (side effects of commands, anything else writing in the worktree), cross-checked by
+// git after each command. A checkpoint then stages exactly these paths.
 import path from 'node:path';
-import { Worker } from 'node:worker_threads';
 import { runGit } from '../git.ts';
 import { changedPathsByGit } from './content.ts';
-import { withTree } from '../tree/registry.ts';
+import { acquireTree, withTree, type TreeLease } from '../tree/registry.ts';
 
 export class TouchTracker {
   private pending = new Set<string>();
   /** Seen only by the watcher: may be .gitignored build output, so git filters them at drain. */
   private watched = new Set<string>();
-  private watcher: Worker | undefined;
+  private watching: Promise<TreeLease | undefined> | undefined;
+  private readonly onChange = (abs: string) => {
+    const rel = normalize(path.relative(this.root, abs));
+    if (rel && !this.pending.has(rel)) this.watched.add(rel);
+  };
 
   constructor(private readonly root: string) {}
 
   /**
-   * Starts chokidar in a worker thread, without waiting for its initial scan: tool writes and the
-   * git cross-check cover that window, and the scan never stalls this thread.
+   * Starts chokidar in the tree process (which alone looks into the tree), without waiting for its
+   * initial scan: tool writes and the git cross-check cover that window.
    */
   start(): void {
-    this.watcher = new Worker(new URL('./watcher-thread.mjs', import.meta.url), { workerData: { root: this.root } });
-    this.watcher.unref();
-    this.watcher.on('message', (abs: string) => {
-      const rel = normalize(path.relative(this.root, abs));
-      if (rel && !this.pending.has(rel)) this.watched.add(rel);
-    });
-    this.watcher.on('error', () => {}); // a watcher that dies leaves the tools' reports and git
+    this.watching = acquireTree(this.root)
+      .then(async (lease) => {
+        await lease.tree.watch(this.onChange);
+        return lease;
+      })
+      .catch(() => undefined); // no watcher: the tools' reports and git's cross-check remain
   }
 
   note(rel: string): void {
@@ -70,14 +72,12 @@ export class TouchTracker {
   }
 
   async stop(): Promise<void> {
-    const watcher = this.watcher;
-    this.watcher = undefined;
-    if (!watcher) return;
-    const exited = new Promise((resolve) => watcher.once('exit', resolve));
-    watcher.postMessage('stop');
-    // A watcher still deep in its initial scan is not waited for.
-    await Promise.race([exited, new Promise((resolve) => setTimeout(resolve, 200))]);
-    await watcher.terminate();
+    const watching = this.watching;
+    this.watching = undefined;
+    const lease = await watching;
+    if (!lease) return;
+    await lease.tree.unwatch(this.onChange).catch(() => {});
+    lease.release();
   }
 }
 

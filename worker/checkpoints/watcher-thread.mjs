@@ -1,7 +1,7 @@
-// The chokidar watcher of a TouchTracker, in a worker thread: its initial scan walks and stats
-// the whole worktree (1.3 s for 10k files, 10 s for 50k here), which on the main thread stalled
-// the event loop for seconds: resume, heartbeats and open transactions waited behind it.
-// Plain JavaScript, so the thread needs no TypeScript loader. Posts each changed path's absolute name.
+// The chokidar watcher of a TouchTracker, in a thread of the tree process (worker/tree/server.mjs):
+// its initial scan walks and stats the whole tree, which must not hold up the requests the tree
+// process answers meanwhile. Plain JavaScript (the tree process has no TypeScript loader); posts
+// each changed path's absolute name.
 import path from 'node:path';
 import { parentPort, workerData } from 'node:worker_threads';
 import { watch } from 'chokidar';

@@ -7,10 +7,15 @@ import { SANDBOX_HOME, SANDBOX_UID } from '../sandbox/bwrap.ts';
 import type { GitLayout } from '../sandbox/git-dirs.ts';
 import type { Toolchain } from '../sandbox/toolchain.ts';
 
-export const SERVER_FILE = path.join(path.dirname(fileURLToPath(import.meta.url)), 'server.mjs');
-/** Where the server and ripgrep appear inside: outside every folder of the host's own layout. */
-export const INSIDE_SERVER = '/opt/echodo/tree-server.mjs';
-export const INSIDE_RG = '/opt/echodo/rg';
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const PROJECT = path.resolve(HERE, '..', '..');
+export const SERVER_FILE = path.join(HERE, 'server.mjs');
+/** Where the server, its watcher and ripgrep appear inside: outside every folder of the host's own layout. */
+const INSIDE = '/opt/echodo';
+export const INSIDE_SERVER = `${INSIDE}/worker/tree/server.mjs`;
+export const INSIDE_RG = `${INSIDE}/rg`;
+/** The files the server runs, each bound alone (the project folder itself may hold anything). */
+const CODE = ['worker/tree/server.mjs', 'worker/checkpoints/watcher-thread.mjs', 'node_modules/chokidar', 'node_modules/readdirp'];
 const TMPFS_BYTES = 256 * 1024 * 1024;
 
 export interface TreePlan {
@@ -29,7 +34,7 @@ export function treeBwrapArgs(plan: TreePlan): string[] {
   }
   args.push('--proc', '/proc', '--dev', '/dev');
   args.push('--size', String(TMPFS_BYTES), '--tmpfs', '/tmp', '--size', String(TMPFS_BYTES), '--tmpfs', SANDBOX_HOME);
-  args.push('--ro-bind', SERVER_FILE, INSIDE_SERVER);
+  for (const file of CODE) args.push('--ro-bind', path.join(PROJECT, file), `${INSIDE}/${file}`);
   if (plan.rgPath) args.push('--ro-bind', plan.rgPath, INSIDE_RG);
   args.push('--bind', plan.root, plan.root);
   args.push(...gitMounts(plan.git));

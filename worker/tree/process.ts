@@ -56,6 +56,8 @@ export class TreeProcess {
   private next = 1;
   private readonly pending = new Map<number, Pending>();
   private exited: Error | undefined;
+  /** Paths the tree's watcher saw change (absolute, as inside: the tree is mounted at its own path). */
+  private watchers = new Set<(abs: string) => void>();
 
   private constructor(
     readonly root: string,
@@ -97,11 +99,15 @@ export class TreeProcess {
   }
 
   private answer(line: string): void {
-    let msg: { id?: number; ok?: boolean; result?: unknown; error?: { code?: string; message?: string } };
+    let msg: { id?: number; ok?: boolean; result?: unknown; error?: { code?: string; message?: string }; event?: string; path?: unknown };
     try {
       msg = JSON.parse(line);
     } catch {
       return; // not a message of ours: ignored
+    }
+    if (msg.event === 'changed') {
+      if (typeof msg.path === 'string' && msg.path.startsWith(`${this.root}/`)) for (const w of this.watchers) w(msg.path);
+      return;
     }
     const p = typeof msg.id === 'number' ? this.pending.get(msg.id) : undefined;
     if (!p) return;
@@ -169,6 +175,17 @@ export class TreeProcess {
   /** Where rel lands once symlinks inside the sandbox are followed; `outside` when it leaves the tree. */
   realRel(rel: string): Promise<{ real?: string; outside?: boolean }> {
     return this.call('realRel', { rel });
+  }
+
+  /** Starts the tree's watcher (once); `onChange` gets each changed path until `unwatch`. */
+  async watch(onChange: (abs: string) => void): Promise<void> {
+    this.watchers.add(onChange);
+    await this.call('watch');
+  }
+
+  async unwatch(onChange: (abs: string) => void): Promise<void> {
+    this.watchers.delete(onChange);
+    if (this.watchers.size === 0 && !this.exited) await this.call('unwatch');
   }
 
   /** Removes write temp files a crash left under rel; their paths. */

@@ -14,6 +14,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import readline from 'node:readline';
+import { Worker } from 'node:worker_threads';
 
 const ROOT = fs.realpathSync(process.argv[2]);
 const { O_RDONLY, O_NOFOLLOW, O_NONBLOCK, O_WRONLY, O_CREAT, O_EXCL, O_DIRECTORY } = fs.constants;
@@ -247,7 +248,34 @@ function sweep(rel) {
   return removed.sort();
 }
 
+/** Unasked lines: what the watcher saw change (absolute paths), for the worker's touch tracker. */
+const emit = (event) => process.stdout.write(`${JSON.stringify(event)}\n`);
+
+// chokidar, in a thread of its own: its first scan walks the whole tree and must not hold up the
+// requests this process answers meanwhile.
+let watcher;
+function watch() {
+  if (watcher) return { watching: true };
+  watcher = new Worker(new URL('../checkpoints/watcher-thread.mjs', import.meta.url), { workerData: { root: ROOT } });
+  watcher.on('message', (abs) => emit({ event: 'changed', path: abs }));
+  watcher.on('error', () => {}); // a watcher that dies leaves the tools' reports and git's cross-check
+  return { watching: true };
+}
+
+async function unwatch() {
+  const w = watcher;
+  watcher = undefined;
+  if (!w) return { watching: false };
+  const exited = new Promise((resolve) => w.once('exit', resolve));
+  w.postMessage('stop');
+  await Promise.race([exited, new Promise((resolve) => setTimeout(resolve, 200))]);
+  await w.terminate();
+  return { watching: false };
+}
+
 const ops = {
+  watch,
+  unwatch,
   sweep: ({ rel }) => sweep(rel),
   ping: () => ({ pid: process.pid, uid: process.getuid() }),
   read: ({ rel, keep }) => {
