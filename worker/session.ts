@@ -119,6 +119,7 @@ export async function runSession(d: SessionDeps): Promise<SessionOutcome> {
     writePrefixes: d.harness.writePrefixes,
     readScope: d.harness.needsWorktree ? 'all' : 'tracked',
     allowedCommands: d.harness.allowedCommands,
+    harnessAlias: d.harness.alias,
     commandTimeoutMs: d.commandTimeoutMs,
     sandbox: d.sandbox,
     baseOid: d.baseOid ?? null,

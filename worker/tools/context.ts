@@ -13,6 +13,8 @@ export interface ToolContext {
    * write prefixes, so nothing the repo ignores (ECHODO_HOME's `.echodo/`, build output) is readable.
    */
   readScope?: 'all' | 'tracked';
+  /** The harness's name, for refusals the model reads ("not on the allowlist of harness code"). */
+  harnessAlias?: string;
   /** null: run_command is not available at all; else allowlisted command prefixes such as 'git diff'. */
   allowedCommands: string[] | null;
   commandTimeoutMs: number;

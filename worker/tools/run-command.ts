@@ -58,7 +58,7 @@ export function commandEnvironment(home: string, parentPath = process.env.PATH ?
 
 export async function runCommand(ctx: ToolContext, input: RunCommandInput): Promise<RunCommandResult> {
   const argv = splitCommand(input.command);
-  const entry = checkAllowed(argv, ctx.allowedCommands);
+  const entry = checkAllowed(argv, ctx.allowedCommands, ctx.harnessAlias);
   // Revisions named in git arguments must be of this run's own history (git-revisions.ts).
   if (argv[0] === 'git') await vetGitRevisions({ root: ctx.root, baseOid: ctx.baseOid ?? null }, argv.slice(entry.split(' ').length));
   const sandbox = ctx.sandbox;
