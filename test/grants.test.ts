@@ -7,7 +7,10 @@ import { mkdir, mkdtemp, realpath, symlink, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { createMissionControl } from '../scripts/mission-control/server.ts';
 import { createWorkspace } from '../store/runs.ts';
+import { createWorkspaceToken } from '../store/tokens.ts';
+import { createLogger } from '../worker/log.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { resolveModel } from '../worker/models/resolve.ts';
 import { spawnNode, waitFor, type Child } from './support/child.ts';
@@ -19,6 +22,7 @@ const KEY_VAR = 'GRANTS_TEST_API_KEY';
 const KEY = 'sk-grants-test-8f14e45fceea167a5a36dedd4bea2543';
 const OTHER = 'other';
 const CALM = { WORKER_LEASE_MS: '6000', WORKER_HEARTBEAT_MS: '300' };
+const LONG = { timeout: 120_000 };
 // Content and keys of files a job must never get to see quoted back.
 const MARKER_KEY = 'marker_field_5f3a9c';
 const MARKER_VALUE = 'marker-content-b71e04';
@@ -41,6 +45,9 @@ after(async () => {
   await worker?.stop('SIGKILL', 100);
   await s?.close();
 });
+
+/** The replay transcript of one answer, inside WORKER_REPLAY_DIR. */
+const doneModel = () => `replay:${path.join(replayDir, 'done.json')}`;
 
 async function cli(script: string, args: string[], env: Record<string, string | undefined> = {}) {
   const child = spawnNode(script, args, { env: { ...s.env, REDIS_URL: undefined, ...env } });
@@ -71,12 +78,15 @@ describe('key grants', () => {
   after(() => listener?.close());
 
   const addModel = (alias: string) =>
-    workspace('model', 'add', '--workspace', s.workspaceId, '--alias', alias, '--base-url', listener.baseURL, '--model', 'm', '--key-env', KEY_VAR);
+    workspace(
+      'model', 'add', '--workspace', s.workspaceId, '--alias', alias, '--base-url', listener.baseURL, '--model', 'm',
+      '--key-env', KEY_VAR,
+    );
   const handWrittenRow = (alias: string) => s.su`
     insert into model_providers (workspace_id, alias, provider, base_url, model, api_key_env_var)
     values (${s.workspaceId}, ${alias}, 'openai-compatible', ${listener.baseURL}, 'm', ${KEY_VAR})`;
 
-  test('an ungranted key: refused when written (exit 2, naming it) and, in a row written by hand, when used', { timeout: 90_000 }, async () => {
+  test('an ungranted key: refused when written (exit 2, naming it) and, written by hand, when used', LONG, async () => {
     const refused = await addModel('ungranted');
     assert.equal(refused.code, 2, refused.out);
     assert.match(refused.out, new RegExp(`${KEY_VAR} is not granted to workspace ${s.workspaceId}`));
@@ -92,12 +102,14 @@ describe('key grants', () => {
     assert.ok(!(await traces(agentRunId)).includes(KEY), 'the key is nowhere');
   });
 
-  test('granted for another host: refused when written and not sent when used; granted for its host: sent', { timeout: 90_000 }, async () => {
+  test('granted for another host: refused when written, not sent when used; for its host: sent', LONG, async () => {
     const other = await workspace('key', 'grant', '--workspace', s.workspaceId, KEY_VAR, '--host', 'api.example.com');
     assert.equal(other.code, 0, other.out);
     const refused = await addModel('wrong-host');
     assert.equal(refused.code, 2, refused.out);
-    assert.match(refused.out, new RegExp(`${KEY_VAR} is granted to workspace ${s.workspaceId} only for api.example.com, not for host 127\\.0\\.0\\.1`));
+    const only = `${KEY_VAR} is granted to workspace ${s.workspaceId} only for api.example.com, ` +
+      'not for host 127\\.0\\.0\\.1';
+    assert.match(refused.out, new RegExp(only));
 
     await handWrittenRow('wrong-host-by-hand');
     const { agentRunId: wrong } = await s.dispatch({ model: 'wrong-host-by-hand' });
@@ -107,10 +119,12 @@ describe('key grants', () => {
     assert.equal(listener.requests.length, 0, 'the key was not sent to an ungranted host');
 
     // The positional workspace is kept as an alias of --workspace.
-    const right = await workspace('key', 'grant', s.workspaceId, KEY_VAR, '--host', '127.0.0.1', '--host', 'api.example.com');
+    const twoHosts = ['--host', '127.0.0.1', '--host', 'API.example.com'];
+    const right = await workspace('key', 'grant', s.workspaceId, KEY_VAR, ...twoHosts);
     assert.equal(right.code, 0, right.out);
     const listed = await workspace('key', 'list');
-    assert.match(listed.out, new RegExp(`"workspace":"${s.workspaceId}","variable":"${KEY_VAR}","hosts":\\["127.0.0.1","api.example.com"\\]`));
+    const hosts = '"hosts":\\["127.0.0.1","api.example.com"\\]';
+    assert.match(listed.out, new RegExp(`"workspace":"${s.workspaceId}","variable":"${KEY_VAR}",${hosts}`));
     const added = await addModel('granted');
     assert.equal(added.code, 0, added.out);
     const { agentRunId } = await s.dispatch({ model: 'granted' });
@@ -120,10 +134,36 @@ describe('key grants', () => {
     assert.equal(listener.requests[0]!.headers.authorization, `Bearer ${KEY}`);
   });
 
-  test('grants are the operator\'s: the app login cannot write them, revoke stops the key, bad arguments exit 2', async () => {
+  test("mission control's Settings refuses a model row naming an ungranted key, and cannot grant one", async () => {
+    const logger = createLogger({ level: 'silent' });
+    const server = await createMissionControl({ db: s.t.db, config: s.config, logger }).start(0);
+    try {
+      const token = await createWorkspaceToken(s.t.db.app, OTHER);
+      const form = new URLSearchParams({ alias: 'panel', baseUrl: listener.baseURL, model: 'm', keyEnv: KEY_VAR });
+      const res = await fetch(`${server.url}/settings/models`, {
+        method: 'POST', body: form, redirect: 'manual', headers: { authorization: `Bearer ${token}` },
+      });
+      assert.equal(res.status, 400);
+      assert.match(await res.text(), new RegExp(`${KEY_VAR} is not granted to workspace ${OTHER}`));
+      const rows = await s.su`select 1 from model_providers where workspace_id = ${OTHER}`;
+      assert.equal(rows.length, 0, 'no row written');
+      // No route of the panel writes grants.
+      const grant = await fetch(`${server.url}/settings/key_grants`, {
+        method: 'POST', body: new URLSearchParams({ env_var: KEY_VAR }), redirect: 'manual',
+        headers: { authorization: `Bearer ${token}` },
+      });
+      assert.notEqual(grant.status, 303);
+      assert.equal((await s.su`select 1 from key_grants where workspace_id = ${OTHER}`).length, 0, 'no grant written');
+    } finally {
+      await server.close();
+    }
+  });
+
+  test("grants are the operator's: the app login cannot write them; revoke; bad arguments exit 2", async () => {
     // The app login (every worker, mission control, any workspace token) may only read them.
     await assert.rejects(
-      withWorkspace(s.t.db.app, s.workspaceId, (tx) => tx`insert into key_grants (workspace_id, env_var) values (${s.workspaceId}, 'X_API_KEY')`),
+      withWorkspace(s.t.db.app, s.workspaceId, (tx) => tx`
+        insert into key_grants (workspace_id, env_var) values (${s.workspaceId}, 'X_API_KEY')`),
       (err: { code?: string }) => err.code === '42501',
     );
     await assert.rejects(
@@ -145,7 +185,7 @@ describe('key grants', () => {
       [['key', 'grant', '--workspace', OTHER], /key grant needs VAR/],
       [['key', 'grant', '--workspace', 'no such', 'A_API_KEY'], /workspace "no such" must be 1-64 letters/],
       [['key', 'grant', '--workspace', OTHER, 'A_API_KEY', '--bogus'], /Unknown option '--bogus'/],
-      [['route', 'add', '--workspace', OTHER, '--role', 'r', '--harness', 'nosuch'], /harness nosuch is neither built in/],
+      [['route', 'add', '--workspace', OTHER, '--role', 'r', '--harness', 'nosuch'], /harness nosuch is neither built/],
       [['create', '--workspace', 'bad name!'], /workspace "bad name!" must be/],
     ] as const) {
       const r = await workspace(...args);
@@ -155,7 +195,9 @@ describe('key grants', () => {
     }
     const help = await cli('scripts/workspace.ts', ['--help'], { DATABASE_URL: 'postgres://nobody@127.0.0.1:1/none' });
     assert.equal(help.code, 0, help.out);
-    for (const word of ['key grant', 'repo add', '--shared', '--host', 'exit codes', 'WORKER_PROVIDER_KEY_VARS']) assert.ok(help.out.includes(word), word);
+    for (const word of ['key grant', 'repo add', '--shared', '--host', 'exit codes', 'WORKER_PROVIDER_KEY_VARS']) {
+      assert.ok(help.out.includes(word), word);
+    }
   });
 });
 
@@ -164,8 +206,9 @@ describe('repository grants', () => {
   const jobFile = async (repoPath: string) => {
     const file = path.join(await mkdtemp(path.join(os.tmpdir(), 'echodo-grants-job-')), 'job.json');
     await writeFile(file, JSON.stringify({
-      workspaceId: s.workspaceId, convoyId: 'c', briefId: `b-${Math.random().toString(36).slice(2, 8)}`, roleId: 'coder',
-      harnessAlias: 'code', repoPath, baseRef: 'main', brief: 'x', model: `replay:${path.join(replayDir, 'done.json')}`,
+      workspaceId: s.workspaceId, convoyId: 'c', roleId: 'coder',
+      briefId: `b-${Math.random().toString(36).slice(2, 8)}`,
+      harnessAlias: 'code', repoPath, baseRef: 'main', brief: 'x', model: doneModel(),
     }));
     return file;
   };
@@ -173,20 +216,21 @@ describe('repository grants', () => {
     theirs = await realpath(await makeRepo({ 'README.md': "# another tenant's repository\n" }));
   });
 
-  test("another workspace's repository: refused at dispatch (exit 2), at claim, and at registration; --shared allows it", { timeout: 120_000 }, async () => {
+  test("another workspace's repository: refused at dispatch, claim, registration; --shared: allowed", LONG, async () => {
     const registered = await workspace('repo', 'add', '--workspace', OTHER, theirs);
     assert.equal(registered.code, 0, registered.out);
 
     const dispatched = await cli('scripts/dispatch.ts', ['--job', await jobFile(theirs)]);
     assert.equal(dispatched.code, 2, dispatched.out);
-    assert.match(dispatched.out, new RegExp(`repoPath: ${theirs} is not a repository registered to workspace ${s.workspaceId}`));
+    const unregistered = `repoPath: ${theirs} is not a repository registered to workspace ${s.workspaceId}`;
+    assert.match(dispatched.out, new RegExp(unregistered));
     // A symlink to it is the same repository.
     const link = path.join(await mkdtemp(path.join(os.tmpdir(), 'echodo-grants-link-')), 'repo');
     await symlink(theirs, link);
     assert.equal((await cli('scripts/dispatch.ts', ['--job', await jobFile(link)])).code, 2);
 
     // Enqueued past dispatch: the claim refuses it, before any worktree.
-    const { agentRunId } = await s.dispatch({ repoPath: theirs, model: `replay:${path.join(replayDir, 'done.json')}` });
+    const { agentRunId } = await s.dispatch({ repoPath: theirs, model: doneModel() });
     const run = await finished(agentRunId);
     assert.equal(run.status, 'failed');
     assert.match(run.failure_reason, /is not a repository registered to workspace acme/);
@@ -200,14 +244,15 @@ describe('repository grants', () => {
     assert.match(second.out, /is registered to workspace other, not shared/);
     // A registration written by hand beside an unshared one is still refused at the claim.
     await s.su`insert into repo_grants (workspace_id, path) values (${s.workspaceId}, ${theirs})`;
-    const { agentRunId: forged } = await s.dispatch({ repoPath: theirs, model: `replay:${path.join(replayDir, 'done.json')}` });
+    const { agentRunId: forged } = await s.dispatch({ repoPath: theirs, model: doneModel() });
     assert.match((await finished(forged)).failure_reason, /registered to another workspace and not shared with acme/);
     await s.su`delete from repo_grants where workspace_id = ${s.workspaceId}`;
 
     // Shared by both: allowed.
     assert.equal((await workspace('repo', 'add', OTHER, theirs, '--shared')).code, 0);
     assert.equal((await workspace('repo', 'add', '--workspace', s.workspaceId, theirs, '--shared')).code, 0);
-    assert.match((await workspace('repo', 'list')).out, new RegExp(`"workspace":"acme","path":"${theirs}","shared":true`));
+    const listed = await workspace('repo', 'list');
+    assert.match(listed.out, new RegExp(`"workspace":"acme","path":"${theirs}","shared":true`));
     const ok = await cli('scripts/dispatch.ts', ['--job', await jobFile(theirs)]);
     assert.equal(ok.code, 0, ok.out);
     const done = await finished(JSON.parse(ok.out.trim().split('\n').at(-1)!).agentRunId);
@@ -222,12 +267,12 @@ describe('repository grants', () => {
 describe('replay only from WORKER_REPLAY_DIR', () => {
   test('unset: no replay model at all', async () => {
     await assert.rejects(
-      resolveModel({ model: `replay:${path.join(replayDir, 'done.json')}`, lookupProvider: async () => undefined, startAt: 0 }),
+      resolveModel({ model: doneModel(), lookupProvider: async () => undefined, startAt: 0 }),
       /WORKER_REPLAY_DIR is not set/,
     );
   });
 
-  test('a path outside it is refused without being opened (a FIFO whose writer waits for a reader)', { timeout: 30_000 }, async () => {
+  test('a path outside it is refused without being opened (a FIFO whose writer waits for a reader)', async () => {
     const fifo = path.join(outsideDir, 'pipe.json');
     execFileSync('mkfifo', [fifo]);
     // The writer's open returns only once something opens the FIFO for reading.
@@ -248,7 +293,7 @@ describe('replay only from WORKER_REPLAY_DIR', () => {
     }
   });
 
-  test('outside, through a symlink, or not a transcript: the run fails with a reason that quotes nothing of the file', { timeout: 90_000 }, async () => {
+  test('outside, through a symlink, or not a transcript: the run fails quoting nothing of the file', LONG, async () => {
     const secretJson = JSON.stringify({ [MARKER_KEY]: MARKER_VALUE, nested: { [`${MARKER_KEY}_2`]: [MARKER_VALUE] } });
     const outside = path.join(outsideDir, 'secret.json');
     await writeFile(outside, secretJson);
@@ -277,7 +322,9 @@ describe('replay only from WORKER_REPLAY_DIR', () => {
       assert.equal(run.status, 'failed');
       assert.match(run.failure_reason, reason);
       const seen = await traces(run.id);
-      for (const word of [MARKER_KEY, MARKER_VALUE, 'nested']) assert.ok(!seen.includes(word), `${word} appears for ${cases[i]![0]}`);
+      for (const word of [MARKER_KEY, MARKER_VALUE, 'nested']) {
+        assert.ok(!seen.includes(word), `${word} appears for ${cases[i]![0]}`);
+      }
     }
   });
 });
