@@ -216,7 +216,7 @@ describe('repository grants', () => {
     theirs = await realpath(await makeRepo({ 'README.md': "# another tenant's repository\n" }));
   });
 
-  test("another workspace's repository: refused at dispatch, claim, registration; --shared: allowed", LONG, async () => {
+  test("another workspace's repository: refused at dispatch, claim, registration; shared: allowed", LONG, async () => {
     const registered = await workspace('repo', 'add', '--workspace', OTHER, theirs);
     assert.equal(registered.code, 0, registered.out);
 
