@@ -43,11 +43,18 @@ export function grantHosts(hosts: readonly string[] | undefined): string[] {
   }
 }
 
-/** The realpath of a folder to register; refused when it is not an existing folder. */
-export async function repoRealpath(given: string): Promise<string> {
+/**
+ * The realpath of a folder to register; refused when it is not an existing folder, or when it holds
+ * ECHODO_HOME (the database password and the app role file): agents read and write in a repository.
+ */
+export async function repoRealpath(given: string, echodoHome: string): Promise<string> {
   if (!path.isAbsolute(given)) throw new GrantRefusedError(`${given} must be an absolute path`);
   const real = await realpath(given).catch(() => undefined);
   if (!real || !(await stat(real)).isDirectory()) throw new GrantRefusedError(`${given} is not an existing folder`);
+  const home = await realpath(echodoHome).catch(() => path.resolve(echodoHome));
+  if (home === real || home.startsWith(`${real}${path.sep}`)) {
+    throw new GrantRefusedError(`${given} holds ECHODO_HOME (${echodoHome}): a repository agents work in may not`);
+  }
   return real;
 }
 

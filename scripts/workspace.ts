@@ -230,7 +230,7 @@ async function planCommand(): Promise<Planned | Granted> {
     case 'key list':
       return owner(async (sql) => ((await keyList(sql, workspaceId)).forEach((l) => out(l)), 0));
     case 'repo add': {
-      const real = await repoRealpath(arg!);
+      const real = await repoRealpath(arg!, config.ECHODO_HOME);
       const shared = values.shared ?? false;
       return owner(async (sql) => {
         await repoAdd(sql, ws, real, shared);

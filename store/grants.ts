@@ -44,6 +44,15 @@ export async function repoAccess(tx: WorkspaceTx, realPath: string): Promise<Rep
   return row!.access;
 }
 
+/**
+ * Every registered repository's path, across workspaces (SECURITY DEFINER, migration 015): for the
+ * start-up check that ECHODO_HOME lies in none of them (core/config.ts homePlacementProblem).
+ */
+export async function registeredRepoPaths(sql: Sql): Promise<string[]> {
+  const rows = await sql<{ path: string }[]>`select path from echodo_registered_repo_paths()`;
+  return rows.map((r) => r.path);
+}
+
 // ------------------------------------------------------------------ operator writes (owner connection)
 
 export async function upsertKeyGrant(

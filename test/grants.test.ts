@@ -8,6 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { createMissionControl } from '../scripts/mission-control/server.ts';
+import { registeredRepoPaths } from '../store/grants.ts';
 import { createWorkspace } from '../store/runs.ts';
 import { createWorkspaceToken } from '../store/tokens.ts';
 import { createLogger } from '../worker/log.ts';
@@ -219,6 +220,11 @@ describe('repository grants', () => {
   test("another workspace's repository: refused at dispatch, claim, registration; shared: allowed", LONG, async () => {
     const registered = await workspace('repo', 'add', '--workspace', OTHER, theirs);
     assert.equal(registered.code, 0, registered.out);
+    // The worker's start-up reads every registered path (names only) to keep ECHODO_HOME out of them.
+    assert.deepEqual(await registeredRepoPaths(s.t.db.app), [theirs]);
+    const home = await workspace('repo', 'add', '--workspace', OTHER, path.dirname(s.env.ECHODO_HOME!));
+    assert.equal(home.code, 2, home.out);
+    assert.match(home.out, /holds ECHODO_HOME/);
 
     const dispatched = await cli('scripts/dispatch.ts', ['--job', await jobFile(theirs)]);
     assert.equal(dispatched.code, 2, dispatched.out);

@@ -60,3 +60,14 @@ $$;
 
 revoke all on function echodo_repo_access(text) from public;
 grant execute on function echodo_repo_access(text) to echodo_app;
+
+-- Every registered repository's path (paths only, no workspace): the worker refuses to start when
+-- ECHODO_HOME lies inside one, as it does for WORKER_REPO_ROOT and WORKER_WORKTREE_BASE.
+create function echodo_registered_repo_paths()
+returns table (path text)
+language sql stable security definer set search_path = public as $$
+  select distinct g.path from repo_grants g order by 1
+$$;
+
+revoke all on function echodo_registered_repo_paths() from public;
+grant execute on function echodo_registered_repo_paths() to echodo_app;
