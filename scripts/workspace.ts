@@ -1,6 +1,7 @@
 // npm run workspace -- create|model|harness|route|key|repo …: a workspace's settings and the
 // operator's grants (the spec below is its help). Every input is checked before a database is
 // opened: a refusal names the reason (exit 2) and changes nothing.
+import type { Sql } from 'postgres';
 import { loadConfigOrExit } from '../core/config.ts';
 import { connect, openDatabase, resolveDatabaseUrl } from '../store/connection.ts';
 import { registerConfigSecrets, registerStartupSecrets } from '../worker/secrets.ts';
@@ -118,7 +119,7 @@ const removed = (done: boolean, what: string): number =>
 /** A setting, in one workspace transaction of the app role. */
 type Planned = { kind: 'app'; run(tx: WorkspaceTx): Promise<number> };
 /** A grant, over the owner's connection. */
-type Granted = { kind: 'owner'; run(owner: import('postgres').Sql): Promise<number> };
+type Granted = { kind: 'owner'; run(owner: Sql): Promise<number> };
 
 const ws = workspaceId ?? '';
 let after: (() => Promise<number>) | undefined;
