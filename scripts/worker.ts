@@ -1,5 +1,5 @@
 // npm run worker: the worker daemon (its description below is its --help).
-import { loadConfigOrExit, maskedConfig } from '../core/config.ts';
+import { homePlacementProblem, loadConfigOrExit, maskedConfig } from '../core/config.ts';
 import { openDatabase } from '../store/connection.ts';
 import { createLogger } from '../worker/log.ts';
 import { createQueue } from '../worker/queue/index.ts';
@@ -9,6 +9,7 @@ import { guardDaemon } from '../worker/process-guards.ts';
 import { redactString } from '../core/redact.ts';
 import { describeSandbox, sandboxFor, sandboxOptionsFromConfig } from '../worker/sandbox/index.ts';
 import { setUpTrees } from '../worker/tree/setup.ts';
+import { registeredRepoPaths } from '../store/grants.ts';
 import { registerConfigSecrets, registerStartupSecrets } from '../worker/secrets.ts';
 import { superviseUnlessChild } from '../core/supervisor.ts';
 import { command } from './cli.ts';
@@ -54,6 +55,12 @@ await superviseUnlessChild({ name: 'worker', enabled: config.ECHODO_SUPERVISE, l
 
 try {
   const db = await openDatabase(config);
+  // A registered repository is a tree agents work in: the home (its passwords) must lie outside it.
+  const misplaced = homePlacementProblem(config, await registeredRepoPaths(db.admin));
+  if (misplaced) {
+    log.fatal(misplaced);
+    process.exit(2);
+  }
   const { registered } = await registerStartupSecrets(config, db);
   const queue = createQueue({ config, db, workerId: config.WORKER_ID, onError: (err) => log.warn({ error: errorMessage(err) }, 'queue error') });
   const daemon = new WorkerDaemon({ config, db, queue, workerId: config.WORKER_ID, log });

@@ -21,6 +21,7 @@ import { redactString } from '../core/redact.ts';
 import { historyWindow, stateFromRow, type CheckpointState } from './checkpoints/state.ts';
 import { EchodoError, errorMessage } from '../core/errors.ts';
 import { runGit } from './git.ts';
+import { replayPathInside } from './models/replay-dir.ts';
 import { branchName, parseJob, type Job } from '../core/job.ts';
 import type { Logger } from './log.ts';
 import type { JobQueue } from './queue/types.ts';
@@ -68,7 +69,7 @@ function noSuchCheckpoint(req: ForkRequest): EchodoError {
 }
 
 export async function forkRun(
-  deps: { db: Database; queue: JobQueue; config: Pick<Config, 'WORKER_REPO_ROOT' | 'WORKER_NOTES_REF' | 'WORKER_CHECKPOINT_HISTORY_LIMIT'>; log: Logger },
+  deps: { db: Database; queue: JobQueue; config: Pick<Config, 'WORKER_REPO_ROOT' | 'WORKER_NOTES_REF' | 'WORKER_CHECKPOINT_HISTORY_LIMIT' | 'WORKER_REPLAY_DIR'>; log: Logger },
   req: ForkRequest,
 ): Promise<ForkAnswer> {
   const { db, config } = deps;
@@ -87,6 +88,8 @@ export async function forkRun(
     const chain = (await checkpointChain(tx, run.id)).filter((r) => r.checkpoint_seq <= req.at);
     const verdict = verifyChain(chain, (await anchorOf(tx, run.id)) ?? null);
     if (!verdict.ok) throw new EchodoError('action_refused', `run ${run.id}'s checkpoint chain does not verify up to ${req.at}: ${verdict.problems.join('; ')}`);
+    // A replay transcript only from the operator's folder, checked before anything is recorded.
+    if (req.model?.startsWith('replay:')) await replayPathInside(req.model.slice('replay:'.length), config.WORKER_REPLAY_DIR);
     if (req.model && !req.model.startsWith('replay:') && !(await modelProvider(tx, req.model))) {
       throw new EchodoError('invalid_job', `model: "${req.model}" is neither replay:<path> nor a model alias of workspace ${req.workspaceId}`);
     }
