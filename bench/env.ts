@@ -11,6 +11,7 @@ import { ensureEmbeddedPostgres, stopEmbeddedPostgres } from '../store/embedded.
 import { createWorkspace } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { parseConfig, type Config } from '../core/config.ts';
+import { setUpTrees } from '../worker/tree/setup.ts';
 import { BENCH_TMP } from './repos.ts';
 
 export interface BenchEnv {
@@ -116,6 +117,9 @@ export async function openBenchEnv(log: (line: string) => void): Promise<BenchEn
     WORKER_REPLAY_DIR: workDir, // the benches write their transcripts under it
   };
   const config = parseConfig({ ...childEnv, LOG_LEVEL: 'silent' });
+  // As the daemon does at start-up: the benches drive the checkpoint writer and resume in this
+  // process, and without it their trees would be read and committed unsandboxed, here.
+  log(await setUpTrees(config));
   const db = await openDatabase(config, { max: 4 });
   started.connections.push(() => db.close());
   const su = postgres(url, { max: 4, onnotice: () => {}, idle_timeout: 30 });
