@@ -14,7 +14,7 @@ import { checkpointHash, DELTA_FORMAT, ManifestDigest, type CheckpointPayload, t
 import { boundHistory } from '../worker/checkpoints/history.ts';
 import { writeCheckpointNote } from '../worker/checkpoints/notes.ts';
 import { redactOrDrop } from '../core/redact.ts';
-import { runGit } from '../worker/git.ts';
+import { runGit } from '../worker/git/run-git.ts';
 import type { BenchEnv } from './env.ts';
 import type { RunFixture } from './fixture.ts';
 import { measureGitPeers, type GitPeers } from './peers-git.ts';

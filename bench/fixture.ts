@@ -1,4 +1,4 @@
-// A claimed run with its worktree and a real CheckpointWriter, built the way worker/run-job.ts
+// A claimed run with its worktree and a real CheckpointWriter, built the way worker/run/execute.ts
 // builds one: a Lease (not started: no heartbeat timer), and a TouchTracker told about the
 // touched paths with note() instead of watching with chokidar.
 import { writeFile } from 'node:fs/promises';
@@ -10,11 +10,12 @@ import { CheckpointWriter, type RunIdentity } from '../worker/checkpoints/writer
 import { recordToolCall } from '../worker/checkpoints/history.ts';
 import { TouchTracker } from '../worker/checkpoints/tracker.ts';
 import { parseJob, type Job } from '../core/job.ts';
-import { Lease } from '../worker/lease.ts';
+import { Lease } from '../worker/run/lease.ts';
 import { createLogger } from '../worker/log.ts';
-import { prepareWorktree } from '../worker/worktrees.ts';
+import { prepareWorktree } from '../worker/worktrees/worktree.ts';
 import type { BenchEnv } from './env.ts';
 import { fileContent } from './repos.ts';
+import { acquireTree, type TreeLease } from '../worker/tree/registry.ts';
 
 export const silentLog = createLogger({ level: 'silent' });
 /** Long enough that the unstarted lease never goes stale between samples. */
@@ -26,6 +27,8 @@ export interface RunFixture {
   lease: Lease;
   tracker: TouchTracker;
   writer: CheckpointWriter;
+  /** The run's tree process, held for the fixture's life as a run attempt holds it. */
+  tree: TreeLease;
   worktree: string;
   branch: string;
   repo: string;
@@ -69,6 +72,8 @@ export async function createRunFixture(env: BenchEnv, repo: string, options: { h
   });
   await scoped((tx) => setRunWorkspace(tx, { agentRunId: run.id, leaseEpoch: run.lease_epoch, harnessAlias: 'code', branch: wt.branch, worktreePath: wt.path, baseOid: wt.baseOid }));
   const lease = new Lease(env.db.app, run.workspace_id, run.id, run.lease_epoch, { heartbeatMs: 1000, leaseMs: BENCH_LEASE_MS, log: silentLog });
+  // As a run attempt does: its tree process is started once and kept, never restarted between rounds.
+  const tree = await acquireTree(wt.path);
   const tracker = new TouchTracker(wt.path);
   const state = stateFromRow(undefined, wt.baseOid);
   // A run in its steady state: the bounded history is already full, as it is after 50 rounds.
@@ -95,6 +100,7 @@ export async function createRunFixture(env: BenchEnv, repo: string, options: { h
     lease,
     tracker,
     writer,
+    tree,
     worktree: wt.path,
     branch: wt.branch,
     repo,

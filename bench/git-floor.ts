@@ -11,7 +11,7 @@
 import { cp, mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { runGit } from '../worker/git.ts';
+import { runGit } from '../worker/git/run-git.ts';
 import { round } from './stats.ts';
 
 export interface GitFloor {

@@ -1,4 +1,4 @@
-// Benchmark 4: the integrity check (worker/integrity.ts checkRunIntegrity: chain from Postgres,
+// Benchmark 4: the integrity check (operator/integrity.ts checkRunIntegrity: chain from Postgres,
 // worktree, notes, file hashes), against `git status` on the same worktree, alternating.
 import { checkpointChain, runManifest } from '../store/checkpoints.ts';
 import { anchorOf } from '../store/retention.ts';
@@ -8,8 +8,8 @@ import { describeFiles } from '../worker/checkpoints/content.ts';
 import { verifyChain } from '../core/checkpoint-hash.ts';
 import { lookupNotes } from '../worker/checkpoints/note-lookup.ts';
 import { STATUS_ARGS } from '../worker/checkpoints/verify.ts';
-import { runGit } from '../worker/git.ts';
-import { checkRunIntegrity } from '../worker/integrity.ts';
+import { runGit } from '../worker/git/run-git.ts';
+import { checkRunIntegrity } from '../operator/integrity.ts';
 import type { BenchEnv } from './env.ts';
 import type { RunFixture } from './fixture.ts';
 import { Samples } from './stats.ts';

@@ -1,7 +1,7 @@
 // The long run's targets and tables (bench/long-run.ts measures; results.ts registers these).
 import type { GitBytes, PruneResult } from './prune-phase.ts';
 import type { LongRunResult } from './long-run.ts';
-import type { Target } from './results.ts';
+import type { Target } from './target.ts';
 
 export function longRunTargets(r: LongRunResult): Target[] {
   const t = (n: number) => Math.round(n).toLocaleString('en-US');

@@ -17,7 +17,7 @@ import { cp, readFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { deflateSync } from 'node:zlib';
-import { runGit } from '../worker/git.ts';
+import { runGit } from '../worker/git/run-git.ts';
 import { commonDirOf } from '../worker/checkpoints/notes.ts';
 import type { BenchEnv } from './env.ts';
 import { createRunFixture } from './fixture.ts';

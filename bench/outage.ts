@@ -14,8 +14,8 @@ import { openDatabase } from '../store/connection.ts';
 import { ensureEmbeddedPostgres, stopEmbeddedPostgres } from '../store/embedded.ts';
 import { createWorkspace } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';
-import { dispatchJob } from '../worker/dispatch.ts';
-import { runGit } from '../worker/git.ts';
+import { dispatchJob } from '../operator/dispatch.ts';
+import { runGit } from '../worker/git/run-git.ts';
 import { createQueue } from '../worker/queue/index.ts';
 import { round, summarize, type Summary } from './stats.ts';
 

@@ -11,7 +11,7 @@
 // is kinder than their loose objects.
 import { link, mkdir, readdir } from 'node:fs/promises';
 import path from 'node:path';
-import { runGit } from '../worker/git.ts';
+import { runGit } from '../worker/git/run-git.ts';
 import type { Samples } from './stats.ts';
 
 export interface ShadowRepo {

@@ -1,5 +1,5 @@
 // The long run's prune phase (issue 14, "pruning gives the disk back"): the finished run is
-// completed, then pruned through the real code path (worker/prune.ts, what `npm run prune` runs),
+// completed, then pruned through the real code path (operator/prune.ts, what `npm run prune` runs),
 // and the bytes are measured at each step of giving them back:
 //  - Postgres (worker_checkpoints + checkpoint_manifest + checkpoint_anchors: table, TOAST,
 //    indexes): before; after the prune's DELETE; after a plain VACUUM (what autovacuum would run:
@@ -15,8 +15,8 @@ import { readdir, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { completeRun } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';
-import { runGit } from '../worker/git.ts';
-import { pruneFinishedRuns } from '../worker/prune.ts';
+import { runGit } from '../worker/git/run-git.ts';
+import { pruneFinishedRuns } from '../operator/prune.ts';
 import type { BenchEnv } from './env.ts';
 import { silentLog, type RunFixture } from './fixture.ts';
 

@@ -4,7 +4,7 @@
 // --remote-transport=http by git's smart HTTP (`git http-backend` behind a loopback HTTP server:
 // the transport hosted remotes speak). The clones it is compared with use the same transport.
 // Checkpoint cost: two runs on the same repository ("host A"), one whose CheckpointWriter has no
-// remote and one built as run-job.ts builds it with the remote (RemotePusher); samples alternate
+// remote and one built as worker/run/execute.ts builds it with the remote (RemotePusher); samples alternate
 // between them, each a round touching the same paths. What a checkpoint costs the round is what
 // the session waits for: write(), then, after the model's next call (MODEL_MS), readyForTools()
 // before the next tool call. With the remote the push and the row run behind the round, so the
@@ -12,14 +12,14 @@
 import { mkdir } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import path from 'node:path';
-import { parseConfig } from '../core/config.ts';
-import { RemotePusher, objectStoreBytes, runNotesRef } from '../worker/checkpoints/remote.ts';
+import { objectStoreBytes } from '../worker/remote/push.ts';
 import { CheckpointWriter } from '../worker/checkpoints/writer.ts';
-import { runGit } from '../worker/git.ts';
-import { startGitDaemon } from '../test/support/git-daemon.ts';
-import { startGitHttpServer } from '../test/support/git-http.ts';
+import { runGit } from '../worker/git/run-git.ts';
+import { startGitDaemon } from '../testbed/git-daemon.ts';
+import { startGitHttpServer } from '../testbed/git-http.ts';
 import type { BenchEnv } from './env.ts';
-import { createRunFixture, silentLog, type RunFixture } from './fixture.ts';
+import { createRunFixture } from './fixture.ts';
+import { remoteWriter, type RemoteSetup } from './remote-writer.ts';
 import { measureCrossHostResume } from './remote-resume.ts';
 import type { RemoteFigure, RemoteTransport } from './remote-results.ts';
 import { ensurePristineRepo, spreadPaths, workingRepo } from './repos.ts';
@@ -31,17 +31,6 @@ export const REMOTE_TOUCHED = 10;
  * repository, a minute or more at 50k files on a loaded 2-core machine.
  */
 const RESUME_SAMPLES_AT: Record<number, number> = { 50_000: 5 };
-
-/** A size's remote and host A's repository. */
-export interface RemoteSetup {
-  files: number;
-  pristine: string;
-  /** The bare repository the server serves, and its URL there. */
-  remoteDir: string;
-  url: string;
-  repoPackedBytes: number;
-  hostA: string;
-}
 
 /** What serves the remotes: its URL for a repository under the base path. */
 interface RemoteServer {
@@ -61,35 +50,6 @@ async function setUp(env: BenchEnv, server: RemoteServer, base: string, files: n
   // No auto gc in the middle of a sample (as freshRepo in scripts/bench.ts).
   await runGit(hostA, ['config', 'gc.auto', '0']);
   return { files, pristine, remoteDir, url: server.url(name), repoPackedBytes, hostA };
-}
-
-/**
- * The run's writer with the remote, built as run-job.ts builds it; the fixture's own writer (no
- * remote) is left unused. `onPush` wraps each push (to time it).
- */
-export function remoteWriter(env: BenchEnv, f: RunFixture, url: string, onPush?: (push: () => Promise<void>) => Promise<void>): CheckpointWriter {
-  const notesRef = runNotesRef(f.identity.workspaceId, f.identity.agentRunId);
-  const pusher = new RemotePusher({ cwd: f.worktree, remote: url, branch: f.branch, notesRef, assertHeld: () => f.lease.assertHeld(), log: silentLog });
-  if (onPush) {
-    const push = pusher.pushCheckpoint.bind(pusher);
-    pusher.pushCheckpoint = (oid) => onPush(() => push(oid));
-  }
-  const config = parseConfig({ ...env.childEnv, LOG_LEVEL: 'silent' });
-  return new CheckpointWriter(
-    {
-      sql: env.db.app,
-      run: f.identity,
-      lease: f.lease,
-      tree: { root: f.worktree, git: { branch: f.branch, worktreePath: f.worktree } },
-      tracker: f.tracker,
-      notesRef: config.WORKER_NOTES_REF,
-      historyLimit: config.WORKER_CHECKPOINT_HISTORY_LIMIT,
-      leaseMs: 3_600_000,
-      log: silentLog,
-      remote: { pusher, notesRef },
-    },
-    f.writer.state,
-  );
 }
 
 /**

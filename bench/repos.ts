@@ -10,7 +10,7 @@ import { existsSync } from 'node:fs';
 import { mkdir, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { PROJECT_ROOT } from '../core/config.ts';
-import { runGit, safeGitEnv } from '../worker/git.ts';
+import { runGit, safeGitEnv } from '../worker/git/run-git.ts';
 
 export const BENCH_TMP = path.join(PROJECT_ROOT, 'bench', 'tmp');
 const CACHE = path.join(BENCH_TMP, 'repos');

@@ -2,6 +2,7 @@
 // (markdown, so docs/benchmarks.md can quote them as printed).
 import type { LongRunResult } from './long-run.ts';
 import type { OutageFigure } from './outage.ts';
+import type { WholeCostResult } from './whole-cost.ts';
 import { longRunTargets, renderLongRun } from './long-run-report.ts';
 import type { MissionControlLevel } from './mission-control.ts';
 import type { ThroughputResult } from './throughput.ts';
@@ -114,6 +115,8 @@ export interface BenchResults {
   longRun?: LongRunResult;
   /** Recovery from a Postgres outage (bench/outage.ts), when it ran. */
   outage?: OutageFigure;
+  /** The whole cost of checkpointing a run against the bare floor (bench/whole-cost.ts), when it ran. */
+  wholeCost?: WholeCostResult;
   targets: Target[];
 }
 
@@ -172,6 +175,15 @@ export function evaluateTargets(r: Omit<BenchResults, 'targets'>): Target[] {
       goal: 'Postgres answering again → every lapsed run running again ≤ 2 × WORKER_LEASE_MS',
       measured: `median ${ms(r.outage.recovery.median)} ms, max ${x(r.outage.recoveryOverLeaseMax)} the lease (${r.outage.leaseMs} ms)`,
       met: r.outage.recoveryOverLeaseMax <= 2,
+    });
+  }
+  if (r.wholeCost) {
+    const w = r.wholeCost;
+    targets.push({
+      name: 'whole cost of checkpointing',
+      goal: `a ${w.rounds}-round run at ${w.files} files, a checkpoint every round, start to finish: its cost ≤ ${w.target} × bare git add + git commit + INSERT per round`,
+      measured: `${ms(w.cost.ours.median)} ms vs ${ms(w.cost.floor.median)} ms = ${x(w.ratio)}`,
+      met: w.met,
     });
   }
   return targets;
@@ -254,9 +266,26 @@ export function renderTables(r: BenchResults): string {
   }
   if (r.longRun) out.push(renderLongRun(r.longRun));
   if (r.remote?.length) out.push(renderRemote(r.remote));
+  if (r.wholeCost) out.push(renderWholeCost(r.wholeCost));
   out.push('### Targets');
   out.push(table(['target', 'measured', 'met'], r.targets.map((t) => [t.goal, t.measured, t.met === null ? 'not measured' : t.met ? 'yes' : 'NO'])));
   return out.join('\n\n');
 }
 
 export { ratio };
+
+function renderWholeCost(w: WholeCostResult): string {
+  const phases = Object.entries(w.phases).map(([p, v]) => `${p} ${ms(v.median)}`).join(', ');
+  return [
+    `### Whole cost of checkpointing (${w.rounds} rounds at ${w.files} files, ${w.changed} changed a round; ms, median / p99 of ${w.repetitions})`,
+    table(
+      ['run', 'start to finish', 'cost over no checkpoint'],
+      [
+        ['no checkpoint', mp(w.runs.none), ''],
+        ['ours (CheckpointWriter, settle included)', mp(w.runs.ours), mp(w.cost.ours)],
+        ['floor (git add + git commit + INSERT)', mp(w.runs.floor), mp(w.cost.floor)],
+      ],
+    ),
+    `Ours over the floor: ${x(w.ratio)} (target ≤ ${w.target}×). Ours by phase, summed over the run: ${phases}.`,
+  ].join('\n\n');
+}

@@ -1,6 +1,6 @@
 // Benchmark 3: resume versus starting over.
 // Resume: a run checkpointed after ROUNDS tool rounds, then "crashed" (requeued as the stall
-// detector does: attempt + 1, resumeFromCheckpoint). The real worker code (run-job.ts
+// detector does: attempt + 1, resumeFromCheckpoint). The real worker code (worker/run/execute.ts
 // processDelivery, in this process) takes it; the clock starts when the claim has committed
 // (the delivery's ack, which run-job calls right after claimRun) and stops when the first
 // resumed tool call touches the worktree (inotify sees write_file's temp file appear).
@@ -20,11 +20,11 @@ import { withWorkspace } from '../store/workspace.ts';
 import { TouchTracker } from '../worker/checkpoints/tracker.ts';
 import { inspectRun } from '../worker/checkpoints/verify.ts';
 import { parseConfig } from '../core/config.ts';
-import { runGit } from '../worker/git.ts';
+import { runGit } from '../worker/git/run-git.ts';
 import type { Job } from '../core/job.ts';
 import type { Logger } from '../worker/log.ts';
 import type { Delivery, JobQueue } from '../worker/queue/types.ts';
-import { processDelivery } from '../worker/run-job.ts';
+import { processDelivery } from '../worker/run/execute.ts';
 import type { BenchEnv } from './env.ts';
 import { createRunFixture, silentLog } from './fixture.ts';
 import { fileContent, spreadPaths } from './repos.ts';

@@ -9,7 +9,7 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { PROJECT_ROOT } from '../core/config.ts';
-import { dispatchJob } from '../worker/dispatch.ts';
+import { dispatchJob } from '../operator/dispatch.ts';
 import { createQueue } from '../worker/queue/index.ts';
 import type { BenchEnv } from './env.ts';
 import { round, summarize, type Summary } from './stats.ts';

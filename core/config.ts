@@ -70,7 +70,7 @@ const schema = z.object({
   WORKER_REMOTE_TIMEOUT_MS: int(100).default(DEFAULT_REMOTE_TIMEOUT_MS),
   // How often the remote standby fetches the latest checkpoints of runs other hosts hold (0: never).
   WORKER_REMOTE_STANDBY_MS: int(0).refine((ms) => ms === 0 || ms >= 100, 'must be 0 (off) or at least 100').default(2000),
-  // One warm, checked-out spare worktree per repository per host (worker/spare-worktrees.ts).
+  // One warm, checked-out spare worktree per repository per host (worker/worktrees/spares.ts).
   WORKER_SPARE_WORKTREE: bool.default(true),
   // The daemons restart themselves after a crash (core/supervisor.ts); 0 where systemd or Kubernetes do it.
   ECHODO_SUPERVISE: bool.default(true),

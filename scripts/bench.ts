@@ -19,13 +19,14 @@ import { measureResume } from '../bench/resume.ts';
 import { evaluateTargets, renderTables, type BenchResults, type CheckpointFigure, type IntegrityFigure, type MissionControlFigure, type ResumeFigure } from '../bench/results.ts';
 import { ratio, round, Samples } from '../bench/stats.ts';
 import { measureThroughput, type ThroughputResult } from '../bench/throughput.ts';
+import { measureWholeCost, type WholeCostResult } from '../bench/whole-cost.ts';
 import { PROJECT_ROOT } from '../core/config.ts';
-import { runGit } from '../worker/git.ts';
+import { runGit } from '../worker/git/run-git.ts';
 import { command } from './cli.ts';
 
 const PROFILE_PARTS = ['load', 'verifyChain', 'statusV2', 'notesBatch', 'hashFiles'] as const;
 const GIT_PARTS = ['updateIndex', 'writeTree', 'commitTree', 'updateRef', 'noteCommonDir', 'noteRefLookup'] as const;
-const BENCHES = ['checkpoint', 'integrity', 'resume', 'peers', 'throughput', 'mission-control', 'long-run', 'remote', 'outage'] as const;
+const BENCHES = ['checkpoint', 'integrity', 'resume', 'peers', 'throughput', 'mission-control', 'long-run', 'remote', 'outage', 'whole-cost'] as const;
 type BenchName = (typeof BENCHES)[number];
 
 const { values: args, fail } = command({
@@ -320,6 +321,16 @@ try {
     log(`outage: lapsed runs running again ${outage.recovery.median.toFixed(0)} ms (median) after Postgres answered, ${outage.recoveryOverLease}× the lease (${since()})`);
   }
 
+  await settle();
+  let wholeCost: WholeCostResult | undefined;
+  if (only.has('whole-cost')) {
+    // A fresh run's rounds at 10k files (the steady state's size), through the real writer, settle included.
+    const files = 10_000;
+    const repetitions = quick ? 3 : Math.min(plan.samples, 9);
+    wholeCost = await measureWholeCost(env, await freshRepo(files, 'whole-cost'), { files, rounds: 40, changed: 10, repetitions }, settle, log);
+    log(`whole cost: ours ${wholeCost.cost.ours.median.toFixed(0)} ms vs floor ${wholeCost.cost.floor.median.toFixed(0)} ms = ${wholeCost.ratio}× (${since()})`);
+  }
+
   const mcRatio = missionControl.length > 1 ? ratio(missionControl.at(-1)!.convoyDetail.median, missionControl[0]!.convoyDetail.median) : null;
 
   const partial: Omit<BenchResults, 'targets'> = {
@@ -340,6 +351,7 @@ try {
     ...(longRun ? { longRun } : {}),
     ...(remote ? { remote } : {}),
     ...(outage ? { outage } : {}),
+    ...(wholeCost ? { wholeCost } : {}),
   };
   results = { ...partial, targets: evaluateTargets(partial) };
   const out = args.out

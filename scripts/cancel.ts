@@ -1,5 +1,5 @@
 // npm run cancel: cancels a run (the description below is its --help).
-import { requestCancel } from '../worker/cancel.ts';
+import { requestCancel } from '../operator/cancel.ts';
 import { createLogger } from '../worker/log.ts';
 import { runActionCommand } from './run-action.ts';
 

@@ -1,12 +1,12 @@
 // npm run dispatch -- --job FILE: validate a job file, record the run, enqueue it (the spec below
-// is its help). A job naming an existing agentRunId re-dispatches that run (worker/redispatch.ts).
+// is its help). A job naming an existing agentRunId re-dispatches that run (worker/run/redispatch.ts).
 import { readFileSync } from 'node:fs';
 import { loadConfigOrExit } from '../core/config.ts';
 import { openDatabase, type Database } from '../store/connection.ts';
 import { workspaceExists } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { modelProvider } from '../store/workspace-config.ts';
-import { dispatchJob } from '../worker/dispatch.ts';
+import { dispatchJob } from '../operator/dispatch.ts';
 import { EchodoError, errorMessage } from '../core/errors.ts';
 import { createQueue } from '../worker/queue/index.ts';
 import { parseJob, type Job } from '../core/job.ts';

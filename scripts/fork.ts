@@ -3,7 +3,7 @@ import { loadConfigOrExit } from '../core/config.ts';
 import { openDatabase } from '../store/connection.ts';
 import { registerConfigSecrets, registerStartupSecrets } from '../worker/secrets.ts';
 import { EchodoError, errorMessage } from '../core/errors.ts';
-import { forkRun } from '../worker/fork.ts';
+import { forkRun } from '../operator/fork.ts';
 import { createLogger } from '../worker/log.ts';
 import { createQueue } from '../worker/queue/index.ts';
 import { command, exitOnStartupError } from './cli.ts';

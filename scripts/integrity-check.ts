@@ -2,7 +2,7 @@
 import { loadConfigOrExit } from '../core/config.ts';
 import { openDatabase } from '../store/connection.ts';
 import { setUpTrees } from '../worker/tree/setup.ts';
-import { checkRunIntegrity } from '../worker/integrity.ts';
+import { checkRunIntegrity } from '../operator/integrity.ts';
 import { errorMessage } from '../core/errors.ts';
 import { registerConfigSecrets } from '../worker/secrets.ts';
 import { command, exitOnStartupError } from './cli.ts';

@@ -9,7 +9,7 @@ import { EchodoError, errorMessage } from '../core/errors.ts';
 import { registerConfigSecrets, registerStartupSecrets } from '../worker/secrets.ts';
 import { command, exitOnStartupError } from './cli.ts';
 import { DATABASE_ENV } from './cli-env.ts';
-import { createMissionControl } from './mission-control/server.ts';
+import { createMissionControl } from '../mission-control/server.ts';
 import { superviseUnlessChild } from '../core/supervisor.ts';
 import { createLogger } from '../worker/log.ts';
 

@@ -3,7 +3,7 @@ import { loadConfigOrExit } from '../core/config.ts';
 import { openDatabase } from '../store/connection.ts';
 import { registerConfigSecrets, registerStartupSecrets } from '../worker/secrets.ts';
 import { createLogger } from '../worker/log.ts';
-import { pruneFinishedRuns } from '../worker/prune.ts';
+import { pruneFinishedRuns } from '../operator/prune.ts';
 import { command, exitOnStartupError } from './cli.ts';
 import { DATABASE_ENV } from './cli-env.ts';
 

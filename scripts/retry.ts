@@ -1,5 +1,5 @@
 // npm run retry: re-dispatches a run from its last checkpoint (the description below is its --help).
-import { retryRun } from '../worker/dispatch.ts';
+import { retryRun } from '../operator/dispatch.ts';
 import { createQueue } from '../worker/queue/index.ts';
 import { runActionCommand } from './run-action.ts';
 

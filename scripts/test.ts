@@ -12,8 +12,8 @@ import path from 'node:path';
 import { PROJECT_ROOT } from '../core/config.ts';
 import { errorMessage } from '../core/errors.ts';
 import { ensureEmbeddedPostgres, stopEmbeddedPostgres } from '../store/embedded.ts';
-import { cleanUpWhenGone, ensureTemplate, withDatabase } from '../test/support/db.ts';
-import { freePort, pings } from '../test/support/redis.ts';
+import { cleanUpWhenGone, ensureTemplate, withDatabase } from '../testbed/db.ts';
+import { freePort, pings } from '../testbed/redis.ts';
 import { ensureTestPrerequisites, PreflightError } from './test-preflight.ts';
 import { command } from './cli.ts';
 

@@ -16,8 +16,8 @@ import { withWorkspace, type WorkspaceTx } from '../store/workspace.ts';
 import { redactString, registerSecretsFromEnv } from '../core/redact.ts';
 import { EchodoError, errorMessage } from '../core/errors.ts';
 import { parseKeyVarGlobs } from '../core/key-vars.ts';
-import { builtinHarnesses } from '../worker/harnesses.ts';
-import { harnessInput, modelInput, routeInput, testModelProvider } from '../worker/settings.ts';
+import { builtinHarnesses } from '../worker/run/harnesses.ts';
+import { harnessInput, modelInput, routeInput, testModelProvider } from '../operator/settings.ts';
 import {
   grantHosts, grantVariable, keyGrant, keyList, keyRevoke, repoAdd, repoList, repoRealpath, repoRemove,
 } from './workspace-grants.ts';

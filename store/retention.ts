@@ -33,7 +33,7 @@ export async function pruneRunCheckpoints(tx: WorkspaceTx, agentRunId: string, d
 
 /**
  * The commits of the rows a prune deletes (every row but the last), none that the last row also
- * names: their git notes go with the rows (worker/prune.ts).
+ * names: their git notes go with the rows (operator/prune.ts).
  */
 export async function prunableCommits(tx: WorkspaceTx, agentRunId: string): Promise<string[]> {
   const rows = await tx<{ commit_oid: string }[]>`

@@ -1,4 +1,4 @@
-// The remote standby's one cross-workspace read (migrations 013 and 014, worker/remote-standby.ts).
+// The remote standby's one cross-workspace read (migrations 013 and 014, worker/remote/standby.ts).
 import type { Sql } from 'postgres';
 
 export interface StandbyRun {

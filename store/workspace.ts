@@ -1,7 +1,7 @@
 // The one door to workspace data: a transaction with app.workspace_id set locally.
 // Row-level security does the rest, so a forgotten WHERE cannot leak across workspaces.
 import type { Sql, TransactionSql } from 'postgres';
-import { retryTransient } from './retry.ts';
+import { retryTransient } from './transient-retry.ts';
 
 export type WorkspaceTx = TransactionSql & { readonly workspaceId: string };
 

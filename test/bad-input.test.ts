@@ -15,12 +15,12 @@ import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { Redis } from 'ioredis';
 import { verifyChain } from '../core/checkpoint-hash.ts';
-import { checkRunIntegrity } from '../worker/integrity.ts';
+import { checkRunIntegrity } from '../operator/integrity.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { waitFor, type Child } from './support/child.ts';
 import { git } from './support/git.ts';
 import { registerRepo } from './support/grants.ts';
-import { startRedis, type RedisServer } from './support/redis.ts';
+import { startRedis, type RedisServer } from '../testbed/redis.ts';
 import { createScenario, sampleSteps, type Scenario, type TranscriptStep } from './support/scenario.ts';
 import { deadLetterText } from '../worker/queue/postgres.ts';
 

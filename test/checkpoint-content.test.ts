@@ -10,7 +10,7 @@ import { chmod, readdir, rm, symlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { test } from 'node:test';
 import { commitTouchedPaths, type ContentCommit } from '../worker/checkpoints/content.ts';
-import { storesBytesAsIs } from '../worker/checkpoints/conversion.ts';
+import { storesBytesAsIs } from '../worker/checkpoints/git/conversion.ts';
 import { git, makeRepo } from './support/git.ts';
 import { gcAndRepackLoop } from './support/git-maintenance.ts';
 

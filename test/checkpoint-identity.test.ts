@@ -9,7 +9,7 @@ import { after, before, mock, test } from 'node:test';
 import { createWorkspace } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { readCheckpointNote } from '../worker/checkpoints/notes.ts';
-import { createTestDatabase, type TestDatabase } from './support/db.ts';
+import { createTestDatabase, type TestDatabase } from '../testbed/db.ts';
 import { makeRepo } from './support/git.ts';
 import { startDrivenRun } from './support/checkpoint-run.ts';
 

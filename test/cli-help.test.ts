@@ -15,7 +15,7 @@ import { PROJECT_ROOT } from '../core/config.ts';
 import { createWorkspace } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { spawnNode } from './support/child.ts';
-import { createTestDatabase, superuserSql, type TestDatabase } from './support/db.ts';
+import { createTestDatabase, superuserSql, type TestDatabase } from '../testbed/db.ts';
 
 const TSX_LOADER = import.meta.resolve('tsx');
 const POOL = 3;

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { verifyChain } from '../core/checkpoint-hash.ts';
 import { readCheckpointNote } from '../worker/checkpoints/notes.ts';
-import { checkRunIntegrity } from '../worker/integrity.ts';
+import { checkRunIntegrity } from '../operator/integrity.ts';
 import type { Child } from './support/child.ts';
 import { createScenario, sampleSteps, type Scenario } from './support/scenario.ts';
 

@@ -14,7 +14,7 @@ import { openDatabase, type Database } from '../store/connection.ts';
 import { stopEmbeddedPostgres } from '../store/embedded.ts';
 import { loadMigrations, migrate } from '../store/migrate.ts';
 import { spawnNode, type Child } from './support/child.ts';
-import { createTestDatabase, superuserSql, withDatabase, type TestDatabase } from './support/db.ts';
+import { createTestDatabase, superuserSql, withDatabase, type TestDatabase } from '../testbed/db.ts';
 
 process.env.ECHODO_PG_FAST ??= '1'; // test servers need no durability
 

@@ -10,7 +10,7 @@ import { createWorkspace } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { MAX_BRIEF_BYTES } from '../core/job.ts';
 import { spawnNode } from './support/child.ts';
-import { createTestDatabase, superuserSql, type TestDatabase } from './support/db.ts';
+import { createTestDatabase, superuserSql, type TestDatabase } from '../testbed/db.ts';
 
 let t: TestDatabase;
 let su: Sql;

@@ -71,7 +71,7 @@ describe('doc-writer harness', () => {
     assert.equal(run.worktree_path, null);
     assert.equal(run.branch, null);
     assert.equal((await s.events(agentRunId, 'worktree_created')).length, 0);
-    // The repository's own checkout only, beside the host's spare worktree (worker/spare-worktrees.ts).
+    // The repository's own checkout only, beside the host's spare worktree (worker/worktrees/spares.ts).
     const listed = (await git(s.repo, 'worktree', 'list', '--porcelain')).split('\n').filter((l) => l.startsWith('worktree '));
     assert.deepEqual(listed.filter((l) => !l.includes(`${path.sep}.spare${path.sep}`)), [`worktree ${s.repo}`]);
     assert.equal(existsSync(path.join(s.env.WORKER_WORKTREE_BASE!, agentRunId)), false);

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { createWorkspace } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';
-import { createTestDatabase, type TestDatabase } from './support/db.ts';
+import { createTestDatabase, type TestDatabase } from '../testbed/db.ts';
 import { git, makeRepo } from './support/git.ts';
 import { assertCheckpointsIntact, startDrivenRun } from './support/checkpoint-run.ts';
 import { gcAndRepackLoop } from './support/git-maintenance.ts';

@@ -8,8 +8,8 @@ import { chmod, mkdir, mkdtemp, readdir, rm, writeFile } from 'node:fs/promises'
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
-import { runGit, safeGitEnv } from '../worker/git.ts';
-import { checkRunIntegrity } from '../worker/integrity.ts';
+import { runGit, safeGitEnv } from '../worker/git/run-git.ts';
+import { checkRunIntegrity } from '../operator/integrity.ts';
 import { waitFor, type Child } from './support/child.ts';
 import { git } from './support/git.ts';
 import { createScenario, sampleSteps, type Scenario } from './support/scenario.ts';

@@ -1,4 +1,4 @@
-// Git objects read in-process (worker/git-objects.ts) against git's own answers: every object of
+// Git objects read in-process (worker/git/objects.ts) against git's own answers: every object of
 // a repository with loose objects and packs whose deltas name their base by offset and by id;
 // refs loose, packed and symbolic; a corrupt object refused; and the verification's note lookup
 // (worker/checkpoints/note-lookup.ts) reading in-process exactly what git reads, at every fanout.
@@ -8,10 +8,10 @@ import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { test } from 'node:test';
 import { deflateSync, inflateSync } from 'node:zlib';
-import { ObjectReader } from '../worker/git-objects.ts';
+import { ObjectReader } from '../worker/git/objects.ts';
 import { lookupNotes, readNotesInProcess } from '../worker/checkpoints/note-lookup.ts';
 import { writeCheckpointNotes, type CheckpointNote } from '../worker/checkpoints/notes.ts';
-import { commonDirOnDisk, runGit } from '../worker/git.ts';
+import { commonDirOnDisk, runGit } from '../worker/git/run-git.ts';
 import { git, makeRepo } from './support/git.ts';
 
 /** A repository with 40 commits of slowly changing files: a repack deltifies its trees and blobs. */

@@ -7,7 +7,7 @@ import { mkdir, mkdtemp, realpath, symlink, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { createMissionControl } from '../scripts/mission-control/server.ts';
+import { createMissionControl } from '../mission-control/server.ts';
 import { registeredRepoPaths } from '../store/grants.ts';
 import { createWorkspace } from '../store/runs.ts';
 import { createWorkspaceToken } from '../store/tokens.ts';

@@ -15,13 +15,13 @@ import { TouchTracker } from '../worker/checkpoints/tracker.ts';
 import { inspectRun } from '../worker/checkpoints/verify.ts';
 import { stateFromChain } from '../worker/checkpoints/state.ts';
 import { CheckpointWriter } from '../worker/checkpoints/writer.ts';
-import { Lease } from '../worker/lease.ts';
-import { verifyAndRepair } from '../worker/resume.ts';
+import { Lease } from '../worker/run/lease.ts';
+import { verifyAndRepair } from '../worker/checkpoints/resume.ts';
 import { checkpointChain, runManifest } from '../store/checkpoints.ts';
 import { loadMigrations, migrate } from '../store/migrate.ts';
 import { getRun } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';
-import { superuserSql, testServerUrl, withDatabase } from './support/db.ts';
+import { superuserSql, testServerUrl, withDatabase } from '../testbed/db.ts';
 import { git, makeRepo } from './support/git.ts';
 import { sha256, silentLog } from './support/checkpoint-run.ts';
 

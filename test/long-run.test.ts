@@ -10,11 +10,11 @@ import { createWorkspace, getRun } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { verifyChain } from '../core/checkpoint-hash.ts';
 import { notedCommits } from '../worker/checkpoints/notes.ts';
-import { checkRunIntegrity } from '../worker/integrity.ts';
-import { verifyAndRepair } from '../worker/resume.ts';
+import { checkRunIntegrity } from '../operator/integrity.ts';
+import { verifyAndRepair } from '../worker/checkpoints/resume.ts';
 import { loadResumeChain } from '../worker/checkpoints/resume-chain.ts';
 import { historyWindow } from '../worker/checkpoints/state.ts';
-import { createTestDatabase, superuserSql, type TestDatabase } from './support/db.ts';
+import { createTestDatabase, superuserSql, type TestDatabase } from '../testbed/db.ts';
 import { git, makeRepo } from './support/git.ts';
 import { looseObjects, silentLog, startDrivenRun, treeManifest, type DrivenRun } from './support/checkpoint-run.ts';
 
@@ -115,7 +115,7 @@ test('integrity-check is intact and lists the whole manifest; resume at 500 veri
   const drift = await checkRunIntegrity(t.db, t.config, 'acme', r.run.id);
   assert.ok(drift!.findings.some((f) => f.kind === 'file_changed' && f.detail.includes('src/only-at-3.ts')), JSON.stringify(drift!.findings));
 
-  // What a resume reads (worker/run-job.ts): a bounded tail of rows, anchored at the row before it.
+  // What a resume reads (worker/run/execute.ts): a bounded tail of rows, anchored at the row before it.
   const limit = t.config.WORKER_CHECKPOINT_HISTORY_LIMIT;
   const { partial, ...loaded } = await withWorkspace(t.db.app, 'acme', async (tx) => ({
     run: (await getRun(tx, r.run.id))!,

@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { verifyChain } from '../core/checkpoint-hash.ts';
 import { LeaseLostError } from '../core/errors.ts';
-import { RemotePusher } from '../worker/checkpoints/remote.ts';
+import { RemotePusher } from '../worker/remote/push.ts';
 import { createLogger } from '../worker/log.ts';
 import type { Child } from './support/child.ts';
 import { git } from './support/git.ts';

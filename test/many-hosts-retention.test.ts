@@ -7,9 +7,9 @@ import { mkdtemp, realpath, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { runNotesRef } from '../worker/checkpoints/remote.ts';
+import { runNotesRef } from '../worker/remote/push.ts';
 import { spawnNode, type Child } from './support/child.ts';
-import { startGitDaemon, type GitDaemon } from './support/git-daemon.ts';
+import { startGitDaemon, type GitDaemon } from '../testbed/git-daemon.ts';
 import { git } from './support/git.ts';
 import { createScenario, sampleSteps, type Scenario, type TranscriptStep } from './support/scenario.ts';
 

@@ -10,7 +10,7 @@ import { PROJECT_ROOT } from '../core/config.ts';
 import { EchodoError } from '../core/errors.ts';
 import { openDatabase } from '../store/connection.ts';
 import { assertSchemaNotNewer, loadMigrations, migrate } from '../store/migrate.ts';
-import { createTestDatabase, superuserSql, testServerUrl, withDatabase } from './support/db.ts';
+import { createTestDatabase, superuserSql, testServerUrl, withDatabase } from '../testbed/db.ts';
 import { spawnNode } from './support/child.ts';
 
 const cleanups: Array<() => Promise<void>> = [];

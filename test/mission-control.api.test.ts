@@ -3,14 +3,14 @@
 // see nor even detect another's convoys and runs.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { createMissionControl, type RunningMissionControl } from '../scripts/mission-control/server.ts';
+import { createMissionControl, type RunningMissionControl } from '../mission-control/server.ts';
 import { appendEvent, claimRun, createWorkspace, recordRun } from '../store/runs.ts';
 import { createAdminToken, createWorkspaceToken, tokenSha256 } from '../store/tokens.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { checkpointHash, type FileTouched } from '../core/checkpoint-hash.ts';
 import { parseJob } from '../core/job.ts';
 import { spawnNode } from './support/child.ts';
-import { createTestDatabase, superuserSql, type TestDatabase } from './support/db.ts';
+import { createTestDatabase, superuserSql, type TestDatabase } from '../testbed/db.ts';
 
 let t: TestDatabase;
 let server: RunningMissionControl;

@@ -6,14 +6,14 @@ import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { chromium, type Browser, type Page } from 'playwright-core';
-import { createMissionControl, type RunningMissionControl } from '../scripts/mission-control/server.ts';
+import { createMissionControl, type RunningMissionControl } from '../mission-control/server.ts';
 import { appendEvent, claimRun, completeRun, createWorkspace, recordRun, requeueRun } from '../store/runs.ts';
 import { createWorkspaceToken } from '../store/tokens.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { checkpointHash, type FileTouched } from '../core/checkpoint-hash.ts';
 import { PROJECT_ROOT } from '../core/config.ts';
 import { parseJob } from '../core/job.ts';
-import { createTestDatabase, superuserSql, type TestDatabase } from './support/db.ts';
+import { createTestDatabase, superuserSql, type TestDatabase } from '../testbed/db.ts';
 
 const WS = 'acme';
 const CONVOY = 'convoy-1';

@@ -6,7 +6,7 @@ import { after, before, test } from 'node:test';
 import type { Sql } from 'postgres';
 import { CONVOY_DETAIL_SQL, convoyDetail } from '../store/mission-control.ts';
 import { withWorkspace } from '../store/workspace.ts';
-import { createTestDatabase, superuserSql, type TestDatabase } from './support/db.ts';
+import { createTestDatabase, superuserSql, type TestDatabase } from '../testbed/db.ts';
 
 const ROWS = 1_000_000;
 const RUNS = 1_000; // 1000 checkpoints each; 10 runs per convoy

@@ -6,12 +6,12 @@
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import { after, before, test } from 'node:test';
-import { createMissionControl, MAX_BODY_BYTES, type RunningMissionControl } from '../scripts/mission-control/server.ts';
+import { createMissionControl, MAX_BODY_BYTES, type RunningMissionControl } from '../mission-control/server.ts';
 import { createWorkspace } from '../store/runs.ts';
 import { createWorkspaceToken, createWorkspaceTokenWithId, revokeToken, tokenSha256 } from '../store/tokens.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { spawnNode } from './support/child.ts';
-import { createTestDatabase, superuserSql, type TestDatabase } from './support/db.ts';
+import { createTestDatabase, superuserSql, type TestDatabase } from '../testbed/db.ts';
 
 const WS = 'ws-hard';
 let t: TestDatabase;

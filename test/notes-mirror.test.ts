@@ -1,10 +1,10 @@
-// The local notes mirror of a cross-host resume (worker/remote-resume.ts scheduleNotesMirror):
+// The local notes mirror of a cross-host resume (worker/remote/resume.ts scheduleNotesMirror):
 // for `git notes show` on the new host, so it waits until the resumed run is under way instead of
 // competing with its first model call and tool round; a run that ends sooner starts it then.
 // The clock is node:test's mock (setTimeout only): the delay is asserted, not slept.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { NOTES_MIRROR_DELAY_MS, scheduleNotesMirror } from '../worker/remote-resume.ts';
+import { NOTES_MIRROR_DELAY_MS, scheduleNotesMirror } from '../worker/remote/resume.ts';
 
 test('the notes mirror of a resume starts a delay later, or when the run finishes first, and only once', async (t) => {
   t.mock.timers.enable({ apis: ['setTimeout'] });

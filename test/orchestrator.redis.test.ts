@@ -11,7 +11,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, test } from 'node:test';
 import { Redis } from 'ioredis';
 import { waitFor, type Child } from './support/child.ts';
-import { startRedis, type RedisServer } from './support/redis.ts';
+import { startRedis, type RedisServer } from '../testbed/redis.ts';
 import { createScenario, type Scenario, type TranscriptStep } from './support/scenario.ts';
 
 const LEASE_MS = 5000;

@@ -17,14 +17,14 @@ import { ensureEmbeddedPostgres, stopEmbeddedPostgres } from '../store/embedded.
 import { createWorkspace } from '../store/runs.ts';
 import { createWorkspaceTokenWithId } from '../store/tokens.ts';
 import { withWorkspace } from '../store/workspace.ts';
-import { dispatchJob } from '../worker/dispatch.ts';
-import { checkRunIntegrity } from '../worker/integrity.ts';
+import { dispatchJob } from '../operator/dispatch.ts';
+import { checkRunIntegrity } from '../operator/integrity.ts';
 import { createQueue } from '../worker/queue/index.ts';
 import type { JobQueue } from '../worker/queue/types.ts';
 import { spawnNode, waitFor, type Child } from './support/child.ts';
-import { cleanUpWhenGone, superuserSql } from './support/db.ts';
+import { cleanUpWhenGone, superuserSql } from '../testbed/db.ts';
 import { makeRepo } from './support/git.ts';
-import { freePort, startRedis, type RedisServer } from './support/redis.ts';
+import { freePort, startRedis, type RedisServer } from '../testbed/redis.ts';
 import { createScenario, sampleSteps } from './support/scenario.ts';
 
 const ROUNDS = 12;

@@ -1,4 +1,4 @@
-// Packing a run's checkpoint objects (worker/checkpoints/packing.ts): the roll-ups keep the packs
+// Packing a run's checkpoint objects (worker/checkpoints/git/packing.ts): the roll-ups keep the packs
 // few while the run goes on; settling merges the run's packs into a pack of trees (each folder's
 // versions deltas of one another, found by the folder's path) and a pack of everything else; and
 // neither loses an object while someone runs `git gc --prune=now` or `git repack -ad` on the
@@ -10,9 +10,9 @@ import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { createWorkspace } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';
-import { ObjectPacker } from '../worker/checkpoints/packing.ts';
-import { runGit } from '../worker/git.ts';
-import { createTestDatabase, type TestDatabase } from './support/db.ts';
+import { ObjectPacker } from '../worker/checkpoints/git/packing.ts';
+import { runGit } from '../worker/git/run-git.ts';
+import { createTestDatabase, type TestDatabase } from '../testbed/db.ts';
 import { git, makeRepo } from './support/git.ts';
 import { assertCheckpointsIntact, silentLog, startDrivenRun } from './support/checkpoint-run.ts';
 import { gcAndRepackLoop } from './support/git-maintenance.ts';

@@ -17,7 +17,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { ConfigError, parseConfig } from '../core/config.ts';
-import { SettingRefusedError, harnessInput } from '../worker/settings.ts';
+import { SettingRefusedError, harnessInput } from '../operator/settings.ts';
 import { probeSandbox } from '../worker/sandbox/index.ts';
 import { TreeProcess } from '../worker/tree/process.ts';
 import { waitFor, type Child } from './support/child.ts';

@@ -10,7 +10,7 @@ import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { verifyChain } from '../core/checkpoint-hash.ts';
 import { readCheckpointNote } from '../worker/checkpoints/notes.ts';
-import { checkRunIntegrity } from '../worker/integrity.ts';
+import { checkRunIntegrity } from '../operator/integrity.ts';
 import { spawnNode, spawnProcess, type Child } from './support/child.ts';
 import { git } from './support/git.ts';
 import { createScenario, sampleSteps, type Scenario, type TranscriptStep } from './support/scenario.ts';

@@ -13,8 +13,8 @@ import { redisKeys } from '../worker/queue/redis.ts';
 import { claimRun, createWorkspace, getRun, recordRun } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import type { Sql } from 'postgres';
-import { createTestDatabase, superuserSql, type TestDatabase } from './support/db.ts';
-import { startRedis, type RedisServer } from './support/redis.ts';
+import { createTestDatabase, superuserSql, type TestDatabase } from '../testbed/db.ts';
+import { startRedis, type RedisServer } from '../testbed/redis.ts';
 import { spawnNode, waitFor } from './support/child.ts';
 
 // Short on purpose: a dead worker's liveness key (3 × heartbeat) and an unclaimed Postgres

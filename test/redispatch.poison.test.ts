@@ -8,7 +8,7 @@ import { after, before, test } from 'node:test';
 import { Redis } from 'ioredis';
 import { redisKeys } from '../worker/queue/redis.ts';
 import { waitFor, type Child } from './support/child.ts';
-import { startRedis, type RedisServer } from './support/redis.ts';
+import { startRedis, type RedisServer } from '../testbed/redis.ts';
 import { createScenario, type Scenario } from './support/scenario.ts';
 
 let redis: RedisServer;

@@ -12,10 +12,10 @@ import { after, before, test } from 'node:test';
 import { checkpointChain, type CheckpointRow } from '../store/checkpoints.ts';
 import { createWorkspace } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';
-import { CheckpointRemoteError } from '../worker/checkpoints/remote.ts';
+import { CheckpointRemoteError } from '../worker/remote/push.ts';
 import { assertCheckpointsIntact, startDrivenRun, type DrivenRun } from './support/checkpoint-run.ts';
-import { createTestDatabase, type TestDatabase } from './support/db.ts';
-import { startGitDaemon, type GitDaemon } from './support/git-daemon.ts';
+import { createTestDatabase, type TestDatabase } from '../testbed/db.ts';
+import { startGitDaemon, type GitDaemon } from '../testbed/git-daemon.ts';
 import { git, makeRepo } from './support/git.ts';
 
 let t: TestDatabase;

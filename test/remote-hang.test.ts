@@ -11,7 +11,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import type { Child } from './support/child.ts';
-import { startGitDaemon, type GitDaemon } from './support/git-daemon.ts';
+import { startGitDaemon, type GitDaemon } from '../testbed/git-daemon.ts';
 import { git } from './support/git.ts';
 import { createScenario, sampleSteps, type Scenario } from './support/scenario.ts';
 

@@ -1,4 +1,4 @@
-// The remote standby (worker/remote-standby.ts): a host keeps the latest checkpoint of each run
+// The remote standby (worker/remote/standby.ts): a host keeps the latest checkpoint of each run
 // another host holds fetched ahead, so taking the run over fetches nothing. Two hosts on this
 // machine and a bare remote behind a real `git daemon`; host A's worker is SIGKILLed mid-brief.
 import assert from 'node:assert/strict';
@@ -10,7 +10,7 @@ import { assertFinishedOnRemote, dispatchToHosts, setUpHosts, spawnOnHost, stopP
 import { createScenario, sampleSteps, type Scenario } from './support/scenario.ts';
 import { readdir, readFile, realpath } from 'node:fs/promises';
 import path from 'node:path';
-import { pickAim, readStandby, standbyRefs } from '../worker/remote-standby.ts';
+import { pickAim, readStandby, standbyRefs } from '../worker/remote/standby.ts';
 import type { StandbyRun } from '../store/standby.ts';
 
 const ROUNDS = 6;

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import type { Sql } from 'postgres';
 import { withWorkspace, type WorkspaceTx } from '../store/workspace.ts';
 import { openDatabase, type Database } from '../store/connection.ts';
-import { createTestDatabase, superuserSql, type TestDatabase } from './support/db.ts';
+import { createTestDatabase, superuserSql, type TestDatabase } from '../testbed/db.ts';
 
 const A = 'ws-a';
 const B = 'ws-b';

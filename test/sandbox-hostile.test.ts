@@ -15,7 +15,7 @@ import { after, before, describe, test } from 'node:test';
 import { probeSandbox } from '../worker/sandbox/index.ts';
 import { spawnNode, waitFor, type Child } from './support/child.ts';
 import { git } from './support/git.ts';
-import { startRedis, type RedisServer } from './support/redis.ts';
+import { startRedis, type RedisServer } from '../testbed/redis.ts';
 import { createScenario, type Scenario, type TranscriptStep } from './support/scenario.ts';
 
 const FIXTURES = path.resolve('test/fixtures/hostile');

@@ -6,7 +6,7 @@ import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { spawnNode } from './support/child.ts';
-import { createTestDatabase, superuserSql, type TestDatabase } from './support/db.ts';
+import { createTestDatabase, superuserSql, type TestDatabase } from '../testbed/db.ts';
 
 let t: TestDatabase;
 let jobFile: string;

@@ -27,14 +27,14 @@ import { withWorkspace } from '../store/workspace.ts';
 import { waitFor, type Child } from './support/child.ts';
 import { startChatServer, type ChatServer } from './support/chat-server.ts';
 import { git } from './support/git.ts';
-import { startRedis, type RedisServer } from './support/redis.ts';
+import { startRedis, type RedisServer } from '../testbed/redis.ts';
 import { createScenario, type Scenario } from './support/scenario.ts';
 import { recordToolCall } from '../worker/checkpoints/history.ts';
 import { maskedConfig } from '../core/config.ts';
 import { redactString, redactValue, registerUrlCredentials, storableText } from '../core/redact.ts';
 import { createLogger } from '../worker/log.ts';
 import { deadLetterReason, deadLetterText } from '../worker/queue/postgres.ts';
-import { remoteForGit, safeGitEnv } from '../worker/git.ts';
+import { remoteForGit, safeGitEnv } from '../worker/git/run-git.ts';
 import { registerConfigSecrets } from '../worker/secrets.ts';
 
 const rand = (n: number) => randomBytes(n).toString('hex').slice(0, n);

@@ -6,14 +6,14 @@ import assert from 'node:assert/strict';
 import { Writable } from 'node:stream';
 import { after, before, test } from 'node:test';
 import { chromium, type Browser } from 'playwright-core';
-import { createMissionControl, type RunningMissionControl } from '../scripts/mission-control/server.ts';
+import { createMissionControl, type RunningMissionControl } from '../mission-control/server.ts';
 import { createWorkspace } from '../store/runs.ts';
 import { createWorkspaceToken } from '../store/tokens.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { createLogger } from '../worker/log.ts';
 import { spawnNode } from './support/child.ts';
 import { startChatServer, type ChatServer } from './support/chat-server.ts';
-import { createTestDatabase, superuserSql, type TestDatabase } from './support/db.ts';
+import { createTestDatabase, superuserSql, type TestDatabase } from '../testbed/db.ts';
 import { grantKey } from './support/grants.ts';
 
 const KEY_VAR = 'SETTINGS_TEST_API_KEY';

@@ -1,4 +1,4 @@
-// Warm spare worktrees (worker/spare-worktrees.ts): a host keeps one checked-out worktree of its
+// Warm spare worktrees (worker/worktrees/spares.ts): a host keeps one checked-out worktree of its
 // repository; a run that needs a new worktree takes it (rename, HEAD on the run's branch, a two-way read-tree
 // that rewrites only the files that differ) instead of `git worktree add` + a full checkout.
 // Real git, real processes: concurrent takers are separate processes, kills are SIGKILLs at the
@@ -12,10 +12,10 @@ import { pathToFileURL } from 'node:url';
 import { after, before, describe, test } from 'node:test';
 import { changedPathsByGit } from '../worker/checkpoints/content.ts';
 import { createLogger } from '../worker/log.ts';
-import { makeSpareWorktree } from '../worker/spare-keeper.ts';
-import { AIM_HOLD_MS, spareFolderFor } from '../worker/spare-worktrees.ts';
-import { pointerOf } from '../worker/worktree-repair.ts';
-import { prepareWorktree, repoCommonDir } from '../worker/worktrees.ts';
+import { makeSpareWorktree } from '../worker/worktrees/spare-keeper.ts';
+import { AIM_HOLD_MS, spareFolderFor } from '../worker/worktrees/spares.ts';
+import { pointerOf } from '../worker/worktrees/repair.ts';
+import { prepareWorktree, repoCommonDir } from '../worker/worktrees/worktree.ts';
 import { spawnNode, waitFor, type Child } from './support/child.ts';
 import { git, makeRepo } from './support/git.ts';
 import { assertFinishedOnRemote, moveOn, setUpHosts, stopProcesses, type Hosts } from './support/hosts.ts';
@@ -81,8 +81,8 @@ async function childScript(body: string): Promise<string> {
   const url = (p: string) => JSON.stringify(pathToFileURL(path.resolve(p)).href);
   await writeFile(
     file,
-    `import { prepareWorktree } from ${url('worker/worktrees.ts')};\n` +
-      `import { makeSpareWorktree } from ${url('worker/spare-keeper.ts')};\n` +
+    `import { prepareWorktree } from ${url('worker/worktrees/worktree.ts')};\n` +
+      `import { makeSpareWorktree } from ${url('worker/worktrees/spare-keeper.ts')};\n` +
       `import { createLogger } from ${url('worker/log.ts')};\n` +
       `const log = createLogger({ level: 'silent' });\n` +
       `const [repo, base, id] = process.argv.slice(2);\n` +

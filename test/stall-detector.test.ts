@@ -6,7 +6,7 @@ import { claimRun } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { parseConfig } from '../core/config.ts';
 import { createLogger } from '../worker/log.ts';
-import { sweepStalledRuns } from '../worker/stall-detector.ts';
+import { sweepStalledRuns } from '../operator/stall-detector.ts';
 import { createScenario, sampleSteps, type Scenario } from './support/scenario.ts';
 
 let s: Scenario;

@@ -10,10 +10,10 @@ import { claimBranch, ownBranchesAmong } from '../store/branches.ts';
 import { loadMigrations, migrate } from '../store/migrate.ts';
 import { createWorkspace, getRun } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';
-import { dispatchJob } from '../worker/dispatch.ts';
+import { dispatchJob } from '../operator/dispatch.ts';
 import { createQueue } from '../worker/queue/index.ts';
 import type { JobQueue } from '../worker/queue/types.ts';
-import { createTestDatabase, superuserSql, testServerUrl, withDatabase, type TestDatabase } from './support/db.ts';
+import { createTestDatabase, superuserSql, testServerUrl, withDatabase, type TestDatabase } from '../testbed/db.ts';
 
 const DEMO = 'demo';
 const OTHER = 'other';

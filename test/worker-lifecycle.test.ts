@@ -11,7 +11,7 @@ import { withWorkspace } from '../store/workspace.ts';
 import { spawnNode, waitFor, type Child } from './support/child.ts';
 import { git } from './support/git.ts';
 import { registerRepo } from './support/grants.ts';
-import { startRedis, type RedisServer } from './support/redis.ts';
+import { startRedis, type RedisServer } from '../testbed/redis.ts';
 import { createScenario, type Scenario, type TranscriptStep } from './support/scenario.ts';
 
 const file = (name: string) => `export const ${name} = '${name}';\n`;

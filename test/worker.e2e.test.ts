@@ -11,7 +11,7 @@ import { Redis } from 'ioredis';
 import { branchName } from '../core/job.ts';
 import { waitFor, type Child } from './support/child.ts';
 import { git } from './support/git.ts';
-import { startRedis, type RedisServer } from './support/redis.ts';
+import { startRedis, type RedisServer } from '../testbed/redis.ts';
 import { createScenario, type Scenario, type TranscriptStep } from './support/scenario.ts';
 
 const GREET = 'export function greet(name: string) {\n  return `hello ${name}`;\n}\n';

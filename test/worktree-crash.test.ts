@@ -11,7 +11,7 @@ import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { createLogger } from '../worker/log.ts';
 import { withFileLock } from '../core/file-lock.ts';
-import { prepareWorktree } from '../worker/worktrees.ts';
+import { prepareWorktree } from '../worker/worktrees/worktree.ts';
 import { waitFor, type Child } from './support/child.ts';
 import { git, makeRepo } from './support/git.ts';
 import { assertCompletedLike, finishAll as finishAllRuns } from './support/finish.ts';

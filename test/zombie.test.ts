@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { readCheckpointNote } from '../worker/checkpoints/notes.ts';
 import { LEASE_LOST_EXIT } from '../worker/daemon.ts';
-import { checkRunIntegrity } from '../worker/integrity.ts';
+import { checkRunIntegrity } from '../operator/integrity.ts';
 import { waitFor, type Child } from './support/child.ts';
 import { createScenario, sampleSteps, type Scenario } from './support/scenario.ts';
 

@@ -7,13 +7,13 @@
 import type { Config } from '../core/config.ts';
 import type { Database } from '../store/connection.ts';
 import { errorMessage } from '../core/errors.ts';
-import { isTransientDbError } from '../store/retry.ts';
+import { isTransientDbError } from '../store/transient-retry.ts';
 import { OutageWatch, waitForDatabase } from './db-wait.ts';
 import type { Logger } from './log.ts';
 import type { JobQueue } from './queue/types.ts';
-import { dropStandby, RemoteStandby } from './remote-standby.ts';
-import { processDelivery, type JobResult } from './run-job.ts';
-import { makeSpareWorktree, removeSpareWorktrees, SpareKeeper } from './spare-keeper.ts';
+import { dropStandby, RemoteStandby } from './remote/standby.ts';
+import { processDelivery, type JobResult } from './run/execute.ts';
+import { makeSpareWorktree, removeSpareWorktrees, SpareKeeper } from './worktrees/spare-keeper.ts';
 
 /** A spare taken by a run is made again this long after: not while the run starts its first round. */
 const SPARE_REPLENISH_DELAY_MS = 3_000;
@@ -54,7 +54,7 @@ export class WorkerDaemon {
     }
   }
 
-  /** With a checkpoint remote: the runs of other hosts kept fetched ahead (worker/remote-standby.ts). */
+  /** With a checkpoint remote: the runs of other hosts kept fetched ahead (worker/remote/standby.ts). */
   private keepStandby(): RemoteStandby | undefined {
     const { config, db, log } = this.deps;
     if (!config.WORKER_CHECKPOINT_REMOTE) return undefined;
@@ -80,7 +80,7 @@ export class WorkerDaemon {
     return standby;
   }
 
-  /** The warm spare worktree (worker/spare-keeper.ts): made in the background, never in the way. */
+  /** The warm spare worktree (worker/worktrees/spare-keeper.ts): made in the background, never in the way. */
   private keepSpares(): SpareKeeper | undefined {
     const { config, log } = this.deps;
     const repo = { repoPath: config.WORKER_REPO_ROOT, worktreeBase: config.WORKER_WORKTREE_BASE, log };

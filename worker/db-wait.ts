@@ -3,7 +3,7 @@
 // never per probe, so a long outage leaves two lines instead of thousands.
 import type { Sql } from 'postgres';
 import { errorMessage } from '../core/errors.ts';
-import { isTransientDbError } from '../store/retry.ts';
+import { isTransientDbError } from '../store/transient-retry.ts';
 import type { Logger } from './log.ts';
 
 export interface ProbeBackoff {

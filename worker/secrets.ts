@@ -15,7 +15,7 @@ import { registerSecret, registerSecretsFromEnv, registerUrlCredentials, registe
 import type { Config } from '../core/config.ts';
 import { EchodoError } from '../core/errors.ts';
 import { parseKeyVarGlobs } from '../core/key-vars.ts';
-import { remoteForGit } from './git.ts';
+import { remoteForGit } from './git/run-git.ts';
 
 type SecretConfig = Pick<Config, 'DATABASE_URL' | 'DATABASE_APP_URL' | 'REDIS_URL' | 'WORKER_CHECKPOINT_REMOTE' | 'WORKER_PROVIDER_KEY_VARS'> &
   Partial<Pick<Config, 'ECHODO_HOME'>>;

@@ -16,13 +16,13 @@ import { CheckpointWriter, type RunIdentity } from '../../worker/checkpoints/wri
 import { recordToolCall } from '../../worker/checkpoints/history.ts';
 import { TouchTracker } from '../../worker/checkpoints/tracker.ts';
 import { notedCommits } from '../../worker/checkpoints/notes.ts';
-import { RemotePusher, runNotesRef } from '../../worker/checkpoints/remote.ts';
-import { checkRunIntegrity } from '../../worker/integrity.ts';
+import { RemotePusher, runNotesRef } from '../../worker/remote/push.ts';
+import { checkRunIntegrity } from '../../operator/integrity.ts';
 import { checkpointChain, runManifest } from '../../store/checkpoints.ts';
 import { parseJob } from '../../core/job.ts';
-import { Lease } from '../../worker/lease.ts';
+import { Lease } from '../../worker/run/lease.ts';
 import { createLogger } from '../../worker/log.ts';
-import { prepareWorktree } from '../../worker/worktrees.ts';
+import { prepareWorktree } from '../../worker/worktrees/worktree.ts';
 import { git } from './git.ts';
 
 export const silentLog = createLogger({ level: 'silent' });

@@ -1,7 +1,7 @@
 // Shared endings of the multi-worker tests: drive every run to an end, then check it against an
 // uncrashed run's tree and the integrity check.
 import assert from 'node:assert/strict';
-import { checkRunIntegrity } from '../../worker/integrity.ts';
+import { checkRunIntegrity } from '../../operator/integrity.ts';
 import type { Child } from './child.ts';
 import type { Scenario } from './scenario.ts';
 

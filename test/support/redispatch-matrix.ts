@@ -10,13 +10,13 @@ import { after, before, describe, test } from 'node:test';
 import { Redis } from 'ioredis';
 import { createWorkspace } from '../../store/runs.ts';
 import { withWorkspace } from '../../store/workspace.ts';
-import { requestCancel } from '../../worker/cancel.ts';
-import { dispatchJob } from '../../worker/dispatch.ts';
+import { requestCancel } from '../../operator/cancel.ts';
+import { dispatchJob } from '../../operator/dispatch.ts';
 import { EchodoError } from '../../core/errors.ts';
-import { checkRunIntegrity } from '../../worker/integrity.ts';
+import { checkRunIntegrity } from '../../operator/integrity.ts';
 import { redisKeys } from '../../worker/queue/redis.ts';
 import { spawnNode, waitFor, type Child } from './child.ts';
-import { startRedis, type RedisServer } from './redis.ts';
+import { startRedis, type RedisServer } from '../../testbed/redis.ts';
 import { createScenario, type Scenario, type TranscriptStep } from './scenario.ts';
 
 export type Entry = 'cli' | 'redis' | 'postgres';

@@ -8,13 +8,13 @@ import type { Sql } from 'postgres';
 import { createWorkspace } from '../../store/runs.ts';
 import { withWorkspace } from '../../store/workspace.ts';
 import { parseConfig, type Config } from '../../core/config.ts';
-import { dispatchJob } from '../../worker/dispatch.ts';
+import { dispatchJob } from '../../operator/dispatch.ts';
 import { createLogger } from '../../worker/log.ts';
 import { createQueue } from '../../worker/queue/index.ts';
 import type { JobQueue } from '../../worker/queue/types.ts';
-import { sweepStalledRuns } from '../../worker/stall-detector.ts';
+import { sweepStalledRuns } from '../../operator/stall-detector.ts';
 import { spawnNode, waitFor, type Child } from './child.ts';
-import { createTestDatabase, superuserSql, type TestDatabase } from './db.ts';
+import { createTestDatabase, superuserSql, type TestDatabase } from '../../testbed/db.ts';
 import { git, makeRepo } from './git.ts';
 
 export type TranscriptStep = { toolCalls?: { toolName: string; input: Record<string, unknown> }[]; text?: string; delayMs?: number };

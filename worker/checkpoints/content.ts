@@ -5,9 +5,9 @@
 // -ad` can never see them unreferenced, and nothing is written loose). fast-import refuses to
 // move the branch unless its tip is the parent (a compare-and-set).
 // The worktree's index is brought to the same state on a private copy, renamed over the index
-// once the commit's pack is in place (index-copy.ts): the real index never names an object that
+// once the commit's pack is in place (git/index-copy.ts): the real index never names an object that
 // is not there yet (a concurrent gc or repack would fail on it).
-// When git stores the touched files as their bytes (conversion.ts, asked beside fast-import),
+// When git stores the touched files as their bytes (git/conversion.ts, asked beside fast-import),
 // fast-import's commit is the one git would make, and the index work is left to the caller
 // (`indexNow`, after the row: off the round's path). Otherwise it runs beside fast-import, and
 // if the copy's tree is not the commit's (end-of-line conversion changed what git stores), it is
@@ -17,12 +17,12 @@ import { existsSync, readFileSync, unlinkSync } from 'node:fs';
 import { mkdir, rename, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { deflateSync } from 'node:zlib';
-import { GitError, runGit, type GitResult } from '../git.ts';
-import { fastImport } from './fast-import.ts';
+import { GitError, runGit, type GitResult } from '../git/run-git.ts';
+import { fastImport } from './git/fast-import.ts';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { commonDirOf } from './notes.ts';
-import { stageOnCopy, updateIndexInPlace, type Staged } from './index-copy.ts';
-import { storesBytesAsIs } from './conversion.ts';
+import { stageOnCopy, updateIndexInPlace, type Staged } from './git/index-copy.ts';
+import { storesBytesAsIs } from './git/conversion.ts';
 import type { FileTouched } from '../../core/checkpoint-hash.ts';
 import { redactString } from '../../core/redact.ts';
 import { EchodoError } from '../../core/errors.ts';
@@ -108,7 +108,7 @@ async function importCommit(worktree: string, commonDir: string, files: TouchedF
     let out: GitResult;
     for (let attempt = 1; ; attempt++) {
       try {
-        // A retry is stamped a second after the failed attempt (fast-import.ts).
+        // A retry is stamped a second after the failed attempt (git/fast-import.ts).
         out = await fastImport(worktree, (stamp) => checkpointStream(files, branch, parentOid, message, stamp), [`--export-marks=${marks}`]);
         break;
       } catch (err) {
@@ -244,7 +244,7 @@ export async function describeFiles(root: string, paths: string[]): Promise<File
 /**
  * Paths git sees as changed or untracked (respecting .gitignore): the cross-check after commands.
  * core.untrackedCache=true: an untracked cache keyed to another path (an aimed spare taken as is,
- * spare-worktrees.ts) is made anew for this one, and the status writes it back with the index.
+ * worker/worktrees/spares.ts) is made anew for this one, and the status writes it back with the index.
  */
 export async function changedPathsByGit(worktree: string): Promise<string[]> {
   const args = ['-c', 'core.untrackedCache=true', 'status', '--porcelain=v1', '-z', '--untracked-files=all', '--no-renames'];

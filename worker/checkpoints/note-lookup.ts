@@ -1,5 +1,5 @@
 // The verification's git reads: which checkpoint commits carry a note, the latest note's text,
-// and the tree of the checkpoint commit. Read in this process first (git-objects.ts: no git
+// and the tree of the checkpoint commit. Read in this process first (worker/git/objects.ts: no git
 // spawned, every object checked against its id); when a note is not found there, by one
 // `git cat-file --batch-command` (each commit's three candidate paths); and when a note is found
 // at none of them, or this git has no --batch-command (< 2.36), by `git notes`. So a note
@@ -7,8 +7,8 @@
 // A note lives at <notes-ref>:<commit oid> split by a fanout of 0, 1 or 2 levels (git picks it
 // from the number of notes).
 import { spawn } from 'node:child_process';
-import { commonDirOnDisk, runGit, safeGitEnv } from '../git.ts';
-import { commitTree, ObjectReader, parseTree, type TreeEntry } from '../git-objects.ts';
+import { commonDirOnDisk, runGit, safeGitEnv } from '../git/run-git.ts';
+import { commitTree, ObjectReader, parseTree, type TreeEntry } from '../git/objects.ts';
 import { notedCommits, readCheckpointNote, type CheckpointNote } from './notes.ts';
 
 export interface NoteLookup {

@@ -7,10 +7,10 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { GitError, runGit } from '../git.ts';
+import { GitError, runGit } from '../git/run-git.ts';
 import { redactString } from '../../core/redact.ts';
 import { withFileLock } from '../../core/file-lock.ts';
-import { fastImport } from './fast-import.ts';
+import { fastImport } from './git/fast-import.ts';
 
 export interface CheckpointNote {
   workspaceId: string;
@@ -106,7 +106,7 @@ export async function writeCheckpointNotes(cwd: string, notesRef: string, notes:
 }
 
 /**
- * Prune's side of the mirror (worker/prune.ts): removes the notes on `commits` and replaces the
+ * Prune's side of the mirror (operator/prune.ts): removes the notes on `commits` and replaces the
  * notes ref by one commit without parents that holds the notes left. A notes ref's history keeps
  * every note it ever held, so removing notes alone gives no byte back; without that history the
  * repository's next `git gc` (past its prune expiry) does. Nothing reads the history (a note is

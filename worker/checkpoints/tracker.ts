@@ -2,7 +2,7 @@
 // tree process (side effects of commands, anything else writing in the worktree), cross-checked by
 // git after each command. A checkpoint then stages exactly these paths.
 import path from 'node:path';
-import { runGit } from '../git.ts';
+import { runGit } from '../git/run-git.ts';
 import { changedPathsByGit } from './content.ts';
 import { acquireTree, withTree, type TreeLease } from '../tree/registry.ts';
 

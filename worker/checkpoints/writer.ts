@@ -5,7 +5,7 @@
 //     push and the row then run while the model works on the next round, and the next tool call
 //     waits for them (readyForTools): no round runs on a checkpoint that has not counted, and a
 //     crash before the row redoes this one round, exactly as a crash during the push would;
-//     when git stores the files as their bytes (conversion.ts), the worktree's index is brought
+//     when git stores the files as their bytes (git/conversion.ts), the worktree's index is brought
 //     in step behind the round, awaited before the next tool call and checkpoint (a crash
 //     before then leaves an index behind its commit, which resume resets: nothing is lost);
 //  2. truth: insert the worker_checkpoints row, fenced on lease_epoch, renewing the heartbeat,
@@ -19,19 +19,19 @@
 // as at seq 10. What a writer starts from (a new run's or a resumed one's state): state.ts.
 import type { Sql } from 'postgres';
 import { appendCheckpoint, checkpointAt, runManifest, type NewCheckpoint } from '../../store/checkpoints.ts';
-import { retryTransient } from '../../store/retry.ts';
+import { retryTransient } from '../../store/transient-retry.ts';
 import { withWorkspace } from '../../store/workspace.ts';
 import { errorMessage, LeaseLostError } from '../../core/errors.ts';
 import { faultPoint } from '../faults.ts';
-import type { Lease } from '../lease.ts';
+import type { Lease } from '../run/lease.ts';
 import type { Logger } from '../log.ts';
 import { commitTouchedPaths, describeFiles, type ContentCommit } from './content.ts';
 import { checkpointHash, DELTA_FORMAT, ManifestDigest, type CheckpointPayload, type FileTouched } from '../../core/checkpoint-hash.ts';
 import { boundHistory, type ToolCallRecord } from './history.ts';
 import type { CheckpointState } from './state.ts';
 import { writeCheckpointNotes, type NoteWrite } from './notes.ts';
-import { ObjectPacker } from './packing.ts';
-import type { RemotePusher } from './remote.ts';
+import { ObjectPacker } from './git/packing.ts';
+import type { RemotePusher } from '../remote/push.ts';
 import { redactString } from '../../core/redact.ts';
 import type { TouchTracker } from './tracker.ts';
 

@@ -1,4 +1,4 @@
-// Where a root's git data lives, read from disk (as worktrees.ts inspectWorktree does): a worktree's
+// Where a root's git data lives, read from disk (as worker/worktrees/worktree.ts inspectWorktree does): a worktree's
 // `.git` file names its admin dir (.git/worktrees/<id>: HEAD, index), whose `commondir` names the
 // repository's shared git dir (every workspace's objects and refs). A plain repository has a
 // `.git` folder that is both.

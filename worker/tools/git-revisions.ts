@@ -14,7 +14,7 @@
 //     is not a commit (a raw tree or blob id, a tag of one) is refused; a word that is no
 //     revision at all is a path, which command-line.ts has already kept relative.
 import { ToolRefusedError } from '../../core/errors.ts';
-import { runGit } from '../git.ts';
+import { runGit } from '../git/run-git.ts';
 
 // git must not run anything of the repository's while it only resolves names.
 const SAFE = ['-c', 'core.hooksPath=/dev/null', '-c', 'core.fsmonitor=false'];

@@ -5,7 +5,7 @@
 import { realpath } from 'node:fs/promises';
 import path from 'node:path';
 import { ToolRefusedError } from '../../core/errors.ts';
-import { runGit } from '../git.ts';
+import { runGit } from '../git/run-git.ts';
 import { withTree } from '../tree/registry.ts';
 import type { ToolContext } from './context.ts';
 

@@ -1,6 +1,6 @@
 // Which tree process serves a tree: one per root, started on first use, kept while a run attempt
 // holds it (acquire/release) and closed once idle. Every read, write, hash and git call of the
-// worker inside a run's tree goes through it (git through worker/git.ts's router), so the process
+// worker inside a run's tree goes through it (git through worker/git/run-git.ts's router), so the process
 // holding keys and the database never opens a path there nor runs git there.
 //
 // `confineTrees` (every process that serves runs or inspects them calls it at start-up) makes the
@@ -8,7 +8,7 @@
 // same server runs unconfined, so there is one implementation of every operation either way.
 import { realpathSync } from 'node:fs';
 import path from 'node:path';
-import { routeGitThrough, type GitResult } from '../git.ts';
+import { routeGitThrough, type GitResult } from '../git/run-git.ts';
 import { INSIDE_RG, SERVER_FILE } from './mounts.ts';
 import { TreeProcess, type TreeSandbox } from './process.ts';
 

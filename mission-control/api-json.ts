@@ -1,0 +1,69 @@
+// JSON shapes of the mission control API (the contract's fields first, extras after).
+// Timestamps are ISO 8601 strings; absent ones are null.
+import type { ConvoyDetail, ConvoySummary, RunHistory, RunSummary } from '../store/mission-control.ts';
+
+const iso = (date: Date | null): string | null => (date ? date.toISOString() : null);
+
+function runJson(run: RunSummary, now: number) {
+  return {
+    agentRunId: run.agentRunId,
+    status: run.status,
+    attempt: run.attempt,
+    checkpointCount: run.checkpointCount,
+    lastCheckpointAt: iso(run.lastCheckpointAt),
+    briefId: run.briefId,
+    step: run.step,
+    workerId: run.workerId,
+    heartbeatAt: iso(run.heartbeatAt),
+    leaseExpiresAt: iso(run.leaseExpiresAt),
+    stalled: run.status === 'running' && run.leaseExpiresAt !== null && run.leaseExpiresAt.getTime() < now,
+    createdAt: iso(run.createdAt),
+    finishedAt: iso(run.finishedAt),
+  };
+}
+
+export function convoyJson(convoy: ConvoyDetail, now = Date.now()) {
+  return {
+    convoyId: convoy.convoyId,
+    checkpointCount: convoy.checkpointCount,
+    lastCheckpointAt: iso(convoy.lastCheckpointAt),
+    runs: convoy.runs.map((run) => runJson(run, now)),
+    createdAt: iso(convoy.createdAt),
+  };
+}
+
+export function convoysJson(convoys: ConvoySummary[]) {
+  return {
+    convoys: convoys.map((c) => ({
+      convoyId: c.convoyId,
+      checkpointCount: c.checkpointCount,
+      lastCheckpointAt: iso(c.lastCheckpointAt),
+      runs: c.runs,
+      createdAt: iso(c.createdAt),
+    })),
+  };
+}
+
+export function runCheckpointsJson(history: RunHistory) {
+  return {
+    agentRunId: history.run.agentRunId,
+    checkpoints: history.checkpoints.map((c) => ({
+      seq: c.seq,
+      step: c.step,
+      occurredAt: iso(c.occurredAt),
+      commitOid: c.commitOid,
+      hash: c.hash,
+      files: c.files,
+      prevHash: c.prevHash,
+      attempt: c.attempt,
+      tools: c.tools,
+      filesTouchedCount: c.filesTouchedCount,
+      verified: c.verified,
+    })),
+    convoyId: history.run.convoyId,
+    status: history.run.status,
+    attempt: history.run.attempt,
+    chain: history.chain,
+    events: history.events.map((e) => ({ type: e.type, occurredAt: iso(e.occurredAt), metadata: e.metadata })),
+  };
+}

@@ -1,0 +1,40 @@
+// Sign-in and out, and the admin fleet rollup (page, JSON, live feed of every workspace).
+import type { Hono } from 'hono';
+import type { Database } from '../store/connection.ts';
+import { fleetSummary } from '../store/mission-control.ts';
+import { lookupToken } from '../store/tokens.ts';
+import { clearSessionCookie, requirePrincipal, setSessionCookie } from './auth.ts';
+import type { McEnv } from './context.ts';
+import { changeFeed } from './feed.ts';
+import { sendPage } from './layout.ts';
+import { fleetContent, loginContent, messageContent } from './pages-admin.ts';
+import type { ChangeHub } from './sse-hub.ts';
+
+export function mountAdminRoutes(app: Hono<McEnv>, db: Database, hub: ChangeHub): void {
+  app.get('/login', (c) => sendPage(c, { title: 'Sign in', content: loginContent() }));
+
+  app.post('/login', async (c) => {
+    const form = await c.req.parseBody().catch(() => ({}) as Record<string, unknown>);
+    const token = typeof form.token === 'string' ? form.token.trim() : '';
+    const principal = await lookupToken(db.admin, token);
+    if (!principal) return sendPage(c, { title: 'Sign in', content: loginContent('That token is not valid.') }, 401);
+    setSessionCookie(c, token, principal.expiresAt);
+    return c.redirect(principal.kind === 'admin' ? '/fleet' : '/', 303);
+  });
+
+  app.post('/logout', (c) => {
+    clearSessionCookie(c);
+    return c.redirect('/login', 303);
+  });
+
+  const forbiddenPage = (c: Parameters<typeof sendPage>[0]) =>
+    sendPage(c, { title: 'Forbidden', content: messageContent('Forbidden', 'The fleet view needs an admin token.') }, 403);
+  const api = requirePrincipal(db.admin, { surface: 'api', need: 'admin' });
+  const pages = requirePrincipal(db.admin, { surface: 'html', need: 'admin', forbiddenPage });
+
+  app.get('/api/fleet', api, async (c) => c.json({ workspaces: await fleetSummary(db.admin) }));
+  app.get('/api/fleet/events', api, (c) => changeFeed(c, hub, null));
+  app.get('/fleet', pages, async (c) =>
+    sendPage(c, { title: 'Fleet', who: 'admin', live: { events: '/api/fleet/events' }, content: fleetContent(await fleetSummary(db.admin)) }),
+  );
+}

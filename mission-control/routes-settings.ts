@@ -1,0 +1,105 @@
+// Settings of the token's workspace: GET /settings (the page), its form POSTs, and the JSON
+// GET /api/settings and POST /api/models/:alias/test. Writes follow routes-actions.ts: a
+// read-only token gets 403; a cookie POST needs the CSRF token and the same origin. Keys are
+// named, never read into a page or an answer; a Test's error is redacted.
+import type { Hono } from 'hono';
+import type { Database } from '../store/connection.ts';
+import { modelProvider, upsertModelProvider } from '../store/workspace-config.ts';
+import { keyGrantOf } from '../store/grants.ts';
+import {
+  listHarnesses, listModelProviders, listRoutes, removeHarness, removeModelProvider, removeRoute, upsertHarness, upsertRoute,
+} from '../store/workspace-settings.ts';
+import { withWorkspace, type WorkspaceTx } from '../store/workspace.ts';
+import { redactString, registerSecretsFromEnv } from '../core/redact.ts';
+import type { Config } from '../core/config.ts';
+import { EchodoError } from '../core/errors.ts';
+import { parseKeyVarGlobs } from '../core/key-vars.ts';
+import { harnessInput, modelInput, routeInput, testModelProvider, type ModelTestResult } from '../operator/settings.ts';
+import { requirePrincipal, workspaceOf } from './auth.ts';
+import type { McContext, McEnv } from './context.ts';
+import { sendPage } from './layout.ts';
+import { isReadOnly, mayWrite, pageCsrfToken } from './routes-actions.ts';
+import { settingsContent, type SettingsView } from './pages-settings.ts';
+
+const lines = (v: unknown) => (typeof v === 'string' ? v.split(/[\n;]/).map((x) => x.trim()).filter(Boolean) : []);
+const str = (v: unknown) => (typeof v === 'string' ? v : undefined);
+
+export function mountSettingsRoutes(app: Hono<McEnv>, deps: { db: Database; config?: Partial<Config> }): void {
+  const { db } = deps;
+  const api = requirePrincipal(db.admin, { surface: 'api', need: 'workspace' });
+  const pages = requirePrincipal(db.admin, { surface: 'html', need: 'workspace' });
+  const globs = () => parseKeyVarGlobs(deps.config?.WORKER_PROVIDER_KEY_VARS);
+  const inWs = <T>(c: McContext, fn: (tx: WorkspaceTx) => Promise<T>) => withWorkspace(db.app, workspaceOf(c), fn);
+  const load = (c: McContext) =>
+    inWs(c, async (tx) => ({ models: await listModelProviders(tx), harnesses: await listHarnesses(tx), routes: await listRoutes(tx) }));
+  const view = (c: McContext) => {
+    const csrf = pageCsrfToken(c);
+    return csrf && !isReadOnly(c.get('principal')) ? { csrf } : undefined;
+  };
+  const render = async (c: McContext, notice?: SettingsView['notice'], status: 200 | 400 | 404 = 200) =>
+    sendPage(c, { title: 'Settings', who: `workspace ${workspaceOf(c)}`, content: settingsContent({ ...(await load(c)), notice }, view(c)) }, status);
+
+  /** The Test: the row is read in a transaction, the call is made after it (no connection waits on the network). */
+  async function test(c: McContext, alias: string): Promise<ModelTestResult | undefined> {
+    const found = await inWs(c, async (tx) => {
+      const row = await modelProvider(tx, alias);
+      return row && { row, keyGrant: row.api_key_env_var ? await keyGrantOf(tx, row.api_key_env_var) : undefined };
+    });
+    if (!found) return undefined;
+    const { row, keyGrant } = found;
+    registerSecretsFromEnv(process.env, row.api_key_env_var ? [row.api_key_env_var] : []);
+    return testModelProvider(row, { keyVarGlobs: globs(), keyGrant });
+  }
+
+  // ------------------------------------------------------------------ JSON
+  app.get('/api/settings', api, async (c) => {
+    const s = await load(c);
+    return c.json({
+      models: s.models.map((m) => ({ alias: m.alias, provider: m.provider, baseUrl: redactString(m.base_url), model: m.model, keyEnv: m.api_key_env_var })),
+      harnesses: s.harnesses.map((h) => ({ alias: h.alias, worktree: h.needs_worktree, allow: h.allowed_commands, writePrefixes: h.write_prefixes })),
+      routes: s.routes.map((r) => ({ role: r.role_id, harness: r.harness_alias })),
+    });
+  });
+
+  app.post('/api/models/:alias/test', api, mayWrite('api'), async (c) => {
+    const result = await test(c, c.req.param('alias'));
+    return result ? c.json({ alias: c.req.param('alias'), ...result }) : c.json({ error: 'not_found', message: 'model not found' }, 404);
+  });
+
+  // ------------------------------------------------------------------ pages
+  app.get('/settings', pages, (c) => render(c));
+
+  const onPost = async (c: McContext) => {
+    const { kind, name, verb } = c.req.param() as { kind: string; name?: string; verb?: string };
+    const form = (await c.req.parseBody()) as Record<string, unknown>;
+    try {
+      if (kind === 'models' && name && verb === 'test') {
+        const result = await test(c, name);
+        return render(c, result ? { alias: name, test: result } : { error: `no model ${name}` }, result ? 200 : 404);
+      }
+      if (!name) {
+        if (kind === 'models') {
+          const row = modelInput({ alias: str(form.alias), provider: str(form.provider), baseUrl: str(form.baseUrl), model: str(form.model), keyEnv: str(form.keyEnv) }, globs());
+          await inWs(c, (tx) => upsertModelProvider(tx, row, globs()));
+        } else if (kind === 'harnesses') {
+          const row = harnessInput({ alias: str(form.alias), worktree: form.worktree !== undefined, allow: lines(form.allow), writePrefix: lines(String(form.writePrefix ?? '').replaceAll(',', '\n')) });
+          await inWs(c, (tx) => upsertHarness(tx, row));
+        } else if (kind === 'routes') {
+          const route = routeInput({ role: str(form.role), harness: str(form.harness) });
+          await inWs(c, (tx) => upsertRoute(tx, route));
+        } else return render(c, { error: 'no such setting' }, 404);
+      } else if (verb === 'rm') {
+        const removed = await inWs(c, (tx) =>
+          kind === 'models' ? removeModelProvider(tx, name) : kind === 'harnesses' ? removeHarness(tx, name) : kind === 'routes' ? removeRoute(tx, name) : Promise.resolve(false),
+        );
+        if (!removed) return render(c, { error: `nothing to remove: ${kind} ${name}` }, 404);
+      } else return render(c, { error: 'no such action' }, 404);
+    } catch (err) {
+      if (err instanceof EchodoError) return render(c, { error: redactString(err.message) }, 400);
+      throw err;
+    }
+    return c.redirect('/settings', 303);
+  };
+  app.post('/settings/:kind', pages, mayWrite('html'), onPost);
+  app.post('/settings/:kind/:name/:verb', pages, mayWrite('html'), onPost);
+}

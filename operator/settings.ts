@@ -1,0 +1,119 @@
+// Validation of a workspace's settings (models, harnesses, routes) and the model Test: one
+// minimal call (a one-token completion, 10 s at most) that answers ok with its latency, or the
+// error, redacted. Shared by `npm run workspace` and the Settings page, so both refuse the same
+// input with the same reason.
+import { generateText } from 'ai';
+import type { HarnessRow, ModelProviderRow } from '../store/workspace-config.ts';
+import type { RouteRow } from '../store/workspace-settings.ts';
+import { redactString } from '../core/redact.ts';
+import { EchodoError, errorMessage } from '../core/errors.ts';
+import { assertKeyVarAllowed } from '../core/key-vars.ts';
+import { createOpenAICompatibleModel } from '../worker/models/openai-compatible.ts';
+import type { KeyGrant } from '../core/key-grants.ts';
+
+export const PROVIDER_KINDS = ['openai-compatible'] as const;
+export const MODEL_TEST_TIMEOUT_MS = 10_000;
+const NAME = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$/;
+
+/** A setting refused, with the reason (exit 2 on the command line, 400 on the Settings page). */
+export class SettingRefusedError extends EchodoError {
+  constructor(message: string) {
+    super('invalid_job', message);
+    this.name = 'SettingRefusedError';
+  }
+}
+
+function name(what: string, value: string | undefined): string {
+  if (!value || !NAME.test(value)) throw new SettingRefusedError(`${what}: ${JSON.stringify(value ?? '')} must be 1-200 letters, digits, '.', '_', ':' or '-'`);
+  return value;
+}
+
+export function modelInput(
+  input: { alias?: string; provider?: string; baseUrl?: string; model?: string; keyEnv?: string },
+  keyVarGlobs: readonly string[],
+): ModelProviderRow {
+  const alias = name('alias', input.alias);
+  if (alias.startsWith('replay')) throw new SettingRefusedError(`alias: "${alias}" would be read as a replay model`);
+  const provider = input.provider ?? 'openai-compatible';
+  if (!(PROVIDER_KINDS as readonly string[]).includes(provider)) {
+    throw new SettingRefusedError(`provider: unknown kind "${provider}" (known: ${PROVIDER_KINDS.join(', ')})`);
+  }
+  let url: URL;
+  try {
+    url = new URL(input.baseUrl ?? '');
+  } catch {
+    throw new SettingRefusedError(`base URL: ${JSON.stringify(redactString(input.baseUrl ?? ''))} is not a URL`);
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new SettingRefusedError(`base URL: must be http or https, not ${url.protocol}`);
+  if (url.username || url.password) throw new SettingRefusedError('base URL: must not carry credentials; name a key variable instead');
+  const model = input.model?.trim();
+  if (!model || model.length > 200) throw new SettingRefusedError('model: the provider\'s model name is required (at most 200 characters)');
+  const keyEnv = input.keyEnv?.trim() || null;
+  if (keyEnv && !/^[A-Za-z_][A-Za-z0-9_]*$/.test(keyEnv)) throw new SettingRefusedError(`key variable: ${JSON.stringify(keyEnv)} is not a variable name`);
+  try {
+    assertKeyVarAllowed(keyEnv, keyVarGlobs);
+  } catch (err) {
+    throw new SettingRefusedError(errorMessage(err));
+  }
+  return { alias, provider: 'openai-compatible', base_url: url.toString().replace(/\/$/, ''), model, api_key_env_var: keyEnv };
+}
+
+export function harnessInput(input: { alias?: string; worktree?: boolean; allow?: string[]; writePrefix?: string[] }): HarnessRow {
+  const alias = name('alias', input.alias);
+  const allowed = (input.allow ?? []).map((c) => c.trim()).filter(Boolean);
+  for (const c of allowed) if (c.length > 200 || /[\0\n]/.test(c)) throw new SettingRefusedError(`allowed command ${JSON.stringify(c.slice(0, 40))} is not one line of at most 200 characters`);
+  const prefixes = (input.writePrefix ?? []).map((p) => p.trim()).filter(Boolean);
+  for (const p of prefixes) {
+    if (p.startsWith('/') || p.split('/').includes('..') || /[\0\n]/.test(p)) throw new SettingRefusedError(`write prefix ${JSON.stringify(p)} must be a relative path inside the root`);
+  }
+  const needsWorktree = input.worktree ?? true;
+  if (!needsWorktree && allowed.length) {
+    // Without a worktree its commands would run in the repository root, whose every file they could write.
+    throw new SettingRefusedError('allowed commands: a harness without a worktree cannot run commands (no --allow with --no-worktree)');
+  }
+  return { alias, needs_worktree: needsWorktree, allowed_commands: allowed, write_prefixes: prefixes.length ? prefixes : null };
+}
+
+export function routeInput(input: { role?: string; harness?: string }): RouteRow {
+  return { role_id: name('role', input.role), harness_alias: name('harness', input.harness) };
+}
+
+export type ModelTestResult = { ok: true; latencyMs: number; model: string } | { ok: false; latencyMs: number; error: string };
+
+/** One minimal call to the provider: a one-token completion, MODEL_TEST_TIMEOUT_MS at most, no retries. */
+export async function testModelProvider(
+  row: ModelProviderRow,
+  options: { keyVarGlobs: readonly string[]; keyGrant?: KeyGrant; env?: NodeJS.ProcessEnv; timeoutMs?: number },
+): Promise<ModelTestResult> {
+  const started = performance.now();
+  const latency = () => Math.round(performance.now() - started);
+  try {
+    const model = createOpenAICompatibleModel({
+      baseURL: row.base_url, model: row.model, apiKeyEnvVar: row.api_key_env_var, env: options.env,
+      keyVarGlobs: options.keyVarGlobs, keyGrant: options.keyGrant,
+    });
+    await generateText({
+      model,
+      prompt: 'Reply with: ok',
+      maxOutputTokens: 1,
+      maxRetries: 0,
+      abortSignal: AbortSignal.timeout(options.timeoutMs ?? MODEL_TEST_TIMEOUT_MS),
+    });
+    return { ok: true, latencyMs: latency(), model: row.model };
+  } catch (err) {
+    const timedOut = (err as Error).name === 'TimeoutError' || (err as Error).name === 'AbortError';
+    const text = timedOut ? `no answer within ${(options.timeoutMs ?? MODEL_TEST_TIMEOUT_MS) / 1000} s` : describe(err);
+    return { ok: false, latencyMs: latency(), error: redactString(text).slice(0, 500) };
+  }
+}
+
+/** The error and its cause (a refused connection is in the cause of a fetch failure). */
+function describe(err: unknown): string {
+  const parts = [errorMessage(err)];
+  let cause = (err as { cause?: unknown }).cause;
+  for (let i = 0; cause && i < 3; i++) {
+    parts.push(errorMessage(cause));
+    cause = (cause as { cause?: unknown }).cause;
+  }
+  return parts.join(': ');
+}

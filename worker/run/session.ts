@@ -1,0 +1,236 @@
+// The agent tool loop of one run attempt. Its state is explicit: the step (tool rounds done,
+// across attempts), what the model has seen (the rounds in CheckpointState.history), and which
+// files changed (the tracker, drained into each checkpoint). After every Nth round a checkpoint.
+import { generateText, stepCountIs, tool, type LanguageModel, type StepResult, type ToolSet } from 'ai';
+import { EchodoError, errorMessage, LeaseLostError } from '../../core/errors.ts';
+
+const FATAL_IO_CODES = new Set(['ENOSPC', 'EDQUOT', 'EROFS', 'EIO']);
+import { faultPoint } from '../faults.ts';
+import type { Harness } from './harnesses.ts';
+import type { Lease } from './lease.ts';
+import type { Logger } from '../log.ts';
+import { recordToolCall, summarizeHistoryForPrompt, type ToolCallRecord } from '../checkpoints/history.ts';
+import type { CheckpointWriter } from '../checkpoints/writer.ts';
+import type { TouchTracker } from '../checkpoints/tracker.ts';
+import { TOOLS } from '../tools/index.ts';
+import type { ToolContext } from '../tools/context.ts';
+import type { RunCommandResult } from '../tools/run-command.ts';
+import { withTree } from '../tree/registry.ts';
+import type { CommandSandbox } from '../sandbox/index.ts';
+import { isTransientDbError } from '../../store/transient-retry.ts';
+
+export type SessionOutcome =
+  | { kind: 'finished'; text: string; reason: 'model_done' | 'step_budget' }
+  | { kind: 'stopped' } // SIGTERM: the round in flight finished and was checkpointed
+  | { kind: 'cancelled'; by: string } // an operator's cancel: the same stop, then the run ends
+  | { kind: 'lease_lost'; error: LeaseLostError };
+
+export interface SessionDeps {
+  model: LanguageModel;
+  harness: Harness;
+  root: string;
+  roleId: string;
+  brief: string;
+  rolePrompt?: string;
+  writer: CheckpointWriter;
+  tracker: TouchTracker;
+  lease: Lease;
+  maxSteps: number;
+  checkpointEvery: number;
+  commandTimeoutMs: number;
+  /** How run_command is confined (probed once per process: worker/sandbox). */
+  sandbox?: CommandSandbox;
+  /** The run's base commit (code harness): git arguments of run_command are vetted against it and HEAD. */
+  baseOid?: string | null;
+  /** Aborts on SIGTERM: the tool call in flight finishes, then the loop stops. */
+  shutdown: AbortSignal;
+  log: Logger;
+}
+
+export function buildSystemPrompt(d: Pick<SessionDeps, 'roleId' | 'harness' | 'rolePrompt'>, history: ToolCallRecord[], step: number): string {
+  const parts = [
+    d.rolePrompt ?? `You are the ${d.roleId} agent of an unattended software team.`,
+    `Work only with the tools you are given; paths are relative to the ${d.harness.needsWorktree ? 'worktree' : 'repository root'}.`,
+  ];
+  if (d.harness.writePrefixes) parts.push(`You may write only under: ${d.harness.writePrefixes.join(', ')}.`);
+  if (d.harness.allowedCommands) parts.push(`run_command accepts only: ${d.harness.allowedCommands.join('; ')}.`);
+  if (step > 0) {
+    parts.push(
+      `This run was interrupted and resumed from its last checkpoint after ${step} tool round(s). The files are as those rounds left them. What was done:`,
+      summarizeHistoryForPrompt(history),
+    );
+  }
+  return parts.join('\n');
+}
+
+/**
+ * What a command left behind, settled before anything reads it: setuid/setgid bits cleared (they
+ * would be root's on the host), its changes noted, and a nested repository named to the model
+ * (its files are not checkpointed: git would record it as a link to another repository).
+ */
+async function afterCommand(d: SessionDeps, output: RunCommandResult): Promise<RunCommandResult> {
+  await withTree(d.root, (tree) => tree.strip());
+  const nested = await d.tracker.crossCheckWithGit();
+  if (!nested.length) return output;
+  const finding = `${nested.map((p) => JSON.stringify(p)).join(', ')} ${nested.length > 1 ? 'are git repositories' : 'is a git repository'} of its own: not checkpointed; remove its .git folder to have its files recorded`;
+  return { ...output, note: output.note ? `${output.note}; ${finding}` : finding };
+}
+
+export async function runSession(d: SessionDeps): Promise<SessionOutcome> {
+  const state = d.writer.state;
+  const remaining = d.maxSteps - state.step;
+  if (remaining <= 0) return { kind: 'finished', text: '', reason: 'step_budget' };
+
+  const abort = new AbortController();
+  let halted: 'shutdown' | 'cancel' | 'lease' | 'fatal' | undefined;
+  let fatal: unknown;
+  let toolsInFlight = 0;
+  let roundsSinceCheckpoint = 0;
+
+  const halt = (why: 'lease' | 'fatal', reason: unknown) => {
+    halted ??= why;
+    fatal ??= reason;
+    abort.abort(reason ?? new Error(why));
+  };
+  /** A failed checkpoint or fencing check: a lost lease ends the attempt as such, anything else as fatal. */
+  const haltOn = (err: unknown) => halt(err instanceof LeaseLostError ? 'lease' : 'fatal', err);
+  const onLeaseLost = () => halt('lease', d.lease.lostSignal.reason);
+  const onShutdown = () => {
+    halted ??= 'shutdown';
+    // A model call is interrupted at once; a tool call in flight finishes and is checkpointed first.
+    if (toolsInFlight === 0) abort.abort(new Error('shutdown'));
+  };
+  // A cancel stops like SIGTERM (at the next tool boundary, after a checkpoint), but ends the run.
+  const onCancel = () => {
+    halted ??= 'cancel';
+    if (toolsInFlight === 0) abort.abort(new Error('cancelled'));
+  };
+  const stopping = () => halted === 'shutdown' || halted === 'cancel';
+  const stoppedOutcome = (): SessionOutcome =>
+    halted === 'cancel' ? { kind: 'cancelled', by: d.lease.cancelRequestedBy ?? 'unknown' } : { kind: 'stopped' };
+  d.lease.lostSignal.addEventListener('abort', onLeaseLost);
+  d.shutdown.addEventListener('abort', onShutdown);
+  d.lease.cancelSignal.addEventListener('abort', onCancel);
+  if (d.shutdown.aborted) onShutdown();
+  if (d.lease.cancelSignal.aborted) onCancel();
+
+  const ctx: ToolContext = {
+    root: d.root,
+    writePrefixes: d.harness.writePrefixes,
+    readScope: d.harness.needsWorktree ? 'all' : 'tracked',
+    allowedCommands: d.harness.allowedCommands,
+    harnessAlias: d.harness.alias,
+    commandTimeoutMs: d.commandTimeoutMs,
+    sandbox: d.sandbox,
+    baseOid: d.baseOid ?? null,
+    // Called by the writing tools right before they touch the tree: the epoch was checked in
+    // Postgres when the call began, so here only the local freshness (a pause since) is checked.
+    beforeTouch: async () => {
+      if (fatal) throw fatal;
+      d.lease.assertFresh();
+    },
+    onTouched: (paths) => paths.forEach((p) => d.tracker.note(p)),
+    signal: abort.signal,
+  };
+
+  const tools: ToolSet = {};
+  for (const def of TOOLS) {
+    if (def.name === 'run_command' && !d.harness.allowedCommands) continue;
+    tools[def.name] = tool({
+      description: def.description,
+      inputSchema: def.inputSchema,
+      execute: async (input: unknown) => {
+        if (fatal) throw fatal;
+        toolsInFlight++;
+        try {
+          if (fatal) throw fatal;
+          await d.lease.assertHeld(); // every tool call first checks the epoch
+          // The last checkpoint counted and its index is in step (both done while the model thought).
+          await d.writer.readyForTools().catch((err: unknown) => {
+            haltOn(err);
+            throw err;
+          });
+          faultPoint('before-tool-call'); // every checkpoint before this round has counted
+          const output = await def.execute(ctx, input as never);
+          if (def.name === 'run_command') return await afterCommand(d, output as RunCommandResult);
+          return output;
+        } catch (err) {
+          // A full or broken disk is not the model's mistake: stop the run rather than let it
+          // carry on over a half-written tree.
+          const code = (err as NodeJS.ErrnoException).code;
+          if (code && FATAL_IO_CODES.has(code)) {
+            halt('fatal', new EchodoError('io_failure', `${def.name} failed with ${code} (${errorMessage(err)}); the run stops at its last checkpoint`, { cause: err }));
+          } else if (isTransientDbError(err)) {
+            // The fencing check could not reach Postgres: stop here rather than tell the model.
+            halt('fatal', err);
+          }
+          throw err;
+        } finally {
+          toolsInFlight--;
+        }
+      },
+    });
+  }
+
+  const onStepFinish = async (step: StepResult<ToolSet>) => {
+    const calls = step.content.filter((p) => p.type === 'tool-result' || p.type === 'tool-error');
+    if (!calls.length || fatal) return;
+    const round = state.step + 1;
+    for (const part of calls) {
+      state.history.push(
+        part.type === 'tool-result'
+          ? recordToolCall({ round, tool: part.toolName, input: part.input, output: part.output })
+          : recordToolCall({ round, tool: part.toolName, input: part.input, error: errorMessage(part.error) }),
+      );
+    }
+    state.step = round;
+    roundsSinceCheckpoint++;
+    d.log.info({ step: round, tools: calls.map((c) => c.toolName) }, 'tool round done');
+    // The SDK swallows errors thrown here, so failures are caught and turned into a halt.
+    try {
+      if (roundsSinceCheckpoint >= d.checkpointEvery || stopping()) {
+        await d.writer.write();
+        roundsSinceCheckpoint = 0;
+        // With the remote the checkpoint counts behind the next model call: a refused push or a
+        // lost fence stops the run as soon as it is known, not at the next tool call.
+        d.writer.readyForTools().catch(haltOn);
+      }
+    } catch (err) {
+      haltOn(err);
+    }
+  };
+
+  try {
+    const result = await generateText({
+      model: d.model,
+      system: buildSystemPrompt(d, state.history, state.step),
+      prompt: d.brief,
+      tools,
+      stopWhen: [stepCountIs(remaining), () => halted !== undefined],
+      abortSignal: abort.signal,
+      maxRetries: 2,
+      onStepFinish,
+    });
+    if (fatal) throw fatal;
+    // Rounds after the last Nth-round checkpoint are checkpointed before the run completes.
+    if (roundsSinceCheckpoint > 0) await d.writer.write();
+    await d.writer.settleNotes();
+    if (stopping()) return stoppedOutcome();
+    const lastHadTools = result.steps.at(-1)?.toolCalls.length ?? 0;
+    return { kind: 'finished', text: result.text, reason: lastHadTools > 0 ? 'step_budget' : 'model_done' };
+  } catch (err) {
+    const cause = fatal ?? err;
+    if (cause instanceof LeaseLostError) return { kind: 'lease_lost', error: cause };
+    if (stopping()) {
+      if (roundsSinceCheckpoint > 0) await d.writer.write();
+      await d.writer.settleNotes();
+      return stoppedOutcome();
+    }
+    throw cause;
+  } finally {
+    await d.writer.quiesce();
+    d.lease.lostSignal.removeEventListener('abort', onLeaseLost);
+    d.shutdown.removeEventListener('abort', onShutdown);
+    d.lease.cancelSignal.removeEventListener('abort', onCancel);
+  }
+}
