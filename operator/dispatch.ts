@@ -1,7 +1,7 @@
 // Dispatch: record the run in Postgres first (status 'queued'), then ring the queue's doorbell.
 // A job is never lost once dispatch returns: the row exists even if the enqueue is lost, and
 // the stall detector re-enqueues runs queued for too long. A job naming an existing run is a
-// re-dispatch, decided by worker/run/redispatch.ts (the same decision the queue consumers make).
+// re-dispatch, decided by worker/run/admission.ts (the same decision the queue consumers make).
 import { randomUUID } from 'node:crypto';
 import type { Database } from '../store/connection.ts';
 import { getRun, workspaceExists } from '../store/runs.ts';
@@ -11,7 +11,7 @@ import { EchodoError } from '../core/errors.ts';
 import { faultPoint } from '../worker/faults.ts';
 import { parseJob, type Job } from '../core/job.ts';
 import type { JobQueue } from '../worker/queue/types.ts';
-import { admitJob, type Admission } from '../worker/run/redispatch.ts';
+import { admitJob, admitRacing, type Admission } from '../worker/run/admission.ts';
 import { assertRepoGranted, repoNeedingGrant } from '../worker/run/repo-access.ts';
 
 export interface DispatchResult {
@@ -21,19 +21,9 @@ export interface DispatchResult {
   outcome: 'recorded' | 'served' | 'redispatched';
 }
 
-const UNIQUE_VIOLATION = '23505';
-
-/**
- * One admission transaction; a unique violation (the same new run recorded concurrently by
- * another entry) is answered by deciding again, now that the run exists.
- */
-export async function admitInWorkspace<T>(db: Database, workspaceId: string, fn: (tx: WorkspaceTx) => Promise<T>): Promise<T> {
-  try {
-    return await withWorkspace(db.app, workspaceId, fn);
-  } catch (err) {
-    if ((err as { code?: string }).code !== UNIQUE_VIOLATION) throw err;
-    return withWorkspace(db.app, workspaceId, fn);
-  }
+/** One admission transaction in the workspace (decided again after a race: worker/run/admission.ts). */
+function admitInWorkspace<T>(db: Database, workspaceId: string, fn: (tx: WorkspaceTx) => Promise<T>): Promise<T> {
+  return admitRacing(() => withWorkspace(db.app, workspaceId, fn));
 }
 
 /** A refused admission as an error: `action_refused` (dispatch exits 3), its message one line. */

@@ -11,6 +11,7 @@ import { GitError, runGit } from '../git/run-git.ts';
 import { redactString } from '../../core/redact.ts';
 import { withFileLock } from '../../core/file-lock.ts';
 import { fastImport } from './git/fast-import.ts';
+import type { CheckpointRow } from '../../store/checkpoints.ts';
 
 export interface CheckpointNote {
   workspaceId: string;
@@ -21,6 +22,41 @@ export interface CheckpointNote {
   prevHash: string | null;
   branch: string | null;
   files: { path: string; sha256: string | null }[];
+  /** The run's summary at this checkpoint (rows of the delta format): its tree and manifest. */
+  treeOid?: string | null;
+  manifestDigest?: string;
+  manifestCount?: number;
+}
+
+/** The one way a note is made: paths and hashes only, never a file's content. */
+export function checkpointNote(n: Omit<CheckpointNote, 'files'> & { files: { path: string; sha256: string | null }[] }): CheckpointNote {
+  const note: CheckpointNote = {
+    workspaceId: n.workspaceId,
+    agentRunId: n.agentRunId,
+    checkpointSeq: n.checkpointSeq,
+    step: n.step,
+    hash: n.hash,
+    prevHash: n.prevHash,
+    branch: n.branch,
+    files: n.files.map((f) => ({ path: f.path, sha256: f.sha256 })),
+  };
+  if (n.treeOid !== undefined) Object.assign(note, { treeOid: n.treeOid, manifestDigest: n.manifestDigest, manifestCount: n.manifestCount });
+  return note;
+}
+
+/** The note of a stored checkpoint row (rewriting a lost note, mirroring to the remote). */
+export function noteOfRow(row: CheckpointRow): CheckpointNote {
+  return checkpointNote({
+    workspaceId: row.workspace_id,
+    agentRunId: row.agent_run_id,
+    checkpointSeq: row.checkpoint_seq,
+    step: row.step,
+    hash: row.hash,
+    prevHash: row.prev_hash,
+    branch: row.branch,
+    files: row.files_touched,
+    ...(row.payload_format === 3 ? { treeOid: row.tree_oid, manifestDigest: row.manifest_digest!, manifestCount: row.manifest_count! } : {}),
+  });
 }
 
 const queues = new Map<string, Promise<unknown>>();

@@ -8,7 +8,7 @@ import type { RunRow } from '../../store/runs.ts';
 import { EchodoError } from '../../core/errors.ts';
 import { runGit } from '../git/run-git.ts';
 import type { Logger } from '../log.ts';
-import { writeCheckpointNotes } from './notes.ts';
+import { noteOfRow, writeCheckpointNotes } from './notes.ts';
 import { inspectRun, UNREPAIRABLE, type Finding, type PrefetchedStatus } from './verify.ts';
 import { prepareWorktree, type PreparedWorktree } from '../worktrees/worktree.ts';
 
@@ -17,20 +17,6 @@ export interface ResumeReport {
   findings: Finding[];
   repairs: string[];
   worktree: PreparedWorktree | null;
-}
-
-export function noteForRow(row: CheckpointRow) {
-  return {
-    workspaceId: row.workspace_id,
-    agentRunId: row.agent_run_id,
-    checkpointSeq: row.checkpoint_seq,
-    step: row.step,
-    hash: row.hash,
-    prevHash: row.prev_hash,
-    branch: row.branch,
-    files: row.files_touched.map((f) => ({ path: f.path, sha256: f.sha256 })),
-    ...(row.payload_format === 3 ? { treeOid: row.tree_oid, manifestDigest: row.manifest_digest, manifestCount: row.manifest_count } : {}),
-  };
 }
 
 export async function verifyAndRepair(args: {
@@ -122,7 +108,7 @@ export async function verifyAndRepair(args: {
   if (inspection.notesToRewrite.length) {
     const rows = chain.filter((row) => row.commit_oid && inspection.notesToRewrite.includes(row.checkpoint_seq));
     try {
-      await writeCheckpointNotes(worktree.path, args.notesRef, rows.map((row) => ({ commitOid: row.commit_oid!, note: noteForRow(row) })));
+      await writeCheckpointNotes(worktree.path, args.notesRef, rows.map((row) => ({ commitOid: row.commit_oid!, note: noteOfRow(row) })));
       report.repairs.push(`rewrote the git note(s) of checkpoint(s) ${inspection.notesToRewrite.join(', ')} from Postgres`);
     } catch (err) {
       // The mirror never blocks the run: integrity-check keeps reporting it until a later write succeeds.

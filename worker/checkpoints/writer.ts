@@ -29,7 +29,7 @@ import { commitTouchedPaths, describeFiles, type ContentCommit } from './content
 import { checkpointHash, DELTA_FORMAT, ManifestDigest, type CheckpointPayload, type FileTouched } from '../../core/checkpoint-hash.ts';
 import { boundHistory, type ToolCallRecord } from './history.ts';
 import type { CheckpointState } from './state.ts';
-import { writeCheckpointNotes, type NoteWrite } from './notes.ts';
+import { checkpointNote, writeCheckpointNotes, type NoteWrite } from './notes.ts';
 import { ObjectPacker } from './git/packing.ts';
 import type { RemotePusher } from '../remote/push.ts';
 import { redactString } from '../../core/redact.ts';
@@ -238,7 +238,7 @@ export class CheckpointWriter {
 
     if (tree.git && commitOid) {
       // The note: this checkpoint's files and the run's summary (tree, manifest digest).
-      const note = {
+      const note = checkpointNote({
         workspaceId: run.workspaceId,
         agentRunId: run.agentRunId,
         checkpointSeq: seq,
@@ -246,11 +246,11 @@ export class CheckpointWriter {
         hash,
         prevHash,
         branch: tree.git.branch,
-        files: changed.map((f) => ({ path: f.path, sha256: f.sha256 })),
+        files: changed,
         treeOid: payload.treeOid,
         manifestDigest: payload.manifestDigest,
         manifestCount: digest.count,
-      };
+      });
       this.pendingNotes.push({ commitOid, note });
       this.mirroring = this.mirroring
         .then(() => this.flushNotes())

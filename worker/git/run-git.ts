@@ -252,7 +252,8 @@ export function routeGitThrough(r: GitRouter): void {
 /** Subcommands that never read the worktree; run in the common git dir (the network ones must). */
 const OUTSIDE_TREE = new Set(['push', 'fetch', 'clone', 'ls-remote', 'fast-import']);
 
-function subcommand(argv: string[]): string | undefined {
+/** The subcommand of a git argv (past `-c k=v` and `-C dir`). */
+export function gitSubcommand(argv: string[]): string | undefined {
   for (let i = 0; i < argv.length; i++) {
     if (argv[i] === '-c' || argv[i] === '-C') i++;
     else if (!argv[i]!.startsWith('-')) return argv[i];
@@ -264,7 +265,7 @@ function subcommand(argv: string[]): string | undefined {
 function placeOf(cwd: string, argv: string[]): [string | undefined, string] {
   const root = router?.claims(cwd);
   if (!root) return [undefined, cwd];
-  if (OUTSIDE_TREE.has(subcommand(argv) ?? '')) return [undefined, commonDirOnDisk(cwd) ?? cwd];
+  if (OUTSIDE_TREE.has(gitSubcommand(argv) ?? '')) return [undefined, commonDirOnDisk(cwd) ?? cwd];
   return [root, cwd];
 }
 

@@ -15,7 +15,7 @@ import type { Logger } from '../log.ts';
 import { notedCommits, writeCheckpointNotes } from '../checkpoints/notes.ts';
 import { fetchBase, fetchRun, runNotesRef } from './push.ts';
 import { readStandby } from './standby.ts';
-import { noteForRow } from '../checkpoints/resume.ts';
+import { noteOfRow } from '../checkpoints/notes.ts';
 import { worktreePathFor } from '../worktrees/worktree.ts';
 
 export interface RemoteResume {
@@ -217,7 +217,7 @@ export async function mirrorNotesLocally(cwd: string, notesRef: string, chain: C
   try {
     const noted = await notedCommits(cwd, notesRef);
     const rows = chain.filter((row) => row.commit_oid && !noted.has(row.commit_oid));
-    if (rows.length) await writeCheckpointNotes(cwd, notesRef, rows.map((row) => ({ commitOid: row.commit_oid!, note: noteForRow(row) })));
+    if (rows.length) await writeCheckpointNotes(cwd, notesRef, rows.map((row) => ({ commitOid: row.commit_oid!, note: noteOfRow(row) })));
   } catch (err) {
     log.warn({ error: (err as Error).message }, 'could not mirror the run\'s notes under the local notes ref; continuing');
   }

@@ -8,7 +8,7 @@ import { EchodoError } from '../../core/errors.ts';
 import { redactString } from '../../core/redact.ts';
 import type { CheckpointRow } from '../../store/checkpoints.ts';
 import { gitErrorDetail, runGit } from '../git/run-git.ts';
-import { noteForRow } from '../checkpoints/resume.ts';
+import { noteOfRow } from '../checkpoints/notes.ts';
 import { lsRemote, push } from './push.ts';
 
 /** A pruned run's refs could not be updated on the remote: its rows stay, the next prune retries. */
@@ -31,7 +31,7 @@ export async function remoteRefs(cwd: string, remote: string, names: string[]): 
  * the truth; the same JSON the writer mirrors). Written into the local object store only; no ref.
  */
 async function keptNotesCommit(repoPath: string, row: CheckpointRow): Promise<string> {
-  const body = redactString(JSON.stringify(noteForRow(row)));
+  const body = redactString(JSON.stringify(noteOfRow(row)));
   const blob = (await runGit(repoPath, ['hash-object', '-w', '--stdin'], { input: body })).stdout.trim();
   const tree = (await runGit(repoPath, ['mktree'], { input: `100644 blob ${blob}\t${row.commit_oid}\n` })).stdout.trim();
   const message = `echodo: notes of checkpoint ${row.checkpoint_seq} kept by prune; earlier checkpoints' notes dropped`;

@@ -8,7 +8,7 @@ import { EchodoError } from '../../core/errors.ts';
 import { redactString } from '../../core/redact.ts';
 import type { CheckpointRow } from '../../store/checkpoints.ts';
 import { gitErrorDetail, runGit } from '../git/run-git.ts';
-import type { CheckpointNote } from '../checkpoints/notes.ts';
+import { noteOfRow, type CheckpointNote } from '../checkpoints/notes.ts';
 import { lsRemote, runNotesRef, runRemoteGit } from './push.ts';
 
 export type RemoteFindingKind =
@@ -53,13 +53,7 @@ function claims(n: Pick<CheckpointNote, 'workspaceId' | 'agentRunId' | 'checkpoi
 }
 
 function rowClaims(row: CheckpointRow): string {
-  return claims({
-    workspaceId: row.workspace_id,
-    agentRunId: row.agent_run_id,
-    checkpointSeq: row.checkpoint_seq,
-    hash: row.hash,
-    files: row.files_touched.map((f) => ({ path: f.path, sha256: f.sha256 })),
-  });
+  return claims(noteOfRow(row));
 }
 
 

@@ -155,3 +155,18 @@ export async function admitJob(
     }
   }
 }
+
+const UNIQUE_VIOLATION = '23505';
+
+/**
+ * One admission transaction, decided again once when another entry recorded the same new run
+ * meanwhile (a unique violation): the second decision sees the run and serves or re-dispatches it.
+ */
+export async function admitRacing<T>(admit: () => Promise<T>): Promise<T> {
+  try {
+    return await admit();
+  } catch (err) {
+    if ((err as { code?: string }).code !== UNIQUE_VIOLATION) throw err;
+    return admit();
+  }
+}

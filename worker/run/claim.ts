@@ -1,6 +1,6 @@
 // A queue message, from taken to claimed (or answered): every message ends served, refused and
 // acknowledged, dead-lettered with a reason, or handed back for a retry after a transient error.
-// The decision is worker/run/redispatch.ts's, the same as dispatch's; here the taker claims the run
+// The decision is worker/run/admission.ts's, the same as dispatch's; here the taker claims the run
 // in the same transaction, so no second worker can slip in between.
 import type { Database } from '../../store/connection.ts';
 import { isTransientDbError } from '../../store/transient-retry.ts';
@@ -12,14 +12,12 @@ import { faultPoint } from '../faults.ts';
 import type { Job } from '../../core/job.ts';
 import type { Logger } from '../log.ts';
 import type { Delivery } from '../queue/types.ts';
-import { admitJob, type Admission } from './redispatch.ts';
+import { admitJob, admitRacing, type Admission } from './admission.ts';
 
 export type Admitted =
   | { kind: 'claimed'; run: RunRow; outcome: 'recorded' | 'served' | 'redispatched' }
   | { kind: 'dead'; reason: string }
   | { kind: 'skipped' };
-
-const UNIQUE_VIOLATION = '23505';
 
 /**
  * Admits and claims the run of a delivered job. A transient database error (after the store's
@@ -45,11 +43,7 @@ export async function admitDelivery(
   let admitted: Awaited<ReturnType<typeof admitAndClaim>>;
   try {
     if (!(await scoped(workspaceExists))) return { kind: 'dead', reason: `workspace "${job.workspaceId}" does not exist` };
-    // A unique violation: the same new run recorded meanwhile by another delivery; decide again.
-    admitted = await admitAndClaim().catch((err: unknown) => {
-      if ((err as { code?: string }).code === UNIQUE_VIOLATION) return admitAndClaim();
-      throw err;
-    });
+    admitted = await admitRacing(admitAndClaim);
   } catch (err) {
     if (isTransientDbError(err)) {
       await delivery.release?.().catch(() => {}); // if Redis is down too, orphan recovery returns it

@@ -28,7 +28,7 @@ import { loadResumeChain } from '../checkpoints/resume-chain.ts';
 import { stateFromChain } from '../checkpoints/state.ts';
 import { CheckpointWriter } from '../checkpoints/writer.ts';
 import { checkRecordedBranch, prefetchStatus, prepareTree } from './prepare-tree.ts';
-import { admitDelivery } from './admit.ts';
+import { admitDelivery } from './claim.ts';
 import { runSession } from './session.ts';
 import { acquireTree } from '../tree/registry.ts';
 import { sandboxFor, sandboxOptionsFromConfig } from '../sandbox/index.ts';
@@ -57,7 +57,7 @@ export async function processDelivery(deps: JobDeps, delivery: Delivery): Promis
   // A job pushed straight on the queue by an orchestrator is redacted like a dispatched one.
   const job = { ...parsed.job, brief: redactString(parsed.job.brief) };
   const scoped = inWorkspace(db.app, job.workspaceId, log);
-  // New run, served, re-dispatched or refused: one decision (worker/run/redispatch.ts), claimed at once.
+  // New run, served, re-dispatched or refused: one decision (worker/run/admission.ts), claimed at once.
   const admitted = await admitDelivery(deps, delivery, job, parsed.agentRunIdGiven);
   if (admitted.kind === 'dead') return deadLetter(deps, delivery, admitted.reason, job);
   if (admitted.kind === 'skipped') return 'skipped';

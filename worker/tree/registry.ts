@@ -8,7 +8,8 @@
 // same server runs unconfined, so there is one implementation of every operation either way.
 import { realpathSync } from 'node:fs';
 import path from 'node:path';
-import { routeGitThrough, type GitResult } from '../git/run-git.ts';
+import { gitSubcommand, routeGitThrough, type GitResult } from '../git/run-git.ts';
+import { hydrateFor } from './hydrate.ts';
 import { INSIDE_RG, SERVER_FILE } from './mounts.ts';
 import { TreeProcess, type TreeSandbox } from './process.ts';
 
@@ -55,6 +56,7 @@ function confinedRootOf(cwd: string): string | undefined {
 }
 
 async function runGitInTree(root: string, cwd: string, argv: string[], input: string | Buffer | undefined, env: Record<string, string>, timeoutMs?: number): Promise<GitResult> {
+  await hydrateFor(root, argv, gitSubcommand(argv));
   const lease = await acquireTree(root);
   try {
     const r = await lease.tree.run(['git', '-c', 'safe.directory=*', ...argv], { env, input, timeoutMs, cwd });
