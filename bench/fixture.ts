@@ -6,7 +6,7 @@ import path from 'node:path';
 import { claimRun, recordRun, setRunWorkspace, type RunRow } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { stateFromRow } from '../worker/checkpoints/state.ts';
-import { CheckpointWriter, type RunIdentity } from '../worker/checkpoints/writer.ts';
+import { checkpointWriterFor, type CheckpointWriter, type RunIdentity } from '../worker/checkpoints/writer.ts';
 import { recordToolCall } from '../worker/checkpoints/history.ts';
 import { TouchTracker } from '../worker/checkpoints/tracker.ts';
 import { parseJob, type Job } from '../core/job.ts';
@@ -80,15 +80,14 @@ export async function createRunFixture(env: BenchEnv, repo: string, options: { h
   for (let r = 1; r <= (options.historyRounds ?? env.config.WORKER_CHECKPOINT_HISTORY_LIMIT); r++) state.history.push(historyRecord(r, [`src/earlier-${r}.ts`]));
   state.step = state.history.length;
   const identity: RunIdentity = { workspaceId: run.workspace_id, agentRunId: run.id, convoyId: run.convoy_id, briefId: run.brief_id, attempt: run.attempt };
-  const writer = new CheckpointWriter(
+  const writer = checkpointWriterFor(
+    env.config,
     {
       sql: env.db.app,
       run: identity,
       lease,
       tree: { root: wt.path, git: { branch: wt.branch, worktreePath: wt.path } },
       tracker,
-      notesRef: env.config.WORKER_NOTES_REF,
-      historyLimit: env.config.WORKER_CHECKPOINT_HISTORY_LIMIT,
       leaseMs: BENCH_LEASE_MS,
       log: silentLog,
     },

@@ -1,7 +1,7 @@
 // A size's remote setup, and the run's checkpoint writer with that remote, as a worker builds it:
 // shared by the many-hosts benches (remote.ts, remote-resume.ts).
 import { parseConfig } from '../core/config.ts';
-import { CheckpointWriter } from '../worker/checkpoints/writer.ts';
+import { checkpointWriterFor, type CheckpointWriter } from '../worker/checkpoints/writer.ts';
 import { RemotePusher, runNotesRef } from '../worker/remote/push.ts';
 import type { BenchEnv } from './env.ts';
 import { silentLog, type RunFixture } from './fixture.ts';
@@ -29,15 +29,14 @@ export function remoteWriter(env: BenchEnv, f: RunFixture, url: string, onPush?:
     pusher.pushCheckpoint = (oid) => onPush(() => push(oid));
   }
   const config = parseConfig({ ...env.childEnv, LOG_LEVEL: 'silent' });
-  return new CheckpointWriter(
+  return checkpointWriterFor(
+    config,
     {
       sql: env.db.app,
       run: f.identity,
       lease: f.lease,
       tree: { root: f.worktree, git: { branch: f.branch, worktreePath: f.worktree } },
       tracker: f.tracker,
-      notesRef: config.WORKER_NOTES_REF,
-      historyLimit: config.WORKER_CHECKPOINT_HISTORY_LIMIT,
       leaseMs: 3_600_000,
       log: silentLog,
       remote: { pusher, notesRef },

@@ -14,7 +14,7 @@ import { writeCheckpointNotes } from '../worker/checkpoints/notes.ts';
 import { TouchTracker } from '../worker/checkpoints/tracker.ts';
 import { inspectRun } from '../worker/checkpoints/verify.ts';
 import { stateFromChain } from '../worker/checkpoints/state.ts';
-import { CheckpointWriter } from '../worker/checkpoints/writer.ts';
+import { checkpointWriterFor } from '../worker/checkpoints/writer.ts';
 import { Lease } from '../worker/run/lease.ts';
 import { verifyAndRepair } from '../worker/checkpoints/resume.ts';
 import { checkpointChain, runManifest } from '../store/checkpoints.ts';
@@ -134,7 +134,8 @@ test('a run checkpointed in the old cumulative format resumes after migration 00
   const lease = new Lease(su, WS, runId, 1, { heartbeatMs: 1000, leaseMs: 3_600_000, log: silentLog });
   const tracker = new TouchTracker(worktree);
   const identity = { workspaceId: WS, agentRunId: runId, convoyId: 'c1', briefId: 'b1', attempt: 1 };
-  const writer = new CheckpointWriter({ sql: su, run: identity, lease, tree: { root: worktree, git: { branch, worktreePath: worktree } }, tracker, notesRef: NOTES_REF, historyLimit: 50, leaseMs: 3_600_000, log: silentLog }, state);
+  const limits = { WORKER_NOTES_REF: NOTES_REF, WORKER_CHECKPOINT_HISTORY_LIMIT: 50, WORKER_LEASE_MS: 3_600_000 };
+  const writer = checkpointWriterFor(limits, { sql: su, run: identity, lease, tree: { root: worktree, git: { branch, worktreePath: worktree } }, tracker, log: silentLog }, state);
   for (let seq = 7; seq <= 8; seq++) {
     await writeFile(path.join(worktree, 'src/a.ts'), `export const a = ${seq};\n`);
     tracker.note('src/a.ts');

@@ -12,7 +12,7 @@ import type { Database } from '../../store/connection.ts';
 import { claimRun, recordRun, setRunWorkspace, type RunRow } from '../../store/runs.ts';
 import { withWorkspace } from '../../store/workspace.ts';
 import { stateFromChain, type CheckpointState } from '../../worker/checkpoints/state.ts';
-import { CheckpointWriter, type RunIdentity } from '../../worker/checkpoints/writer.ts';
+import { checkpointWriterFor, type CheckpointWriter, type RunIdentity } from '../../worker/checkpoints/writer.ts';
 import { recordToolCall } from '../../worker/checkpoints/history.ts';
 import { TouchTracker } from '../../worker/checkpoints/tracker.ts';
 import { notedCommits } from '../../worker/checkpoints/notes.ts';
@@ -69,15 +69,14 @@ function remoteFor(o: DriveOptions, identity: RunIdentity, lease: Lease, wt: { p
 }
 
 function writerFor(o: DriveOptions, identity: RunIdentity, lease: Lease, tracker: TouchTracker, wt: { path: string; branch: string }, state: CheckpointState) {
-  return new CheckpointWriter(
+  return checkpointWriterFor(
+    o.config,
     {
       sql: o.sql ?? o.db.app,
       run: identity,
       lease,
       tree: { root: wt.path, git: { branch: wt.branch, worktreePath: wt.path } },
       tracker,
-      notesRef: o.config.WORKER_NOTES_REF,
-      historyLimit: o.config.WORKER_CHECKPOINT_HISTORY_LIMIT,
       leaseMs: LEASE_MS,
       log: silentLog,
       packEvery: o.packEvery,

@@ -18,6 +18,7 @@
 // fixed-size summary (tree oid, manifest digest), so a checkpoint costs the same at seq 2,000
 // as at seq 10. What a writer starts from (a new run's or a resumed one's state): state.ts.
 import type { Sql } from 'postgres';
+import type { Config } from '../../core/config.ts';
 import { appendCheckpoint, checkpointAt, runManifest, type NewCheckpoint } from '../../store/checkpoints.ts';
 import { retryTransient } from '../../store/transient-retry.ts';
 import { withWorkspace } from '../../store/workspace.ts';
@@ -56,6 +57,22 @@ export interface WorkingTree {
   root: string;
   /** Set for the code harness: the worktree is committed. Null for doc-writer: hashes only. */
   git: { branch: string; worktreePath: string } | null;
+}
+
+type WriterDeps = ConstructorParameters<typeof CheckpointWriter>[0];
+
+/**
+ * The one way a run's writer is built (a run attempt, the benches and the tests alike): the notes
+ * ref, the history bound and the lease come from the configuration.
+ */
+export function checkpointWriterFor(
+  config: Pick<Config, 'WORKER_NOTES_REF' | 'WORKER_CHECKPOINT_HISTORY_LIMIT' | 'WORKER_LEASE_MS'>,
+  deps: Omit<WriterDeps, 'notesRef' | 'historyLimit' | 'leaseMs'> & { leaseMs?: number },
+  state: CheckpointState,
+): CheckpointWriter {
+  const { leaseMs, ...rest } = deps;
+  const notes = { notesRef: config.WORKER_NOTES_REF, historyLimit: config.WORKER_CHECKPOINT_HISTORY_LIMIT };
+  return new CheckpointWriter({ ...rest, ...notes, leaseMs: leaseMs ?? config.WORKER_LEASE_MS }, state);
 }
 
 export class CheckpointWriter {

@@ -26,7 +26,7 @@ import { redactString, registerSecretsFromEnv } from '../../core/redact.ts';
 import { TouchTracker } from '../checkpoints/tracker.ts';
 import { loadResumeChain } from '../checkpoints/resume-chain.ts';
 import { stateFromChain } from '../checkpoints/state.ts';
-import { CheckpointWriter } from '../checkpoints/writer.ts';
+import { checkpointWriterFor } from '../checkpoints/writer.ts';
 import { checkRecordedBranch, prefetchStatus, prepareTree } from './prepare-tree.ts';
 import { admitDelivery } from './claim.ts';
 import { runSession } from './session.ts';
@@ -182,10 +182,8 @@ async function executeRun(
           }),
         }
       : undefined;
-    const writer = new CheckpointWriter(
-      { sql: db.app, run: { workspaceId: run.workspace_id, agentRunId: run.id, convoyId: run.convoy_id, briefId: run.brief_id, attempt: run.attempt }, lease, tree, tracker, notesRef: config.WORKER_NOTES_REF, historyLimit: config.WORKER_CHECKPOINT_HISTORY_LIMIT, leaseMs: config.WORKER_LEASE_MS, log, remote },
-      state,
-    );
+    const identity = { workspaceId: run.workspace_id, agentRunId: run.id, convoyId: run.convoy_id, briefId: run.brief_id, attempt: run.attempt };
+    const writer = checkpointWriterFor(config, { sql: db.app, run: identity, lease, tree, tracker, log, remote }, state);
     // Notes a resume rewrote from Postgres (the latest one a kill kept off the remote) go out now;
     // not when they were all just fetched from it.
     if (remote && resuming && !notesOnRemote) await remote.pusher.pushNotes();
