@@ -1,4 +1,4 @@
-// Benchmark 7 (issue 14): one long run. `checkpoints` checkpoints on a `files`-file repository,
+// Benchmark 7: one long run. `checkpoints` checkpoints on a `files`-file repository,
 // `changed` files rewritten per round (spread over the repo, a new set every round, so the
 // manifest grows), through the real CheckpointWriter (commit via fast-import, row + manifest
 // upsert, note, pack roll-up). Reported: time per checkpoint around seq 1, 100, 1,000, 2,000

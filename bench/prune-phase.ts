@@ -1,4 +1,4 @@
-// The long run's prune phase (issue 14, "pruning gives the disk back"): the finished run is
+// The long run's prune phase: the finished run is
 // completed, then pruned through the real code path (operator/prune.ts, what `npm run prune` runs),
 // and the bytes are measured at each step of giving them back:
 //  - Postgres (worker_checkpoints + checkpoint_manifest + checkpoint_anchors: table, TOAST,

@@ -1,4 +1,4 @@
-// The many-hosts benchmark's figures (issue 13, bench/remote.ts), its targets and its table.
+// The many-hosts benchmark's figures, its targets and its table.
 // Kept apart from results.ts, which only registers them.
 import type { Summary } from './stats.ts';
 

@@ -1,4 +1,4 @@
-// Benchmark 7 (issue 13, many hosts): what WORKER_CHECKPOINT_REMOTE costs a checkpoint, and what a
+// Benchmark 7: what WORKER_CHECKPOINT_REMOTE costs a checkpoint, and what a
 // resume on another host costs next to cloning. The remote is a bare repository served on
 // 127.0.0.1, never a file path: by a real `git daemon` (git://, the default), or with
 // --remote-transport=http by git's smart HTTP (`git http-backend` behind a loopback HTTP server:

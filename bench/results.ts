@@ -109,9 +109,9 @@ export interface BenchResults {
   missionControl: MissionControlFigure[];
   missionControlRatio: number | null;
   throughput: ThroughputResult[];
-  /** Issue 13's many-hosts bench (checkpoint remote, cross-host resume), when it ran. */
+  /** The many-hosts bench (checkpoint remote, cross-host resume), when it ran. */
   remote?: RemoteFigure[];
-  /** Issue 14's long run (with its prune phase), when it ran. */
+  /** The long run (with its prune phase), when it ran. */
   longRun?: LongRunResult;
   /** Recovery from a Postgres outage (bench/outage.ts), when it ran. */
   outage?: OutageFigure;

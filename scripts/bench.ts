@@ -102,7 +102,7 @@ const plan = quick
   ? { sizes: [1_000, 10_000], touches: [1, 10], samples: 5, remoteResumeSamples: 5, mcRows: [10_000, 100_000], workers: [1, 2], rounds: 10, runsPerWorker: 1, longRun: { files: 1_000, checkpoints: 200, changed: 10 } }
   : { sizes: [1_000, 10_000, 50_000], touches: [1, 10, 100], samples: 30, remoteResumeSamples: 10, mcRows: [10_000, 100_000, 1_000_000], workers: [1, 2, 4], rounds: 50, runsPerWorker: 2, longRun: { files: 10_000, checkpoints: 2_000, changed: 10 } };
 
-// Issue 14's repository sizes, for the checkpoint, integrity and resume benches: the plan's and
+// The repository sizes, for the checkpoint, integrity and resume benches: the plan's and
 // 250k files (where Cline users report 20 s per checkpoint), with fewer samples there (one
 // `git status` is ~0.5 s, one clone a minute). --sizes=1000,10000 picks some.
 // --remote-transport=http: the many-hosts bench serves its remotes over git's smart HTTP instead of git://.
@@ -292,7 +292,7 @@ try {
   }
 
   await settle();
-  // Issue 13, many hosts (bench/remote.ts): after resume, for the same reason (its clones).
+  // Many hosts (bench/remote.ts): after resume, for the same reason (its clones).
   const remoteSizes = (sizesList ? repoSizes : plan.sizes).filter((n) => n <= 50_000);
   const remotePlan = { ...plan, sizes: remoteSizes, transport: remoteTransport };
   const remote = only.has('remote') ? await measureRemote(env, remotePlan, s, log, since) : undefined;

@@ -1,4 +1,4 @@
-// Bad input, one table-driven suite (issue 7 §1). A real worker on the Redis queue is fed the
+// Bad input, one table-driven suite. A real worker on the Redis queue is fed the
 // corpus of test/fixtures/bad-input/: raw messages that are not jobs, jobs failing the schema in
 // each field, jobs naming things that do not exist, and a model whose tool calls are all bad.
 // The same job table runs on the Postgres queue too, as hand-inserted rows (what cannot be

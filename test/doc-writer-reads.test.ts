@@ -1,4 +1,4 @@
-// Issue 10, reproduction 6: the doc-writer works in the repo root, where ECHODO_HOME (`.echodo/`,
+// The doc-writer works in the repo root, where ECHODO_HOME (`.echodo/`,
 // ignored by git) holds the embedded database's credentials. It reads only what git tracks and its
 // own write prefixes; read_file and grep of anything else are refused or find nothing.
 import assert from 'node:assert/strict';

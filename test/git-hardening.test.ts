@@ -1,4 +1,4 @@
-// Issue 10: the git the worker itself runs (worktree add, checkpoint commits, notes, resume
+// The git the worker itself runs (worktree add, checkpoint commits, notes, resume
 // verification and repair) runs none of the repository's programs: hooks (reference-transaction
 // on update-ref and fast-import, post-checkout, post-index-change …), an fsmonitor hook, filter
 // drivers and diff drivers from .git/config + .gitattributes. Each of them, planted in the repo,

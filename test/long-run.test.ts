@@ -1,4 +1,4 @@
-// A 500-checkpoint run (issue 14): each checkpoint stores what changed, not everything so far.
+// A 500-checkpoint run: each checkpoint stores what changed, not everything so far.
 // Driven through the real CheckpointWriter (real Postgres, real git worktree, notes, packing);
 // resume at the end goes through the real verification (verifyAndRepair / integrity-check).
 import assert from 'node:assert/strict';
@@ -18,7 +18,7 @@ import { createTestDatabase, superuserSql, type TestDatabase } from '../testbed/
 import { git, makeRepo } from './support/git.ts';
 import { looseObjects, silentLog, startDrivenRun, treeManifest, type DrivenRun } from './support/checkpoint-run.ts';
 
-// 500 as issue 14 asks; LONG_RUN_CHECKPOINTS (at least 60) shortens it for a quick local look.
+// 500; LONG_RUN_CHECKPOINTS (at least 60) shortens it for a quick local look.
 const CHECKPOINTS = Math.max(60, Number(process.env.LONG_RUN_CHECKPOINTS ?? 500));
 const PACK_EVERY = 16;
 let t: TestDatabase;

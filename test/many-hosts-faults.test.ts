@@ -1,4 +1,4 @@
-// The kill harness across hosts (issue 13): a worker on host A SIGKILLs itself at a named fault point
+// The kill harness across hosts: a worker on host A SIGKILLs itself at a named fault point
 // around the checkpoint push (before the push; after the push, before the row; after the row, before
 // its note), at the first, a middle and the last checkpoint, and the run resumes on host B (its own
 // clone, 20 commits behind the run's base; its own worktree base and WORKER_HOST_ID; the same

@@ -1,4 +1,4 @@
-// Many hosts under load (issue 13): 3 hosts × 2 real worker processes (each host its own clone as
+// Many hosts under load: 3 hosts × 2 real worker processes (each host its own clone as
 // WORKER_REPO_ROOT, its own WORKER_WORKTREE_BASE and WORKER_HOST_ID), one bare remote behind a real
 // `git daemon`, one Postgres (and its queue), the stall detector running as its own process, and a
 // worker on a random host SIGKILLed every few seconds and replaced. Every run completes; its seqs are

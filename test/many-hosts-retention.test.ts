@@ -1,4 +1,4 @@
-// Many hosts (issue 13), the checkpoint remote checked and pruned: `integrity-check --remote`
+// Many hosts, the checkpoint remote checked and pruned: `integrity-check --remote`
 // compares every row with the commit and the note on the remote, and `prune` prunes a run's refs
 // there too. A bare remote behind a real `git daemon` on 127.0.0.1; a host's own clone as
 // WORKER_REPO_ROOT; real workers, real Postgres, the real CLIs as child processes.

@@ -1,4 +1,4 @@
-// Many hosts (issue 13): two "hosts" on this machine (separate clones as WORKER_REPO_ROOT,
+// Many hosts: two "hosts" on this machine (separate clones as WORKER_REPO_ROOT,
 // separate worktree bases, distinct WORKER_HOST_IDs) and one bare remote served by a real
 // `git daemon` on 127.0.0.1. A worker on host A is SIGKILLed mid-brief; a worker on host B
 // resumes the run by fetching its checkpoints from the remote (never cloning) and finishes it.

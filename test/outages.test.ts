@@ -1,4 +1,4 @@
-// Outages with a worker under way (issue 7 §2): Postgres restarted and its connections killed,
+// Outages with a worker under way: Postgres restarted and its connections killed,
 // Redis restarted, the notes ref locked by another git process, a full disk. The worker retries
 // transient errors with backoff, carries on, and loses or duplicates no checkpoint; what it
 // cannot carry on through fails the run with a clear reason and leaves the worktree intact.

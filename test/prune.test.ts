@@ -1,4 +1,4 @@
-// Retention (issue 7 §4): `npm run prune -- --older-than 30d [--dry-run]` deletes the checkpoint
+// Retention: `npm run prune -- --older-than 30d [--dry-run]` deletes the checkpoint
 // rows of runs finished before the cutoff except each run's last, stores an anchor that keeps the
 // hash chain verifiable, and removes their worktrees unless one has uncommitted changes. Running
 // and queued runs, and runs finished recently, are left alone. With

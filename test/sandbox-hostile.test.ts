@@ -1,4 +1,4 @@
-// The hostile corpus (issue 10, reproduction 1): repository scripts run by `npm test` in a real worker
+// The hostile corpus: repository scripts run by `npm test` in a real worker
 // run driven by the replay model, each trying one escape from the bubblewrap sandbox. For each: what
 // the script got (its RESULT line in the checkpoint's tool history), that the run went on, and at the
 // end that the run completed, its last checkpoint is intact (integrity-check) and no planted secret

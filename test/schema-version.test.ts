@@ -1,4 +1,4 @@
-// Schema newer than the code (issue 7 §2): a database migrated by a newer echodo-worker may hold
+// Schema newer than the code: a database migrated by a newer echodo-worker may hold
 // data this code would misread, so every process that opens it refuses to start, exits non-zero,
 // and says why in one line naming the version, without a stack trace.
 import assert from 'node:assert/strict';

@@ -1,4 +1,4 @@
-// Issue 10, reproductions 4 and 5, end to end: two workspaces sharing one repository, a real
+// End to end: two workspaces sharing one repository, a real
 // worker process, real git. Workspace `other` tries what the issue did against workspace `demo`:
 // the same brief id and run-id prefix (and then the very same run id), baseRef set to demo's
 // branch, and `git diff` of demo's branch, of the notes ref and of a raw id of demo's commit.

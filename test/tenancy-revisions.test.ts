@@ -1,4 +1,4 @@
-// Issue 10, reproduction 5: with only `git diff` allowed, a run read another workspace's notes
+// With only `git diff` allowed, a run read another workspace's notes
 // (`git diff HEAD refs/notes/echodo-checkpoints`) and another run's source (`git diff HEAD
 // echodo/<their-branch>`). run_command now lets git arguments name only the run's own history.
 // Real git: one repository, the victim's branch with a secret commit and a note, the attacker's

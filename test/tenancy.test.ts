@@ -1,4 +1,4 @@
-// Issue 10, reproduction 4 (the Postgres side): run ids were a global primary key, so a job of
+// Run ids were a global primary key, so a job of
 // workspace `other` naming a run id of workspace `demo` got a constraint error confirming the
 // id existed. Run ids are now unique per workspace (migration 005), and branch ownership is
 // answered only as "yours" or "taken". Real Postgres; the migration is also run over old rows.

@@ -1,4 +1,4 @@
-// Issue 15: a worker killed inside `git worktree add` must not break later runs. Every half-made
+// A worker killed inside `git worktree add` must not break later runs. Every half-made
 // state git can leave is planted next to a healthy worktree of another run; new runs, the resume
 // of the damaged run, SIGKILLs at the worktree fault points and four workers racing on one
 // repository must all end in completed runs, and the healthy worktree must not be touched.

@@ -1,4 +1,4 @@
-// Issue 15: four workers making worktrees on one repository at once (worktree creation and the
+// Four workers making worktrees on one repository at once (worktree creation and the
 // repair of half-made admin folders are serialized per repository by core/file-lock.ts), one
 // of them SIGKILLed at a random instant: every run completes, every admin folder is complete.
 import assert from 'node:assert/strict';

@@ -1,4 +1,4 @@
-// Many "hosts" on this machine (issue 13): each a clone of one bare remote served by a real
+// Many "hosts" on this machine: each a clone of one bare remote served by a real
 // `git daemon` on 127.0.0.1 (its WORKER_REPO_ROOT), its own WORKER_WORKTREE_BASE and WORKER_HOST_ID;
 // one Postgres for all (the scenario's). And the checks every many-host test makes of a finished
 // run against the remote: every row's commit reachable from the run's branch there, every note there.

@@ -1,4 +1,4 @@
-// The re-dispatch matrix (issue 11) through one entry: the dispatch CLI, a raw job RPUSHed on
+// The re-dispatch matrix through one entry: the dispatch CLI, a raw job RPUSHed on
 // Redis by an outside orchestrator, or dispatchJob on the Postgres queue. Real worker processes
 // put runs in each state (killed mid-brief, failed by an injected ENOSPC, released by SIGTERM,
 // running, completed, cancelled); the entry then names each run again, and every run must end

@@ -1,6 +1,6 @@
 // Admission of a job, and re-dispatch: the one place that decides what a job naming an existing
 // run does. Used by dispatch (CLI and dispatchJob), by both queues' consumers (processDelivery)
-// and by the operator's Retry (retryRun in operator/dispatch.ts). The matrix (issue 11):
+// and by the operator's Retry (retryRun in operator/dispatch.ts). The matrix:
 //   queued                               → served once (nothing new)
 //   running, lease live                  → refused: a duplicate delivery
 //   running, lease expired; failed;      → re-dispatched as the stall detector does it (attempt + 1,
