@@ -30,7 +30,7 @@ export interface RemoteFigure {
   /** checkpointOn.median / checkpointOff.median */
   checkpointRatio: number;
   rounds: number;
-  /** How the timed cross-host resumes ended (processDelivery's result). */
+  /** How the timed cross-host resumes ended (executeDelivery's result). */
   outcomes: Record<string, number>;
   /**
    * Host B, an older clone that has been up while host A held the run: its warm spare worktree and

@@ -2,7 +2,7 @@
 // Host A (bench/remote.ts's repository) runs ROUNDS rounds, each checkpointed through the real
 // CheckpointWriter with the remote, so every checkpoint commit and the run's notes ref are on the
 // remote. Then the run is "crashed" (requeued as the stall detector does, recorded on host-a) and
-// host B takes it with the real run-job code (processDelivery, in this process): host B has its
+// host B takes it with the real run code (worker/run/execute.ts) (executeDelivery, in this process): host B has its
 // own older clone of the repository (made before the run: main, not the run's branch) and an
 // empty worktree base, so it must fetch the run's branch and notes from the remote, add the
 // worktree at the checkpoint commit and verify it. The clock starts at the claim (the delivery's
@@ -31,7 +31,7 @@ import { fetchRun, objectStoreBytes, runNotesRef } from '../worker/remote/push.t
 import { runGit } from '../worker/git/run-git.ts';
 import type { Logger } from '../worker/log.ts';
 import type { Delivery, JobQueue } from '../worker/queue/types.ts';
-import { processDelivery } from '../worker/run/execute.ts';
+import { executeDelivery } from '../worker/run/execute.ts';
 import { sandboxFor, sandboxOptionsFromConfig } from '../worker/sandbox/index.ts';
 import { RemoteStandby } from '../worker/remote/standby.ts';
 import { makeSpareWorktree } from '../worker/worktrees/spare-keeper.ts';
@@ -163,7 +163,7 @@ export async function measureCrossHostResume(env: BenchEnv, setup: RemoteSetup, 
     let timer: NodeJS.Timeout | undefined;
     try {
       let result = await Promise.race([
-        processDelivery({ config, db: env.db, queue: noQueue, workerId: `bench-host-b-${process.pid}`, log, shutdown: new AbortController().signal }, delivery).catch((err) => `threw: ${(err as Error).message.slice(0, 160)}`),
+        executeDelivery({ config, db: env.db, queue: noQueue, workerId: `bench-host-b-${process.pid}`, log, shutdown: new AbortController().signal }, delivery).catch((err) => `threw: ${(err as Error).message.slice(0, 160)}`),
         new Promise<string>((resolve) => (timer = setTimeout(() => resolve('hung (no result in 180 s)'), 180_000))),
       ]);
       if (uncaught) result = `process would have crashed: ${(uncaught as Error).message?.slice(0, 120) ?? String(uncaught)}`;

@@ -1,7 +1,7 @@
 // Benchmark 3: resume versus starting over.
 // Resume: a run checkpointed after ROUNDS tool rounds, then "crashed" (requeued as the stall
 // detector does: attempt + 1, resumeFromCheckpoint). The real worker code (worker/run/execute.ts
-// processDelivery, in this process) takes it; the clock starts when the claim has committed
+// executeDelivery, in this process) takes it; the clock starts when the claim has committed
 // (the delivery's ack, which run-job calls right after claimRun) and stops when the first
 // resumed tool call touches the worktree (inotify sees write_file's temp file appear).
 // Everything between is the product's resume: chain load, verification (worktree, git status,
@@ -24,7 +24,7 @@ import { runGit } from '../worker/git/run-git.ts';
 import type { Job } from '../core/job.ts';
 import type { Logger } from '../worker/log.ts';
 import type { Delivery, JobQueue } from '../worker/queue/types.ts';
-import { processDelivery } from '../worker/run/execute.ts';
+import { executeDelivery } from '../worker/run/execute.ts';
 import type { BenchEnv } from './env.ts';
 import { createRunFixture, silentLog } from './fixture.ts';
 import { fileContent, spreadPaths } from './repos.ts';
@@ -45,7 +45,7 @@ const noQueue: JobQueue = {
 export interface ResumeResult {
   files: number;
   rounds: number;
-  /** How the timed resumes ended (processDelivery's result), e.g. { completed: 30, lease_lost: 1 }. */
+  /** How the timed resumes ended (executeDelivery's result), e.g. { completed: 30, lease_lost: 1 }. */
   outcomes: Record<string, number>;
   /** The worker's log lines of one traced resume, in ms after the claim. */
   timeline: { msAfterClaim: number; msg: string }[];
@@ -127,7 +127,7 @@ export async function measureResume(env: BenchEnv, repo: string, files: number, 
     await runGit(f.worktree, ['clean', '-fdq']);
   };
 
-  /** One resume of the crashed run by the real run-job code; ms from claim to first tool call. */
+  /** One resume of the crashed run by the real run code (worker/run/execute.ts); ms from claim to first tool call. */
   const resumeOnce = async (log: Logger = silentLog): Promise<{ ms: number | null; result: string; claimedAt: number }> => {
     const [{ job }] = (await env.su<{ job: Job }[]>`select job from agent_runs where id = ${f.run.id}`) as unknown as [{ job: Job }];
     let claimedAt = 0;
@@ -152,7 +152,7 @@ export async function measureResume(env: BenchEnv, repo: string, files: number, 
     let timer: NodeJS.Timeout | undefined;
     try {
       let result = await Promise.race([
-        processDelivery({ config, db: env.db, queue: noQueue, workerId: `bench-resume-${process.pid}`, log, shutdown: new AbortController().signal }, delivery).catch((err) => `threw: ${(err as Error).message.slice(0, 120)}`),
+        executeDelivery({ config, db: env.db, queue: noQueue, workerId: `bench-resume-${process.pid}`, log, shutdown: new AbortController().signal }, delivery).catch((err) => `threw: ${(err as Error).message.slice(0, 120)}`),
         new Promise<string>((resolve) => (timer = setTimeout(() => resolve('hung (no result in 120 s)'), 120_000))),
       ]);
       if (uncaught) result = `process would have crashed: ${(uncaught as Error).message?.slice(0, 120) ?? String(uncaught)}`;

@@ -12,7 +12,7 @@ import { OutageWatch, waitForDatabase } from './db-wait.ts';
 import type { Logger } from './log.ts';
 import type { JobQueue } from './queue/types.ts';
 import { dropStandby, RemoteStandby } from './remote/standby.ts';
-import { processDelivery, type JobResult } from './run/execute.ts';
+import { executeDelivery, type JobResult } from './run/execute.ts';
 import { makeSpareWorktree, removeSpareWorktrees, SpareKeeper } from './worktrees/spare-keeper.ts';
 
 /** A spare taken by a run is made again this long after: not while the run starts its first round. */
@@ -111,7 +111,7 @@ export class WorkerDaemon {
       this.state = 'running';
       let result: JobResult;
       try {
-        result = await processDelivery({ ...this.deps, shutdown: this.shutdown.signal }, delivery);
+        result = await executeDelivery({ ...this.deps, shutdown: this.shutdown.signal }, delivery);
       } catch (err) {
         if (await this.waitIfUnreachable(err)) continue;
         // Outside any claimed run (e.g. the database unreachable while recording): the job stays

@@ -1,5 +1,5 @@
 // Admission of a job, and re-dispatch: the one place that decides what a job naming an existing
-// run does. Used by dispatch (CLI and dispatchJob), by both queues' consumers (processDelivery)
+// run does. Used by dispatch (CLI and dispatchJob), by both queues' consumers (executeDelivery)
 // and by the operator's Retry (retryRun in operator/dispatch.ts). The matrix:
 //   queued                               → served once (nothing new)
 //   running, lease live                  → refused: a duplicate delivery

@@ -49,7 +49,7 @@ export interface JobDeps {
   shutdown: AbortSignal;
 }
 
-export async function processDelivery(deps: JobDeps, delivery: Delivery): Promise<JobResult> {
+export async function executeDelivery(deps: JobDeps, delivery: Delivery): Promise<JobResult> {
   const { db, log } = deps;
   faultPoint('after-take');
   const parsed = parseRawJob(delivery.raw);
