@@ -181,7 +181,9 @@ export function evaluateTargets(r: Omit<BenchResults, 'targets'>): Target[] {
     const w = r.wholeCost;
     targets.push({
       name: 'whole cost of checkpointing',
-      goal: `a ${w.rounds}-round run at ${w.files} files, a checkpoint every round, start to finish: its cost ≤ ${w.target} × bare git add + git commit + INSERT per round`,
+      goal:
+        `a ${w.rounds}-round run at ${w.files} files, a checkpoint every round, start to finish: its cost ` +
+        `≤ ${w.target} × bare git add + git commit + INSERT per round`,
       measured: `${ms(w.cost.ours.median)} ms vs ${ms(w.cost.floor.median)} ms = ${x(w.ratio)}`,
       met: w.met,
     });
@@ -277,7 +279,8 @@ export { ratio };
 function renderWholeCost(w: WholeCostResult): string {
   const phases = Object.entries(w.phases).map(([p, v]) => `${p} ${ms(v.median)}`).join(', ');
   return [
-    `### Whole cost of checkpointing (${w.rounds} rounds at ${w.files} files, ${w.changed} changed a round; ms, median / p99 of ${w.repetitions})`,
+    `### Whole cost of checkpointing (${w.rounds} rounds at ${w.files} files, ${w.changed} changed a round; ` +
+      `ms, median / p99 of ${w.repetitions})`,
     table(
       ['run', 'start to finish', 'cost over no checkpoint'],
       [

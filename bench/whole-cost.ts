@@ -1,15 +1,16 @@
 // The whole cost of checkpointing a run, start to finish: a run of `rounds` rounds, `changed`
 // files rewritten a round (a new spread of the repository every round), three ways on the same
-// repository, in the same process, their order rotated every repetition:
+// repository, in the same process:
 //  - none: the rounds' writes only (what any run costs);
 //  - ours: the same rounds through the real CheckpointWriter, a checkpoint every round, the tree
 //    process confined and held as a run attempt holds it, including the work behind the round
-//    (index, notes, packing: each awaited where the next round or checkpoint awaits it) and the
-//    end-of-run settle;
+//    (index, notes, packing), all of it awaited within the round, and the end-of-run settle;
 //  - floor: the same rounds in a second worktree of the repository, each followed by a bare
 //    `git add <paths>` + `git commit` + one INSERT of the change's payload.
-// The cost of checkpointing is each run minus `none`; the ratio is ours over the floor's. ours is
-// split into phases (summed over the run) to show where its time goes.
+// The three take turns round by round (their order rotated), so a load swing on a shared machine
+// falls on all three alike; each one's run is the sum of its rounds. The cost of checkpointing is
+// each run minus `none`; the ratio is ours over the floor's. ours is split into phases (summed
+// over the run) to show where its time goes.
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { writeFile } from 'node:fs/promises';
@@ -20,7 +21,7 @@ import { createRunFixture, type RunFixture } from './fixture.ts';
 import { fileContent, filePath } from './repos.ts';
 import { ratio, round, summarize, type Summary } from './stats.ts';
 
-const PHASES = ['writes', 'behindIndex', 'behindMirror', 'inRound', 'settle'] as const;
+const PHASES = ['writes', 'inRound', 'behindIndex', 'behindMirror', 'behindPack', 'settle'] as const;
 type Phase = (typeof PHASES)[number];
 type Variant = 'none' | 'ours' | 'floor';
 
@@ -41,8 +42,8 @@ export interface WholeCostResult {
   phases: Record<Phase, Summary>;
 }
 
-/** The writer's note mirror (private there): awaited as the next checkpoint awaits it. */
-type WithMirror = { mirroring: Promise<void> };
+/** The writer's note mirror and its packer's roll-up (private there): the work behind a round. */
+type Behind = { mirroring: Promise<void>; packer?: { running: Promise<void> } };
 
 /** A new spread of `changed` files every round, walking the repository (as the long run does). */
 const roundPaths = (files: number, changed: number, r: number) =>
@@ -51,7 +52,14 @@ const roundPaths = (files: number, changed: number, r: number) =>
 /** What the round's row would hold: a many-file round's tool call and each file's sha256. */
 function roundPayload(r: number, paths: string[], contents: string[]) {
   return {
-    tool_history: [{ round: r, tool: 'run_command', input: { command: 'npm run lint -- --fix' }, output: { exitCode: 0, stdout: `fixed ${paths.length} files\n`.repeat(20) } }],
+    tool_history: [
+      {
+        round: r,
+        tool: 'run_command',
+        input: { command: 'npm run lint -- --fix' },
+        output: { exitCode: 0, stdout: `fixed ${paths.length} files\n`.repeat(20) },
+      },
+    ],
     files_touched: paths.map((p, i) => ({ path: p, sha256: createHash('sha256').update(contents[i]!).digest('hex') })),
   };
 }
@@ -63,7 +71,10 @@ function git(cwd: string, args: string[]): Promise<void> {
     let err = '';
     child.stderr.on('data', (d: Buffer) => (err += d.toString('utf8')));
     child.on('error', reject);
-    child.on('close', (code) => (code === 0 ? resolve() : reject(new Error(`git ${args[0]}: exit ${code}: ${err.slice(0, 300)}`))));
+    child.on('close', (code) => {
+      if (code === 0) resolve();
+      else reject(new Error(`git ${args[0]}: exit ${code}: ${err.slice(0, 300)}`));
+    });
   });
 }
 
@@ -75,42 +86,53 @@ async function writeRound(dir: string, paths: string[], r: number): Promise<stri
   return contents;
 }
 
-async function runNone(dir: string, o: Plan): Promise<number> {
-  const start = performance.now();
-  for (let r = 1; r <= o.rounds; r++) await writeRound(dir, roundPaths(o.files, o.changed, r), -r);
-  return performance.now() - start;
+/** One variant's run, a round at a time; `finish` is its end-of-run work (timed as part of it). */
+interface Runner {
+  round(r: number): Promise<void>;
+  finish(): Promise<void>;
 }
 
-async function runFloor(env: BenchEnv, dir: string, o: Plan): Promise<number> {
-  const start = performance.now();
-  for (let r = 1; r <= o.rounds; r++) {
-    const paths = roundPaths(o.files, o.changed, r);
-    const contents = await writeRound(dir, paths, r);
-    await git(dir, ['add', '--', ...paths]);
-    await git(dir, ['commit', '-q', '-m', `round ${r}`]);
-    const value = roundPayload(r, paths, contents);
-    await env.su.begin((tx) => tx`insert into bench_floor_insert (payload) values (${tx.json(value as never)})`);
-  }
-  return performance.now() - start;
+function noneRunner(dir: string, o: Plan): Runner {
+  return {
+    round: async (r) => void (await writeRound(dir, roundPaths(o.files, o.changed, r), r)),
+    finish: async () => {},
+  };
 }
 
-async function runOurs(f: RunFixture, o: Plan, phases: Record<Phase, number>): Promise<number> {
-  const mirror = f.writer as unknown as WithMirror;
+function floorRunner(env: BenchEnv, dir: string, o: Plan): Runner {
+  return {
+    async round(r) {
+      const paths = roundPaths(o.files, o.changed, r);
+      const contents = await writeRound(dir, paths, r);
+      await git(dir, ['add', '--', ...paths]);
+      await git(dir, ['commit', '-q', '-m', `round ${r}`]);
+      const value = roundPayload(r, paths, contents);
+      await env.su.begin((tx) => tx`insert into bench_floor_insert (payload) values (${tx.json(value as never)})`);
+    },
+    finish: async () => {},
+  };
+}
+
+/** The writer's rounds; what it leaves behind a round is awaited in that round: it overlaps no other turn. */
+function oursRunner(f: RunFixture, o: Plan, phases: Record<Phase, number>): Runner {
+  const behind = f.writer as unknown as Behind;
   const lap = async (phase: Phase, fn: () => Promise<unknown>) => {
     const t = performance.now();
     await fn();
     phases[phase] += performance.now() - t;
   };
-  const start = performance.now();
-  for (let r = 1; r <= o.rounds; r++) {
-    // What the round's first tool call and the next checkpoint wait for, in the order they wait.
-    await lap('behindIndex', () => f.writer.readyForTools());
-    await lap('behindMirror', () => mirror.mirroring);
-    await lap('writes', () => f.playRound(roundPaths(o.files, o.changed, r)));
-    await lap('inRound', () => f.writer.write());
-  }
-  await lap('settle', () => f.writer.settleNotes());
-  return performance.now() - start;
+  return {
+    async round(r) {
+      await lap('writes', () => f.playRound(roundPaths(o.files, o.changed, r)));
+      await lap('inRound', () => f.writer.write());
+      // What the next round's first tool call and the next checkpoint would wait for.
+      await lap('behindIndex', () => f.writer.readyForTools());
+      await lap('behindMirror', () => behind.mirroring);
+      // A roll-up runs on its own, awaited by nobody but the settle: here, so it overlaps no other turn.
+      await lap('behindPack', async () => behind.packer?.running);
+    },
+    finish: () => lap('settle', () => f.writer.settleNotes()),
+  };
 }
 
 interface Plan {
@@ -136,14 +158,24 @@ export async function measureWholeCost(
   for (let rep = 0; rep <= o.repetitions; rep++) {
     const f = await createRunFixture(env, repo, { historyRounds: 0 });
     const floor = await createFloorWorktree(env, repo, `whole-${rep}`);
-    const took = {} as Record<Variant, number>;
     const laps = Object.fromEntries(PHASES.map((p) => [p, 0])) as Record<Phase, number>;
-    for (const variant of order.map((_, i) => order[(i + rep) % order.length]!)) {
-      await settle();
-      if (variant === 'none') took.none = await runNone(floor.path, o);
-      else if (variant === 'ours') took.ours = await runOurs(f, o, laps);
-      else took.floor = await runFloor(env, floor.path, o);
+    const runners: Record<Variant, Runner> = {
+      none: noneRunner(floor.path, o),
+      ours: oursRunner(f, o, laps),
+      floor: floorRunner(env, floor.path, o),
+    };
+    const took: Record<Variant, number> = { none: 0, ours: 0, floor: 0 };
+    const timed = async (v: Variant, fn: () => Promise<void>) => {
+      const t = performance.now();
+      await fn();
+      took[v] += performance.now() - t;
+    };
+    await settle();
+    for (let r = 1; r <= o.rounds; r++) {
+      const turns = order.map((_, i) => order[(i + r + rep) % order.length]!);
+      for (const v of turns) await timed(v, () => runners[v].round(r));
     }
+    for (const v of order) await timed(v, () => runners[v].finish());
     f.tree.release();
     if (rep === 0) continue;
     for (const v of order) times[v].push(took[v]);
@@ -151,7 +183,8 @@ export async function measureWholeCost(
     cost.floor.push(took.floor - took.none);
     for (const p of PHASES) phases[p].push(laps[p]);
     const parts = PHASES.map((p) => `${p} ${laps[p].toFixed(0)}`).join(', ');
-    log(`  whole cost ${rep}/${o.repetitions}: ours ${took.ours.toFixed(0)} ms (${parts}), floor ${took.floor.toFixed(0)} ms, none ${took.none.toFixed(0)} ms`);
+    const [ours, floorMs, none] = [took.ours, took.floor, took.none].map((t) => t.toFixed(0));
+    log(`  whole cost ${rep}/${o.repetitions}: ours ${ours} ms (${parts}), floor ${floorMs} ms, none ${none} ms`);
   }
   const oursCost = summarize(cost.ours);
   const floorCost = summarize(cost.floor);

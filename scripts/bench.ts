@@ -26,7 +26,10 @@ import { command } from './cli.ts';
 
 const PROFILE_PARTS = ['load', 'verifyChain', 'statusV2', 'notesBatch', 'hashFiles'] as const;
 const GIT_PARTS = ['updateIndex', 'writeTree', 'commitTree', 'updateRef', 'noteCommonDir', 'noteRefLookup'] as const;
-const BENCHES = ['checkpoint', 'integrity', 'resume', 'peers', 'throughput', 'mission-control', 'long-run', 'remote', 'outage', 'whole-cost'] as const;
+const BENCHES = [
+  'checkpoint', 'integrity', 'resume', 'peers', 'throughput', 'mission-control', 'long-run', 'remote', 'outage',
+  'whole-cost',
+] as const;
 type BenchName = (typeof BENCHES)[number];
 
 const { values: args, fail } = command({
@@ -327,8 +330,10 @@ try {
     // A fresh run's rounds at 10k files (the steady state's size), through the real writer, settle included.
     const files = 10_000;
     const repetitions = quick ? 3 : Math.min(plan.samples, 9);
-    wholeCost = await measureWholeCost(env, await freshRepo(files, 'whole-cost'), { files, rounds: 40, changed: 10, repetitions }, settle, log);
-    log(`whole cost: ours ${wholeCost.cost.ours.median.toFixed(0)} ms vs floor ${wholeCost.cost.floor.median.toFixed(0)} ms = ${wholeCost.ratio}× (${since()})`);
+    const repo = await freshRepo(files, 'whole-cost');
+    wholeCost = await measureWholeCost(env, repo, { files, rounds: 40, changed: 10, repetitions }, settle, log);
+    const [ours, floor] = [wholeCost.cost.ours, wholeCost.cost.floor].map((c) => c.median.toFixed(0));
+    log(`whole cost: ours ${ours} ms vs floor ${floor} ms = ${wholeCost.ratio}× (${since()})`);
   }
 
   const mcRatio = missionControl.length > 1 ? ratio(missionControl.at(-1)!.convoyDetail.median, missionControl[0]!.convoyDetail.median) : null;
