@@ -5,8 +5,10 @@
 //  - ours: the same rounds through the real CheckpointWriter, a checkpoint every round, the tree
 //    process confined and held as a run attempt holds it, including the work behind the round
 //    (index, notes, packing), all of it awaited within the round, and the end-of-run settle;
-//  - floor: the same rounds in a second worktree of the repository, each followed by a bare
-//    `git add <paths>` + `git commit` + one INSERT of the change's payload.
+//  - floor: the same rounds in a clone of the same repository, each followed by a bare
+//    `git add <paths>` + `git commit` + one INSERT of the change's payload. A clone, not a second
+//    worktree: the writer's packer packs any loose object it finds, the floor's commits included,
+//    which would charge ours for housekeeping the floor leaves undone.
 // The three take turns round by round (their order rotated), so a load swing on a shared machine
 // falls on all three alike; each one's run is the sum of its rounds. The cost of checkpointing is
 // each run minus `none`; the ratio is ours over the floor's. ours is split into phases (summed
@@ -145,6 +147,8 @@ interface Plan {
 export async function measureWholeCost(
   env: BenchEnv,
   repo: string,
+  /** A clone of `repo` for the floor's commits. */
+  floorRepo: string,
   o: Plan,
   settle: () => Promise<void>,
   log: (line: string) => void,
@@ -157,7 +161,7 @@ export async function measureWholeCost(
   // One untimed repetition first: caches, pools, JIT.
   for (let rep = 0; rep <= o.repetitions; rep++) {
     const f = await createRunFixture(env, repo, { historyRounds: 0 });
-    const floor = await createFloorWorktree(env, repo, `whole-${rep}`);
+    const floor = await createFloorWorktree(env, floorRepo, `whole-${rep}`);
     const laps = Object.fromEntries(PHASES.map((p) => [p, 0])) as Record<Phase, number>;
     const runners: Record<Variant, Runner> = {
       none: noneRunner(floor.path, o),

@@ -330,8 +330,8 @@ try {
     // A fresh run's rounds at 10k files (the steady state's size), through the real writer, settle included.
     const files = 10_000;
     const repetitions = quick ? 3 : Math.min(plan.samples, 9);
-    const repo = await freshRepo(files, 'whole-cost');
-    wholeCost = await measureWholeCost(env, repo, { files, rounds: 40, changed: 10, repetitions }, settle, log);
+    const [repo, floorRepo] = [await freshRepo(files, 'whole-cost'), await freshRepo(files, 'whole-cost-floor')];
+    wholeCost = await measureWholeCost(env, repo, floorRepo, { files, rounds: 40, changed: 10, repetitions }, settle, log);
     const [ours, floor] = [wholeCost.cost.ours, wholeCost.cost.floor].map((c) => c.median.toFixed(0));
     log(`whole cost: ours ${ours} ms vs floor ${floor} ms = ${wholeCost.ratio}× (${since()})`);
   }
