@@ -19,6 +19,7 @@ export type ErrorCode =
   | 'io_failure'
   | 'schema_too_new'
   | 'transient'
+  | 'remote_agent' // a remote AG-UI agent failed, misbehaved or did not answer in time
   | 'internal';
 
 export class EchodoError extends Error {

@@ -33,7 +33,8 @@ export const jobSchema = z.strictObject({
   brief: text('brief')
     .min(1, 'brief must not be empty')
     .refine((b) => Buffer.byteLength(b) <= MAX_BRIEF_BYTES, `brief is larger than ${MAX_BRIEF_BYTES} bytes`),
-  model: text('model').min(1, 'model must not be empty').max(4096),
+  // Absent only for a harness whose adapter is not minimal (the remote agent has its own model).
+  model: text('model').min(1, 'model must not be empty').max(4096).optional(),
   agentRunId: id('agentRunId').optional(),
   resumeFromCheckpoint: z.boolean().default(false),
 });

@@ -3,7 +3,7 @@
 // error, redacted. Shared by `npm run workspace` and the Settings page, so both refuse the same
 // input with the same reason.
 import { generateText } from 'ai';
-import type { HarnessRow, ModelProviderRow } from '../store/workspace-config.ts';
+import { HARNESS_ADAPTERS, type HarnessAdapter, type HarnessRow, type ModelProviderRow } from '../store/workspace-config.ts';
 import type { RouteRow } from '../store/workspace-settings.ts';
 import { redactString } from '../core/redact.ts';
 import { EchodoError, errorMessage } from '../core/errors.ts';
@@ -58,8 +58,19 @@ export function modelInput(
   return { alias, provider: 'openai-compatible', base_url: url.toString().replace(/\/$/, ''), model, api_key_env_var: keyEnv };
 }
 
-export function harnessInput(input: { alias?: string; worktree?: boolean; allow?: string[]; writePrefix?: string[] }): HarnessRow {
+export interface HarnessInput {
+  alias?: string;
+  worktree?: boolean;
+  allow?: string[];
+  writePrefix?: string[];
+  adapter?: string;
+  url?: string;
+  keyEnv?: string;
+}
+
+export function harnessInput(input: HarnessInput, keyVarGlobs?: readonly string[]): HarnessRow {
   const alias = name('alias', input.alias);
+  const { adapter, endpointUrl, keyEnvVar } = adapterInput(input, keyVarGlobs);
   const allowed = (input.allow ?? []).map((c) => c.trim()).filter(Boolean);
   for (const c of allowed) if (c.length > 200 || /[\0\n]/.test(c)) throw new SettingRefusedError(`allowed command ${JSON.stringify(c.slice(0, 40))} is not one line of at most 200 characters`);
   const prefixes = (input.writePrefix ?? []).map((p) => p.trim()).filter(Boolean);
@@ -71,7 +82,43 @@ export function harnessInput(input: { alias?: string; worktree?: boolean; allow?
     // Without a worktree its commands would run in the repository root, whose every file they could write.
     throw new SettingRefusedError('allowed commands: a harness without a worktree cannot run commands (no --allow with --no-worktree)');
   }
-  return { alias, needs_worktree: needsWorktree, allowed_commands: allowed, write_prefixes: prefixes.length ? prefixes : null };
+  return {
+    alias, needs_worktree: needsWorktree, allowed_commands: allowed, write_prefixes: prefixes.length ? prefixes : null,
+    adapter, endpoint_url: endpointUrl, key_env_var: keyEnvVar,
+  };
+}
+
+/** The adapter part of a harness: a remote adapter needs an http(s) URL; a key variable needs one too. */
+function adapterInput(
+  input: HarnessInput,
+  keyVarGlobs?: readonly string[],
+): { adapter: HarnessAdapter; endpointUrl: string | null; keyEnvVar: string | null } {
+  const adapter = (input.adapter?.trim() || 'minimal') as HarnessAdapter;
+  if (!HARNESS_ADAPTERS.includes(adapter)) {
+    throw new SettingRefusedError(`adapter: unknown ${JSON.stringify(adapter)} (known: ${HARNESS_ADAPTERS.join(', ')})`);
+  }
+  const rawUrl = input.url?.trim() || null;
+  const keyEnvVar = input.keyEnv?.trim() || null;
+  if (adapter === 'minimal') {
+    if (rawUrl || keyEnvVar) throw new SettingRefusedError('url and key variable: only a remote adapter has an endpoint');
+    return { adapter, endpointUrl: null, keyEnvVar: null };
+  }
+  if (!rawUrl) throw new SettingRefusedError(`url: the ${adapter} adapter needs the agent's AG-UI endpoint (--url)`);
+  let url: URL;
+  try {
+    url = new URL(rawUrl);
+  } catch {
+    throw new SettingRefusedError(`url: ${JSON.stringify(redactString(rawUrl))} is not a URL`);
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new SettingRefusedError(`url: must be http or https, not ${url.protocol}`);
+  if (url.username || url.password) throw new SettingRefusedError('url: must not carry credentials; name a key variable instead');
+  if (keyEnvVar && !/^[A-Za-z_][A-Za-z0-9_]*$/.test(keyEnvVar)) throw new SettingRefusedError(`key variable: ${JSON.stringify(keyEnvVar)} is not a variable name`);
+  try {
+    assertKeyVarAllowed(keyEnvVar, keyVarGlobs);
+  } catch (err) {
+    throw new SettingRefusedError(errorMessage(err));
+  }
+  return { adapter, endpointUrl: url.toString(), keyEnvVar };
 }
 
 export function routeInput(input: { role?: string; harness?: string }): RouteRow {

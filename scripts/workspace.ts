@@ -37,8 +37,9 @@ const { values, positionals, fail } = command({
     `-- create ${W}`,
     `-- model add ${W} --alias A --base-url URL --model M [--key-env VAR] [--provider openai-compatible]`,
     `-- model list ${W} | model rm ${W} --alias A | model test ${W} --alias A`,
-    `-- harness add ${W} --alias A [--no-worktree] [--allow CMD]… [--write-prefix P]…`,
-    `-- harness list ${W} | harness rm ${W} --alias A`,
+    `-- harness add ${W} ALIAS|--alias A [--adapter minimal|remote-ag-ui|langgraph|crewai] [--url URL] ` +
+      '[--key-env VAR] [--no-worktree] [--allow CMD]… [--write-prefix P]…',
+    `-- harness list ${W} | harness rm ${W} ALIAS|--alias A | harness test ${W} ALIAS|--alias A`,
     `-- route add ${W} --role R --harness H | route list ${W} | route rm ${W} --role R`,
     `-- key grant ${W} VAR [--host H]… | key list [${W}] | key revoke ${W} VAR`,
     `-- repo add ${W} PATH [--shared] | repo list [${W}] | repo rm ${W} PATH`,
@@ -48,7 +49,9 @@ const { values, positionals, fail } = command({
     alias: { type: 'string', value: 'A', help: 'model or harness alias' },
     'base-url': { type: 'string', value: 'URL', help: "model add: the provider's OpenAI-compatible base URL" },
     model: { type: 'string', value: 'M', help: "model add: the provider's model name" },
-    'key-env': { type: 'string', value: 'VAR', help: 'model add: the env variable holding the key (must be granted)' },
+    'key-env': { type: 'string', value: 'VAR', help: 'model/harness add: the env variable holding the key (must be granted)' },
+    adapter: { type: 'string', value: 'KIND', help: 'harness add: minimal (default), remote-ag-ui, langgraph or crewai' },
+    url: { type: 'string', value: 'URL', help: "harness add: a remote adapter's AG-UI endpoint" },
     provider: { type: 'string', value: 'KIND', help: 'model add: openai-compatible (the default)' },
     'no-worktree': { type: 'boolean', help: 'harness add: the harness works without a worktree' },
     allow: { type: 'string', value: 'CMD', multiple: true, help: 'harness add: an allowed run_command' },
@@ -76,10 +79,12 @@ const { values, positionals, fail } = command({
 exitOnStartupError('workspace');
 
 /** Extra positional arguments each command takes after the workspace; `optionalWorkspace`: lists of all. */
-const COMMANDS: Record<string, { args: string[]; optionalWorkspace?: boolean }> = {
+/** `optionalAlias`: the alias may be given as a positional ALIAS instead of --alias. */
+const COMMANDS: Record<string, { args: string[]; optionalWorkspace?: boolean; optionalAlias?: boolean }> = {
   'create': { args: [] },
   'model add': { args: [] }, 'model list': { args: [] }, 'model rm': { args: [] }, 'model test': { args: [] },
-  'harness add': { args: [] }, 'harness list': { args: [] }, 'harness rm': { args: [] },
+  'harness add': { args: [], optionalAlias: true }, 'harness list': { args: [] },
+  'harness rm': { args: [], optionalAlias: true }, 'harness test': { args: [], optionalAlias: true },
   'route add': { args: [] }, 'route list': { args: [] }, 'route rm': { args: [] },
   'key grant': { args: ['VAR'] }, 'key list': { args: [], optionalWorkspace: true }, 'key revoke': { args: ['VAR'] },
   'repo add': { args: ['PATH'] }, 'repo list': { args: [], optionalWorkspace: true }, 'repo rm': { args: ['PATH'] },
@@ -93,6 +98,11 @@ const key = words[0] === 'create' ? 'create' : `${words[0]} ${words[1] ?? ''}`.t
 const shape = COMMANDS[key] ?? fail(`unknown command: ${words.slice(0, 2).join(' ')}`);
 const rest = words.slice(key === 'create' ? 1 : 2);
 let workspaceId: string | null = values.workspace ?? null;
+// `harness add --workspace W ALIAS`: the alias as the last positional argument.
+let harnessAlias = values.alias;
+if (shape.optionalAlias && harnessAlias === undefined && rest.length === shape.args.length + (workspaceId ? 1 : 2)) {
+  harnessAlias = rest.pop();
+}
 if (workspaceId === null && rest.length === shape.args.length + 1) workspaceId = rest.shift()!;
 if (rest.length > shape.args.length) fail(`unexpected argument(s): ${rest.slice(shape.args.length).join(' ')}`);
 if (rest.length < shape.args.length) fail(`${key} needs ${shape.args.slice(rest.length).join(' ')}`);
@@ -181,20 +191,23 @@ async function planCommand(): Promise<Planned | Granted> {
     }
     case 'harness add': {
       const row = harnessInput({
-        alias: values.alias, worktree: !values['no-worktree'], allow: values.allow, writePrefix: values['write-prefix'],
-      });
+        alias: harnessAlias, worktree: !values['no-worktree'], allow: values.allow, writePrefix: values['write-prefix'],
+        adapter: values.adapter, url: values.url, keyEnv: values['key-env'],
+      }, keyVarGlobs);
       return app(async (tx) => (await upsertHarness(tx, row), out(`harness ${row.alias} added to ${ws}`), 0));
     }
     case 'harness list':
       return app(async (tx) => {
         for (const h of await listHarnesses(tx)) {
           const { alias, needs_worktree: worktree, allowed_commands: allow, write_prefixes: writePrefixes } = h;
-          out(JSON.stringify({ alias, worktree, allow, writePrefixes }));
+          const { adapter, key_env_var: keyEnv } = h;
+          const url = h.endpoint_url === null ? null : redactString(h.endpoint_url);
+          out(JSON.stringify({ alias, adapter, worktree, allow, writePrefixes, url, keyEnv }));
         }
         return 0;
       });
     case 'harness rm': {
-      const alias = need(values.alias, 'alias');
+      const alias = need(harnessAlias, 'alias');
       return app(async (tx) => removed(await removeHarness(tx, alias), `harness ${alias}`));
     }
     case 'route add': {

@@ -10,7 +10,16 @@ export interface HarnessRow {
   needs_worktree: boolean;
   allowed_commands: string[];
   write_prefixes: string[] | null;
+  /** Who runs the harness: the worker's own loop, or a remote AG-UI agent (worker/adapters/). */
+  adapter: HarnessAdapter;
+  /** A remote adapter's AG-UI endpoint; null for minimal. */
+  endpoint_url: string | null;
+  /** The variable whose value goes, as a bearer header, to endpoint_url (granted like a model key). */
+  key_env_var: string | null;
 }
+
+export const HARNESS_ADAPTERS = ['minimal', 'remote-ag-ui', 'langgraph', 'crewai'] as const;
+export type HarnessAdapter = (typeof HARNESS_ADAPTERS)[number];
 
 export interface ModelProviderRow {
   alias: string;
@@ -22,7 +31,8 @@ export interface ModelProviderRow {
 
 export async function harnessOverride(tx: WorkspaceTx, alias: string): Promise<HarnessRow | undefined> {
   const [row] = await tx<HarnessRow[]>`
-    select alias, needs_worktree, allowed_commands, write_prefixes from harness_providers where alias = ${alias}`;
+    select alias, needs_worktree, allowed_commands, write_prefixes, adapter, endpoint_url, key_env_var
+      from harness_providers where alias = ${alias}`;
   return row;
 }
 

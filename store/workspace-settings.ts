@@ -2,6 +2,8 @@
 // model providers, harnesses, role → harness routes. One query per function; adding a model
 // goes through upsertModelProvider (workspace-config.ts), which enforces WORKER_PROVIDER_KEY_VARS.
 import type { HarnessRow, ModelProviderRow } from './workspace-config.ts';
+import { assertKeyGranted } from '../core/key-grants.ts';
+import { keyGrantOf } from './grants.ts';
 import type { WorkspaceTx } from './workspace.ts';
 
 export interface RouteRow {
@@ -20,15 +22,26 @@ export async function removeModelProvider(tx: WorkspaceTx, alias: string): Promi
 
 export async function listHarnesses(tx: WorkspaceTx): Promise<HarnessRow[]> {
   return tx<HarnessRow[]>`
-    select alias, needs_worktree, allowed_commands, write_prefixes from harness_providers order by alias`;
+    select alias, needs_worktree, allowed_commands, write_prefixes, adapter, endpoint_url, key_env_var
+      from harness_providers order by alias`;
 }
 
+/**
+ * Writes a harness row. A header key variable must be granted to the workspace for the endpoint's
+ * host (KeyNotGrantedError otherwise): a remote agent's key is a secret exactly like a model's.
+ */
 export async function upsertHarness(tx: WorkspaceTx, row: HarnessRow): Promise<void> {
-  await tx`insert into harness_providers (workspace_id, alias, needs_worktree, allowed_commands, write_prefixes)
-           values (${tx.workspaceId}, ${row.alias}, ${row.needs_worktree}, ${row.allowed_commands}, ${row.write_prefixes})
+  if (row.key_env_var) {
+    assertKeyGranted(row.key_env_var, await keyGrantOf(tx, row.key_env_var), row.endpoint_url ?? '', tx.workspaceId);
+  }
+  await tx`insert into harness_providers
+             (workspace_id, alias, needs_worktree, allowed_commands, write_prefixes, adapter, endpoint_url, key_env_var)
+           values (${tx.workspaceId}, ${row.alias}, ${row.needs_worktree}, ${row.allowed_commands},
+                   ${row.write_prefixes}, ${row.adapter}, ${row.endpoint_url}, ${row.key_env_var})
            on conflict (workspace_id, alias) do update
              set needs_worktree = excluded.needs_worktree, allowed_commands = excluded.allowed_commands,
-                 write_prefixes = excluded.write_prefixes`;
+                 write_prefixes = excluded.write_prefixes, adapter = excluded.adapter,
+                 endpoint_url = excluded.endpoint_url, key_env_var = excluded.key_env_var`;
 }
 
 export async function removeHarness(tx: WorkspaceTx, alias: string): Promise<boolean> {

@@ -30,6 +30,8 @@ import { checkpointWriterFor } from '../checkpoints/writer.ts';
 import { checkRecordedBranch, prefetchStatus, prepareTree } from './prepare-tree.ts';
 import { admitDelivery } from './claim.ts';
 import { runSession } from './session.ts';
+import { remoteAgentModel } from '../adapters/index.ts';
+import type { CheckpointState } from '../checkpoints/state.ts';
 import { acquireTree } from '../tree/registry.ts';
 import { sandboxFor, sandboxOptionsFromConfig } from '../sandbox/index.ts';
 import { finishCancelledRun } from './cancelled.ts';
@@ -134,16 +136,22 @@ async function executeRun(
       apiKeyEnvVars(tx),
       loadResumeChain(tx, run.id, config.WORKER_CHECKPOINT_HISTORY_LIMIT),
       runManifest(tx, run.id),
-      isReplayModel(job.model) ? undefined : modelProvider(tx, job.model),
-      isReplayModel(job.model) ? [] : workspaceKeyGrants(tx),
+      !job.model || isReplayModel(job.model) ? undefined : modelProvider(tx, job.model),
+      job.model && isReplayModel(job.model) ? [] : workspaceKeyGrants(tx),
     ]);
     return { harness, keyVars, ...tail, manifest, provider, keyGrants };
   });
-  registerSecretsFromEnv(process.env, keyVars);
+  registerSecretsFromEnv(process.env, harness.keyEnvVar ? [...keyVars, harness.keyEnvVar] : keyVars);
   const resuming = chain.length > 0 || run.attempt > 1 || run.worktree_path !== null || job.resumeFromCheckpoint;
   // The model first: a run with an unknown model alias fails before any worktree is made.
-  const { model, description } = await resolveModel({
-    model: job.model,
+  // A remote adapter's agent has its own model (worker/adapters/); its rounds run in the same loop.
+  let state: CheckpointState | undefined;
+  const { model, description } = harness.adapter !== 'minimal' ? remoteAgentModel(harness, {
+    agentRunId: run.id, attempt: run.attempt, history: () => state?.history ?? [],
+    keyGrant: keyGrants.find((g) => g.variable === harness.keyEnvVar),
+    keyVarGlobs: parseKeyVarGlobs(config.WORKER_PROVIDER_KEY_VARS),
+  }) : await resolveModel({
+    model: job.model ?? '',
     lookupProvider: async (alias) => (alias === job.model ? provider : scoped((tx) => modelProvider(tx, alias))),
     startAt: chain.at(-1)?.step ?? run.fork_seed?.step ?? 0, // a fork continues after its source's step
     signal: deps.shutdown,
@@ -159,7 +167,7 @@ async function executeRun(
   const { tree, baseOid, mirroring, notesOnRemote } = await prepareTree(deps, run, harness, chain, anchor, resuming, manifest, { ...started, status: prefetchedStatus });
 
   // A fork's first attempt starts from its source's checkpoint (step, history, hash as anchor).
-  const state = chain.length || !run.fork_seed ? stateFromChain(chain, baseOid, config.WORKER_CHECKPOINT_HISTORY_LIMIT, manifest) : forkStartState(run.fork_seed, baseOid);
+  state = chain.length || !run.fork_seed ? stateFromChain(chain, baseOid, config.WORKER_CHECKPOINT_HISTORY_LIMIT, manifest) : forkStartState(run.fork_seed, baseOid);
   // The run's tree process, kept for the whole attempt (every read, write and git call in the tree).
   const treeLease = await acquireTree(tree.root);
   const tracker = new TouchTracker(tree.root);

@@ -5,7 +5,7 @@ import type { Config } from '../../core/config.ts';
 import { EchodoError } from '../../core/errors.ts';
 import type { Job } from '../../core/job.ts';
 import { parseAllowedCommands } from '../tools/command-line.ts';
-import { harnessAliasForRole, harnessOverride } from '../../store/workspace-config.ts';
+import { harnessAliasForRole, harnessOverride, type HarnessAdapter } from '../../store/workspace-config.ts';
 import type { WorkspaceTx } from '../../store/workspace.ts';
 
 export interface Harness {
@@ -16,13 +16,19 @@ export interface Harness {
   allowedCommands: string[] | null;
   /** null: may write anywhere in its root. */
   writePrefixes: string[] | null;
+  /** minimal: the worker's own model loop; otherwise a remote AG-UI agent (worker/adapters/). */
+  adapter: HarnessAdapter;
+  endpointUrl: string | null;
+  keyEnvVar: string | null;
 }
+
+const MINIMAL = { adapter: 'minimal', endpointUrl: null, keyEnvVar: null } as const;
 
 export function builtinHarnesses(config: Pick<Config, 'WORKER_ALLOWED_COMMANDS'>): Record<string, Harness> {
   const commands = parseAllowedCommands(config.WORKER_ALLOWED_COMMANDS);
   return {
-    code: { alias: 'code', needsWorktree: true, allowedCommands: commands, writePrefixes: null },
-    'doc-writer': { alias: 'doc-writer', needsWorktree: false, allowedCommands: null, writePrefixes: ['docs/', 'plans/'] },
+    code: { alias: 'code', needsWorktree: true, allowedCommands: commands, writePrefixes: null, ...MINIMAL },
+    'doc-writer': { alias: 'doc-writer', needsWorktree: false, allowedCommands: null, writePrefixes: ['docs/', 'plans/'], ...MINIMAL },
   };
 }
 
@@ -36,6 +42,9 @@ export async function resolveHarnessForJob(tx: WorkspaceTx, job: Job, config: Pi
       // A row written before the rule (or by hand) still gets no run_command without a worktree.
       allowedCommands: override.needs_worktree && override.allowed_commands.length ? override.allowed_commands : null,
       writePrefixes: override.write_prefixes,
+      adapter: override.adapter ?? 'minimal',
+      endpointUrl: override.endpoint_url ?? null,
+      keyEnvVar: override.key_env_var ?? null,
     };
   }
   const builtin = builtinHarnesses(config)[alias];

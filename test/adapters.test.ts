@@ -1,0 +1,94 @@
+// Agent adapters: a harness whose adapter is remote-ag-ui is run by a real AG-UI agent on loopback
+// (test/support/ag-ui-agent.ts), through a real worker process. The worker executes the agent's
+// tool calls in the run's worktree, checkpoints every round, sends the results back; hostile
+// agents end their runs as documented while the daemon lives on.
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { EventType } from '@ag-ui/core';
+import { upsertHarness } from '../store/workspace-settings.ts';
+import { withWorkspace } from '../store/workspace.ts';
+import { harnessInput } from '../operator/settings.ts';
+import { createScenario, type Scenario } from './support/scenario.ts';
+import { frame, startAgUiAgent, type AgentEntry, type AgUiAgent } from './support/ag-ui-agent.ts';
+import { git } from './support/git.ts';
+
+const GREET = 'export const greet = (n: string) => `hello ${n}`;\n';
+const scripts: Record<string, AgentEntry[]> = {
+  good: [
+    { toolCalls: [{ name: 'write_file', args: JSON.stringify({ path: 'src/greet.ts', content: GREET }) }] },
+    { toolCalls: [{ name: 'read_file', args: JSON.stringify({ path: 'src/greet.ts' }) }, { name: 'grep', args: JSON.stringify({ pattern: 'greet' }) }] },
+    { toolCalls: [{ name: 'run_command', args: JSON.stringify({ command: 'git status' }) }] },
+    { text: 'Done.' },
+  ],
+  unknownTool: [{ toolCalls: [{ name: 'rm_rf', args: '{}' }] }, { text: 'Gave up.' }],
+  badArgs: [{ toolCalls: [{ name: 'write_file', args: '{"path": "x.ts", "content": ' }] }, { text: 'Gave up.' }],
+  runError: [{ raw: frame({ type: EventType.RUN_STARTED, threadId: 't', runId: 'r' }) + frame({ type: EventType.RUN_ERROR, message: 'model overloaded' }) }],
+  cut: [{ raw: frame({ type: EventType.RUN_STARTED, threadId: 't', runId: 'r' }) + 'data: {"type":"TOOL_CALL_START","toolCallId":"a",' }],
+  flood: [{ raw: frame({ type: EventType.RUN_STARTED, threadId: 't', runId: 'r' }) +
+    Array.from({ length: 10_000 }, (_, i) => frame({ type: EventType.CUSTOM, name: 'noise', value: i })).join('') }],
+  http500: [{ status: 500, body: 'internal error' }],
+};
+
+let s: Scenario;
+let agent: AgUiAgent;
+
+before(async () => {
+  s = await createScenario({ steps: [{ text: 'unused' }] });
+  agent = await startAgUiAgent(scripts);
+  await withWorkspace(s.t.db.app, s.workspaceId, async (tx) => {
+    for (const name of Object.keys(scripts)) {
+      await upsertHarness(tx, harnessInput({ alias: name, adapter: 'remote-ag-ui', url: agent.url(name), allow: ['git status'] }));
+    }
+  });
+});
+after(async () => {
+  await s?.close();
+  await agent?.close();
+});
+
+test('remote-ag-ui: the agent\'s tool calls run in the worktree, a checkpoint per round, every result goes back', async () => {
+  const w = s.spawnWorker();
+  const { agentRunId } = await s.dispatch({ harnessAlias: 'good', model: undefined });
+  const run = await s.waitForStatus(agentRunId, 'completed');
+  const rows = await s.checkpoints(agentRunId);
+  assert.deepEqual(rows.map((r) => r.step), [1, 2, 3], 'one checkpoint per tool round');
+  assert.equal(await git(run.worktree_path, 'show', 'HEAD:src/greet.ts'), GREET.trimEnd());
+  const inputs = agent.inputs.get('good')!;
+  assert.equal(inputs.length, 4, 'one AG-UI run per round, and the final one');
+  assert.ok(inputs.every((i) => i.threadId === agentRunId), 'the thread is the run');
+  assert.deepEqual(inputs[0]!.tools.map((t) => t.name).sort(), ['grep', 'read_file', 'run_command', 'write_file']);
+  assert.equal((inputs[0]!.tools.find((t) => t.name === 'write_file')!.parameters as { type: string }).type, 'object');
+  const last = inputs.at(-1)!;
+  const results = last.messages.filter((m) => m.role === 'tool');
+  assert.equal(results.length, 4, 'every tool result was sent back');
+  assert.match(String(results[1]!.content), /"content":"export const greet/, 'read_file returned the file');
+  assert.match(String(results[3]!.content), /On branch echodo\//, 'git status ran in the run\'s worktree');
+  assert.equal(last.messages.find((m) => m.role === 'user')!.content, 'Add a greeting module and a test for it.');
+  await w.stop('SIGTERM');
+});
+
+test('hostile agents: an unknown tool or bad arguments go back as errors; RUN_ERROR, a cut stream, a flood, HTTP 500 fail the run; the daemon lives', async () => {
+  const w = s.spawnWorker();
+  const ids: Record<string, string> = {};
+  for (const name of ['unknownTool', 'badArgs', 'runError', 'cut', 'flood', 'http500']) {
+    ids[name] = (await s.dispatch({ harnessAlias: name, model: undefined })).agentRunId;
+  }
+  for (const name of ['unknownTool', 'badArgs']) {
+    await s.waitForStatus(ids[name]!, 'completed');
+    const sent = agent.inputs.get(name)!.at(-1)!.messages.filter((m) => m.role === 'tool');
+    assert.equal(sent.length, 1, `${name}: the error went back to the agent`);
+    assert.ok((sent[0] as { error?: string }).error, `${name}: marked as an error`);
+    const [row] = await s.checkpoints(ids[name]!);
+    assert.equal(row?.tool_history[0]?.ok, false, `${name}: the failed call is in the checkpoint`);
+  }
+  const reasons: Record<string, RegExp> = {
+    runError: /reported an error: model overloaded/, cut: /ended in the middle of an event|without RUN_FINISHED/,
+    flood: /more than \d+ events/, http500: /HTTP 500/,
+  };
+  for (const [name, reason] of Object.entries(reasons)) {
+    const run = await s.waitForStatus(ids[name]!, 'failed');
+    assert.match(run.failure_reason, reason, name);
+  }
+  assert.equal(w.process.exitCode, null, 'the daemon is still running');
+  await w.stop('SIGTERM');
+});

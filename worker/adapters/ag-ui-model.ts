@@ -1,0 +1,112 @@
+// A remote AG-UI agent seen as a LanguageModelV3: each model call of the worker's loop is one AG-UI
+// run (the conversation so far and the harness's tools as frontend tools in, the agent's text and
+// tool calls out). So the remote agent runs in the very loop the minimal adapter runs in: the same
+// tool implementations, confinement, allowlists, step budget and checkpoint after every tool round
+// (worker/run/session.ts), with nothing duplicated here.
+import type { Message, RunAgentInput, Tool } from '@ag-ui/core';
+import type {
+  LanguageModelV3,
+  LanguageModelV3CallOptions,
+  LanguageModelV3Content,
+  LanguageModelV3GenerateResult,
+  LanguageModelV3StreamPart,
+  LanguageModelV3StreamResult,
+  LanguageModelV3Usage,
+} from '@ai-sdk/provider';
+import { runAgUi, type AgUiRunResult } from './ag-ui-client.ts';
+import { promptAsMessages } from './conversation.ts';
+import type { SseLimits } from './sse.ts';
+
+const NO_USAGE: LanguageModelV3Usage = {
+  inputTokens: { total: undefined, noCache: undefined, cacheRead: undefined, cacheWrite: undefined },
+  outputTokens: { total: undefined, text: undefined, reasoning: undefined },
+};
+
+export interface AgUiModelOptions {
+  url: string;
+  /** The AG-UI thread: the run's id, the same on every attempt, so a resume continues the agent's thread. */
+  threadId: string;
+  /** Distinguishes this attempt's AG-UI runs from an earlier attempt's. */
+  attempt: number;
+  /** Rounds done by earlier attempts (from the checkpoint), re-sent ahead of this attempt's. */
+  prior: Message[];
+  bearer?: string;
+  /** One AG-UI run (one model call) at most this long. */
+  timeoutMs: number;
+  /** What the adapter adds to every input (a framework's conventions, worker/adapters/index.ts). */
+  forwardedProps?: Record<string, unknown>;
+  limits?: SseLimits;
+  /** The adapter's name, as the model's provider. */
+  adapter: string;
+}
+
+export class AgUiModel implements LanguageModelV3 {
+  readonly specificationVersion = 'v3' as const;
+  readonly provider: string;
+  readonly modelId: string;
+  readonly supportedUrls: Record<string, RegExp[]> = {};
+  private calls = 0;
+  /** The agent's last STATE_SNAPSHOT, handed back as the next run's state (CrewAI flows keep theirs there). */
+  private state: unknown = {};
+  /** The thread id the agent reported (a framework may name its own). */
+  remoteThreadId: string | undefined;
+
+  constructor(private readonly options: AgUiModelOptions) {
+    this.provider = `ag-ui:${options.adapter}`;
+    this.modelId = new URL(options.url).host;
+  }
+
+  async doGenerate(call: LanguageModelV3CallOptions): Promise<LanguageModelV3GenerateResult> {
+    const runId = `${this.options.threadId}:${this.options.attempt}:${this.calls++}`;
+    const input: RunAgentInput = {
+      threadId: this.options.threadId,
+      runId,
+      messages: promptAsMessages(call.prompt, this.options.prior),
+      tools: (call.tools ?? []).flatMap((t): Tool[] =>
+        t.type === 'function' ? [{ name: t.name, description: t.description ?? '', parameters: t.inputSchema }] : [],
+      ),
+      context: [],
+      state: this.state,
+      forwardedProps: this.options.forwardedProps ?? {},
+    };
+    const result = await runAgUi({
+      url: this.options.url, input, bearer: this.options.bearer, timeoutMs: this.options.timeoutMs,
+      signal: call.abortSignal, limits: this.options.limits,
+    });
+    if (result.state !== undefined) this.state = result.state;
+    this.remoteThreadId = result.threadId ?? this.remoteThreadId;
+    const content = contentOf(result);
+    return {
+      content,
+      finishReason: result.toolCalls.length ? { unified: 'tool-calls', raw: 'tool-calls' } : { unified: 'stop', raw: 'stop' },
+      usage: NO_USAGE,
+      warnings: [],
+      response: { id: runId, modelId: this.modelId },
+    };
+  }
+
+  async doStream(call: LanguageModelV3CallOptions): Promise<LanguageModelV3StreamResult> {
+    const { content, finishReason } = await this.doGenerate(call);
+    const parts: LanguageModelV3StreamPart[] = [{ type: 'stream-start', warnings: [] }];
+    for (const part of content) {
+      if (part.type === 'text') {
+        parts.push({ type: 'text-start', id: 't' }, { type: 'text-delta', id: 't', delta: part.text }, { type: 'text-end', id: 't' });
+      } else if (part.type === 'tool-call') parts.push(part);
+    }
+    parts.push({ type: 'finish', usage: NO_USAGE, finishReason });
+    return { stream: new ReadableStream({ start: (c) => (parts.forEach((p) => c.enqueue(p)), c.close()) }) };
+  }
+}
+
+/**
+ * Tool calls go to the loop as the agent sent them: an unknown tool or arguments that are not
+ * JSON become the loop's tool error for that call, returned to the agent (the run goes on).
+ */
+function contentOf(result: AgUiRunResult): LanguageModelV3Content[] {
+  const content: LanguageModelV3Content[] = [];
+  if (result.text) content.push({ type: 'text', text: result.text });
+  for (const call of result.toolCalls) {
+    content.push({ type: 'tool-call', toolCallId: call.id, toolName: call.name, input: call.args || '{}' });
+  }
+  return content;
+}
