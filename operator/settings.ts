@@ -10,6 +10,7 @@ import { EchodoError, errorMessage } from '../core/errors.ts';
 import { assertKeyVarAllowed } from '../core/key-vars.ts';
 import { createOpenAICompatibleModel } from '../worker/models/openai-compatible.ts';
 import type { KeyGrant } from '../core/key-grants.ts';
+import { probeAgUiEndpoint, type ProbeResult } from '../worker/adapters/probe.ts';
 
 export const PROVIDER_KINDS = ['openai-compatible'] as const;
 export const MODEL_TEST_TIMEOUT_MS = 10_000;
@@ -163,4 +164,19 @@ function describe(err: unknown): string {
     cause = (cause as { cause?: unknown }).cause;
   }
   return parts.join(': ');
+}
+
+export type HarnessTestResult = ProbeResult & { adapter: string };
+
+/**
+ * The Test of a harness: a remote adapter's endpoint answers one probe run (no tool executed,
+ * 10 s at most); a minimal harness is the worker's own loop, with nothing remote to reach.
+ */
+export async function testHarness(
+  row: HarnessRow,
+  options: { keyGrant?: KeyGrant; keyVarGlobs?: readonly string[]; env?: NodeJS.ProcessEnv; timeoutMs?: number },
+): Promise<HarnessTestResult> {
+  if (row.adapter === 'minimal' || !row.endpoint_url) return { ok: true, latencyMs: 0, events: 0, adapter: row.adapter };
+  const result = await probeAgUiEndpoint({ url: row.endpoint_url, keyEnvVar: row.key_env_var }, options);
+  return { ...result, adapter: row.adapter };
 }

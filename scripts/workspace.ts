@@ -17,7 +17,7 @@ import { redactString, registerSecretsFromEnv } from '../core/redact.ts';
 import { EchodoError, errorMessage } from '../core/errors.ts';
 import { parseKeyVarGlobs } from '../core/key-vars.ts';
 import { builtinHarnesses } from '../worker/run/harnesses.ts';
-import { harnessInput, modelInput, routeInput, testModelProvider } from '../operator/settings.ts';
+import { harnessInput, modelInput, routeInput, testHarness, testModelProvider } from '../operator/settings.ts';
 import {
   grantHosts, grantVariable, keyGrant, keyList, keyRevoke, repoAdd, repoList, repoRealpath, repoRemove,
 } from './workspace-grants.ts';
@@ -71,7 +71,7 @@ const { values, positionals, fail } = command({
   },
   exitCodes: {
     0: 'done',
-    1: '`model test` failed, or an unexpected error (e.g. the database could not be reached)',
+    1: '`model test` or `harness test` failed, or an unexpected error (e.g. the database could not be reached)',
     2: 'bad arguments or a refused setting or grant (one line: why)',
   },
   env: [...DATABASE_ENV, 'WORKER_PROVIDER_KEY_VARS', 'WORKER_ALLOWED_COMMANDS'],
@@ -206,6 +206,23 @@ async function planCommand(): Promise<Planned | Granted> {
         }
         return 0;
       });
+    case 'harness test': {
+      const alias = need(harnessAlias, 'alias');
+      return app(async (tx) => {
+        const row = await harnessOverride(tx, alias);
+        if (!row && builtinHarnesses(config)[alias]) return out(JSON.stringify({ alias, ok: true, adapter: 'minimal' })), 0;
+        if (!row) return refuse(`no harness ${alias} in workspace ${ws}`);
+        const grant = row.key_env_var ? await keyGrantOf(tx, row.key_env_var) : undefined;
+        // The probe is made after the transaction: no connection waits on the network.
+        after = async () => {
+          registerSecretsFromEnv(process.env, row.key_env_var ? [row.key_env_var] : []);
+          const result = await testHarness(row, { keyVarGlobs, keyGrant: grant });
+          out(JSON.stringify({ alias, ...result }));
+          return result.ok ? 0 : 1;
+        };
+        return 0;
+      });
+    }
     case 'harness rm': {
       const alias = need(harnessAlias, 'alias');
       return app(async (tx) => removed(await removeHarness(tx, alias), `harness ${alias}`));

@@ -11,6 +11,11 @@ import { harnessInput } from '../operator/settings.ts';
 import { createScenario, type Scenario } from './support/scenario.ts';
 import { frame, startAgUiAgent, type AgentEntry, type AgUiAgent } from './support/ag-ui-agent.ts';
 import { git } from './support/git.ts';
+import { spawnNode } from './support/child.ts';
+import { grantKey } from './support/grants.ts';
+
+const KEY_VAR = 'AGENT_TEST_API_KEY';
+const KEY = 'sk-agent-test-5d41402abc4b2a76b9719d911017c592';
 
 const GREET = 'export const greet = (n: string) => `hello ${n}`;\n';
 const scripts: Record<string, AgentEntry[]> = {
@@ -91,4 +96,55 @@ test('hostile agents: an unknown tool or bad arguments go back as errors; RUN_ER
   }
   assert.equal(w.process.exitCode, null, 'the daemon is still running');
   await w.stop('SIGTERM');
+});
+
+async function cli(args: string[]) {
+  const child = spawnNode('scripts/workspace.ts', args, { env: { ...s.env, [KEY_VAR]: KEY } });
+  const { code } = await child.exited;
+  return { code, out: child.stdout.join('\n'), err: child.stderr.join('\n') };
+}
+
+test('harness add --adapter --url --key-env, list shows the adapter, test probes the endpoint; bad input refused', async () => {
+  const W = ['--workspace', s.workspaceId];
+  for (const [args, reason] of [
+    [['harness', 'add', ...W, 'remote', '--adapter', 'remote-ag-ui'], /needs the agent's AG-UI endpoint/],
+    [['harness', 'add', ...W, 'remote', '--adapter', 'autogen', '--url', agent.url('good')], /adapter: unknown "autogen"/],
+    [['harness', 'add', ...W, 'remote', '--adapter', 'remote-ag-ui', '--url', 'ftp://h/x'], /http or https/],
+    [['harness', 'add', ...W, 'remote', '--url', agent.url('good')], /only a remote adapter has an endpoint/],
+    [['harness', 'add', ...W, 'remote', '--adapter', 'remote-ag-ui', '--url', agent.url('good'), '--key-env', KEY_VAR], /not granted/],
+  ] as const) {
+    const r = await cli([...args]);
+    assert.equal(r.code, 2, `${args.join(' ')}: ${r.err}`);
+    assert.match(r.err, reason);
+  }
+  await grantKey(s.su, s.workspaceId, KEY_VAR, ['127.0.0.1']);
+  const add = await cli(['harness', 'add', ...W, 'remote', '--adapter', 'langgraph', '--url', agent.url('good'), '--key-env', KEY_VAR]);
+  assert.equal(add.code, 0, add.err);
+  const listed = (await cli(['harness', 'list', ...W])).out.split('\n').map((l) => JSON.parse(l));
+  const remote = listed.find((h) => h.alias === 'remote');
+  assert.equal(remote.adapter, 'langgraph');
+  assert.equal(remote.keyEnv, KEY_VAR);
+  assert.equal(listed.find((h) => h.alias === 'good').adapter, 'remote-ag-ui');
+
+  const before = agent.inputs.get('good')?.length ?? 0;
+  const tested = await cli(['harness', 'test', ...W, 'remote']);
+  assert.equal(tested.code, 0, tested.err);
+  assert.match(tested.out, /"ok":true/);
+  assert.equal(agent.authorizations.at(-1), `Bearer ${KEY}`, 'the granted key went to the endpoint');
+  const probe = agent.inputs.get('good')!.at(-1)!;
+  assert.equal(agent.inputs.get('good')!.length, before + 1, 'one probe call');
+  assert.deepEqual(probe.tools, [], 'the probe offers no tool: nothing is executed');
+  assert.ok(!tested.out.includes(KEY) && !tested.err.includes(KEY), 'the key is not printed');
+
+  // A dead port: the probe fails with the reason, exit 1.
+  const dead = agent.url('good').replace(/:\d+\//, ':9/');
+  assert.equal((await cli(['harness', 'add', ...W, 'dead', '--adapter', 'remote-ag-ui', '--url', dead])).code, 0);
+  const failed = await cli(['harness', 'test', ...W, 'dead']);
+  assert.equal(failed.code, 1);
+  assert.match(failed.out, /"ok":false,.*could not be reached/);
+  const erroring = await cli(['harness', 'test', ...W, 'runError']);
+  assert.equal(erroring.code, 1);
+  assert.match(erroring.out, /model overloaded/);
+  assert.equal((await cli(['harness', 'test', ...W, 'code'])).code, 0, 'a built-in harness is the minimal loop');
+  assert.equal((await cli(['harness', 'test', ...W, 'nope'])).code, 2);
 });

@@ -20,6 +20,8 @@ export interface AgUiAgent {
   inputs: Map<string, RunAgentInput[]>;
   /** Tool rounds played, per agent (a round played twice counts twice). */
   roundsPlayed: Map<string, number[]>;
+  /** The authorization header of every request, in order ('' when absent). */
+  authorizations: string[];
   close(): Promise<void>;
 }
 
@@ -28,8 +30,10 @@ const roundsIn = (input: RunAgentInput) => input.messages.filter((m) => m.role =
 export async function startAgUiAgent(scripts: Record<string, AgentEntry[]>): Promise<AgUiAgent> {
   const inputs = new Map<string, RunAgentInput[]>();
   const roundsPlayed = new Map<string, number[]>();
+  const authorizations: string[] = [];
   const server: Server = createServer((req, res) => {
     const name = (req.url ?? '/').slice(1);
+    authorizations.push(req.headers.authorization ?? '');
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', async () => {
@@ -71,6 +75,7 @@ export async function startAgUiAgent(scripts: Record<string, AgentEntry[]>): Pro
     url: (name) => `http://127.0.0.1:${port}/${name}`,
     inputs,
     roundsPlayed,
+    authorizations,
     close: () => new Promise((resolve) => (server.closeAllConnections(), server.close(() => resolve()))),
   };
 }
