@@ -1,6 +1,9 @@
 // JSON shapes of the mission control API (the contract's fields first, extras after).
 // Timestamps are ISO 8601 strings; absent ones are null.
-import type { ConvoyDetail, ConvoySummary, RunHistory, RunSummary } from '../store/mission-control.ts';
+import type { ChainVerdict } from '../store/chain-verdict.ts';
+import type { ConvoyDetail, ConvoyPage, RunHistory, RunSummary } from '../store/mission-control.ts';
+import type { RunListItem, RunPage } from '../store/run-search.ts';
+import type { RunOverview } from '../store/run-timeline.ts';
 
 const iso = (date: Date | null): string | null => (date ? date.toISOString() : null);
 
@@ -32,8 +35,9 @@ export function convoyJson(convoy: ConvoyDetail, now = Date.now()) {
   };
 }
 
-export function convoysJson(convoys: ConvoySummary[]) {
+export function convoysJson({ convoys, cursor }: ConvoyPage) {
   return {
+    cursor,
     convoys: convoys.map((c) => ({
       convoyId: c.convoyId,
       checkpointCount: c.checkpointCount,
@@ -65,5 +69,65 @@ export function runCheckpointsJson(history: RunHistory) {
     attempt: history.run.attempt,
     chain: history.chain,
     events: history.events.map((e) => ({ type: e.type, occurredAt: iso(e.occurredAt), metadata: e.metadata })),
+  };
+}
+
+function runListItemJson(run: RunListItem) {
+  return {
+    agentRunId: run.agentRunId,
+    status: run.status,
+    stalled: run.stalled,
+    convoyId: run.convoyId,
+    briefId: run.briefId,
+    attempt: run.attempt,
+    workerId: run.workerId,
+    hostId: run.hostId,
+    branch: run.branch,
+    model: run.model,
+    checkpointCount: run.checkpointCount,
+    lastCheckpointAt: iso(run.lastCheckpointAt),
+    leaseExpiresAt: iso(run.leaseExpiresAt),
+    createdAt: iso(run.createdAt),
+    finishedAt: iso(run.finishedAt),
+  };
+}
+
+export function runPageJson(page: RunPage) {
+  return { runs: page.runs.map(runListItemJson), cursor: page.cursor };
+}
+
+function verdictJson(verdict: ChainVerdict) {
+  if (verdict.state === 'broken') return { verdict: 'broken', brokenAt: verdict.brokenSeq, problem: verdict.problem };
+  return { verdict: verdict.state === 'verifies' ? 'verifies' : 'no checkpoints yet' };
+}
+
+export function runOverviewJson(run: RunOverview, verdict: ChainVerdict, now = Date.now()) {
+  const start = run.startedAt ?? run.createdAt;
+  return {
+    agentRunId: run.agentRunId,
+    status: run.status,
+    stalled: run.stalled,
+    brief: run.brief,
+    harness: run.harnessAlias,
+    model: run.model,
+    host: run.hostId,
+    worktree: run.worktreePath,
+    attempts: run.attempt,
+    durationMs: (run.finishedAt?.getTime() ?? now) - start.getTime(),
+    convoyId: run.convoyId,
+    briefId: run.briefId,
+    step: run.step,
+    workerId: run.workerId,
+    branch: run.branch,
+    commitOid: run.lastCommitOid,
+    checkpointCount: run.checkpointCount,
+    lastCheckpointAt: iso(run.lastCheckpointAt),
+    heartbeatAt: iso(run.heartbeatAt),
+    leaseExpiresAt: iso(run.leaseExpiresAt),
+    failureReason: run.failureReason,
+    createdAt: iso(run.createdAt),
+    startedAt: iso(run.startedAt),
+    finishedAt: iso(run.finishedAt),
+    chain: verdictJson(verdict),
   };
 }

@@ -62,6 +62,23 @@ function malformedIdResponse(c: McContext, surface: AuthRule['surface']): Respon
   return undefined;
 }
 
+/**
+ * Only a path of this server may be returned to after sign-in: one leading slash (not `//host`
+ * or `/\\host`, which a browser reads as another site), no control characters.
+ */
+export function safeReturnPath(value: unknown): string | undefined {
+  if (typeof value !== 'string' || value.length > 2000) return undefined;
+  return /^\/(?![\/\\])[^\s\\]*$/.test(value) && !/[\x00-\x1f]/.test(value) ? value : undefined;
+}
+
+/** /login, remembering the page asked for (a GET page; the live script's fragments are not pages). */
+function loginUrlFor(c: McContext): string {
+  const url = new URL(c.req.url);
+  url.searchParams.delete('fragment');
+  const asked = `${url.pathname}${url.search}`;
+  return c.req.method === 'GET' && asked !== '/' && safeReturnPath(asked) ? `/login?next=${encodeURIComponent(asked)}` : '/login';
+}
+
 export interface AuthRule {
   surface: 'api' | 'html';
   need: Principal['kind'];
@@ -79,7 +96,7 @@ export function requirePrincipal(admin: Sql, rule: AuthRule): MiddlewareHandler<
         return c.json({ error: 'unauthorized', message: 'a valid bearer token is required' }, 401);
       }
       if (token && !c.req.header('authorization')) clearSessionCookie(c);
-      return c.redirect('/login', 302);
+      return c.redirect(loginUrlFor(c), 302);
     }
     if (principal.kind !== rule.need) {
       if (rule.surface === 'html' && principal.kind === 'admin') return c.redirect('/fleet', 302);

@@ -30,7 +30,25 @@ export const CLIENT_SCRIPT = String.raw`
       if (age && el.dataset.iso) age.textContent = formatAge(el.dataset.iso);
     }
   };
-  setInterval(tickAges, 1000);
+  // A running run whose lease runs out is stalled from that moment: no row changes, so no
+  // notification comes; the flag carries the lease and is raised here when it passes.
+  const tickStalls = () => {
+    for (const el of document.querySelectorAll('[data-field="stalled"][data-kind="flag"]')) {
+      if (el.dataset.lease === undefined) continue;
+      el.hidden = !(el.dataset.running === '1' && el.dataset.lease && Date.parse(el.dataset.lease) < Date.now());
+    }
+  };
+  setInterval(() => { tickAges(); tickStalls(); }, 1000);
+
+  // Copy buttons (branch, commit, worktree); the text stays selectable where the clipboard is refused.
+  document.addEventListener('click', (event) => {
+    const button = event.target instanceof Element ? event.target.closest('button.copy') : null;
+    if (!button || !navigator.clipboard) return;
+    navigator.clipboard.writeText(button.dataset.copy || '').then(
+      () => { button.textContent = 'copied'; },
+      () => { button.textContent = 'select to copy'; },
+    );
+  });
 
   const setLive = (state, text) => { if (liveEl) { liveEl.dataset.state = state; liveEl.textContent = text; } };
 
@@ -40,6 +58,8 @@ export const CLIENT_SCRIPT = String.raw`
     if (!el) return;
     if (el.dataset.kind === 'flag') {
       el.hidden = !value;
+      if (scope.dataset.lease !== undefined) el.dataset.lease = scope.dataset.lease;
+      if (scope.dataset.running !== undefined) el.dataset.running = scope.dataset.running;
     } else if (el.hasAttribute('data-iso')) {
       const iso = value || '';
       el.dataset.iso = iso;
@@ -61,7 +81,7 @@ export const CLIENT_SCRIPT = String.raw`
     if (totals) {
       setField(totals, 'checkpointCount', data.checkpointCount);
       setField(totals, 'lastCheckpointAt', data.lastCheckpointAt);
-      for (const status of ['queued', 'running', 'completed', 'failed']) {
+      for (const status of ['queued', 'running', 'completed', 'failed', 'cancelled']) {
         setField(totals, 'runs-' + status, data.runs.filter((r) => r.status === status).length);
       }
     }
@@ -69,6 +89,8 @@ export const CLIENT_SCRIPT = String.raw`
     for (const run of data.runs) {
       const row = document.querySelector('[data-run-id="' + CSS.escape(run.agentRunId) + '"]');
       if (!row) { complete = false; continue; }
+      row.dataset.lease = run.leaseExpiresAt || '';
+      row.dataset.running = run.status === 'running' ? '1' : '';
       for (const name of ['checkpointCount', 'lastCheckpointAt', 'status', 'attempt', 'step', 'workerId', 'heartbeatAt', 'leaseExpiresAt', 'stalled']) {
         setField(row, name, run[name]);
       }
@@ -76,9 +98,14 @@ export const CLIENT_SCRIPT = String.raw`
     return complete && document.querySelectorAll('[data-run-id]').length === data.runs.length;
   };
 
+  const signIn = () => location.assign('/login?next=' + encodeURIComponent(location.pathname + location.search));
+
   const swapMain = async () => {
-    const res = await fetch(location.pathname + '?fragment=main', { credentials: 'same-origin' });
-    if (res.redirected && new URL(res.url).pathname === '/login') { location.assign('/login'); return; }
+    // The page's own query (filters, cursor, before) is kept: a refresh shows the same page.
+    const query = new URLSearchParams(location.search);
+    query.set('fragment', 'main');
+    const res = await fetch(location.pathname + '?' + query, { credentials: 'same-origin' });
+    if (res.redirected && new URL(res.url).pathname === '/login') { signIn(); return; }
     if (!res.ok) return;
     const main = document.querySelector('main');
     if (main) main.innerHTML = await res.text();
@@ -87,7 +114,7 @@ export const CLIENT_SCRIPT = String.raw`
   const refreshOnce = async () => {
     if (!jsonUrl) return swapMain();
     const res = await fetch(jsonUrl, { credentials: 'same-origin', headers: { accept: 'application/json' } });
-    if (res.status === 401) { location.assign('/login'); return; }
+    if (res.status === 401) { signIn(); return; }
     if (!res.ok) return swapMain();
     if (!applyConvoy(await res.json())) await swapMain();
   };

@@ -2,8 +2,10 @@
 import type { FleetWorkspace } from '../store/mission-control.ts';
 import { html, timeCell, type SafeHtml } from './html.ts';
 
-export function loginContent(error?: string): SafeHtml {
+/** `next`: the page asked for before sign-in, returned to after it. */
+export function loginContent(error?: string, next?: string): SafeHtml {
   return html`<form class="login" method="post" action="/login" data-testid="login-form">
+${next ? html`<input type="hidden" name="next" value="${next}">` : ''}
 <h1>Sign in</h1>
 <p class="muted">Paste a mission control token (<code>npm run mission-control -- token create --workspace W</code>).</p>
 ${error ? html`<div class="error" role="alert">${error}</div>` : ''}

@@ -18,6 +18,7 @@ import { forkRun } from '../operator/fork.ts';
 import type { Logger } from '../worker/log.ts';
 import { createQueue, type JobQueue } from '../worker/queue/index.ts';
 import { presentedToken, requirePrincipal, workspaceOf } from './auth.ts';
+import { isConfirmed, sendConfirmation } from './confirm.ts';
 import type { McContext, McEnv } from './context.ts';
 import { checkpointDiff, loadDiffSource } from './checkpoint-diff.ts';
 import { sendPage } from './layout.ts';
@@ -197,8 +198,18 @@ export function mountActionRoutes(app: Hono<McEnv>, deps: ActionDeps): { close()
     const action = c.req.param('action');
     if (action !== 'fork' && action !== 'retry' && action !== 'cancel') return c.json({ error: 'not_found', message: 'no such action' }, 404);
     const form = (await c.req.parseBody()) as Record<string, unknown>;
-    const outcome = await act(c, action, form, 'panel');
     const runId = c.req.param('agentRunId');
+    if (action === 'cancel' && !isConfirmed(form)) {
+      return sendConfirmation(c, `workspace ${workspaceOf(c)}`, {
+        title: `Cancel run ${runId}?`,
+        consequence: 'The worker stops it before its next tool call; its checkpoints and branch are kept. A cancelled run cannot be resumed.',
+        action: `/runs/${encodeURIComponent(runId)}/actions/cancel`,
+        csrf: pageCsrfToken(c) ?? '',
+        back: `/runs/${encodeURIComponent(runId)}`,
+        button: 'Yes, cancel the run',
+      });
+    }
+    const outcome = await act(c, action, form, 'panel');
     if (outcome.status !== 200) {
       return sendPage(c, { title: 'Refused', who: `workspace ${workspaceOf(c)}`, content: messageContent(`${action} refused`, String(outcome.body.message)) }, outcome.status);
     }

@@ -3,7 +3,7 @@ import type { Hono } from 'hono';
 import type { Database } from '../store/connection.ts';
 import { fleetSummary } from '../store/mission-control.ts';
 import { lookupToken } from '../store/tokens.ts';
-import { clearSessionCookie, requirePrincipal, setSessionCookie } from './auth.ts';
+import { clearSessionCookie, requirePrincipal, safeReturnPath, setSessionCookie } from './auth.ts';
 import type { McEnv } from './context.ts';
 import { changeFeed } from './feed.ts';
 import { sendPage } from './layout.ts';
@@ -11,15 +11,16 @@ import { fleetContent, loginContent, messageContent } from './pages-admin.ts';
 import type { ChangeHub } from './sse-hub.ts';
 
 export function mountAdminRoutes(app: Hono<McEnv>, db: Database, hub: ChangeHub): void {
-  app.get('/login', (c) => sendPage(c, { title: 'Sign in', content: loginContent() }));
+  app.get('/login', (c) => sendPage(c, { title: 'Sign in', content: loginContent(undefined, safeReturnPath(c.req.query('next'))) }));
 
   app.post('/login', async (c) => {
     const form = await c.req.parseBody().catch(() => ({}) as Record<string, unknown>);
     const token = typeof form.token === 'string' ? form.token.trim() : '';
     const principal = await lookupToken(db.admin, token);
-    if (!principal) return sendPage(c, { title: 'Sign in', content: loginContent('That token is not valid.') }, 401);
+    const next = safeReturnPath(form.next);
+    if (!principal) return sendPage(c, { title: 'Sign in', content: loginContent('That token is not valid.', next) }, 401);
     setSessionCookie(c, token, principal.expiresAt);
-    return c.redirect(principal.kind === 'admin' ? '/fleet' : '/', 303);
+    return c.redirect(principal.kind === 'admin' ? '/fleet' : (next ?? '/'), 303);
   });
 
   app.post('/logout', (c) => {

@@ -16,6 +16,7 @@ import { EchodoError } from '../core/errors.ts';
 import { parseKeyVarGlobs } from '../core/key-vars.ts';
 import { harnessInput, modelInput, routeInput, testModelProvider, type ModelTestResult } from '../operator/settings.ts';
 import { requirePrincipal, workspaceOf } from './auth.ts';
+import { isConfirmed, sendConfirmation } from './confirm.ts';
 import type { McContext, McEnv } from './context.ts';
 import { sendPage } from './layout.ts';
 import { isReadOnly, mayWrite, pageCsrfToken } from './routes-actions.ts';
@@ -89,6 +90,7 @@ export function mountSettingsRoutes(app: Hono<McEnv>, deps: { db: Database; conf
           await inWs(c, (tx) => upsertRoute(tx, route));
         } else return render(c, { error: 'no such setting' }, 404);
       } else if (verb === 'rm') {
+        if (!isConfirmed(form)) return confirmRemoval(c, kind, name);
         const removed = await inWs(c, (tx) =>
           kind === 'models' ? removeModelProvider(tx, name) : kind === 'harnesses' ? removeHarness(tx, name) : kind === 'routes' ? removeRoute(tx, name) : Promise.resolve(false),
         );
@@ -100,6 +102,15 @@ export function mountSettingsRoutes(app: Hono<McEnv>, deps: { db: Database; conf
     }
     return c.redirect('/settings', 303);
   };
+  const confirmRemoval = (c: McContext, kind: string, name: string) =>
+    sendConfirmation(c, `workspace ${workspaceOf(c)}`, {
+      title: `Remove ${kind.replace(/s$/, '')} ${name}?`,
+      consequence: 'Runs already started keep what they had; new runs of this workspace no longer find it.',
+      action: `/settings/${encodeURIComponent(kind)}/${encodeURIComponent(name)}/rm`,
+      csrf: pageCsrfToken(c) ?? '',
+      back: '/settings',
+      button: 'Yes, remove',
+    });
   app.post('/settings/:kind', pages, mayWrite('html'), onPost);
   app.post('/settings/:kind/:name/:verb', pages, mayWrite('html'), onPost);
 }

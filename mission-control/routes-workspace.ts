@@ -4,14 +4,19 @@
 import type { Hono } from 'hono';
 import type { Database } from '../store/connection.ts';
 import { convoyDetail, listConvoys, runHistory } from '../store/mission-control.ts';
+import { chainVerdict } from '../store/chain-verdict.ts';
+import { MAX_PAGE, searchRuns } from '../store/run-search.ts';
+import { checkpointPage, checkpointTime, runEventsBetween, runOverview } from '../store/run-timeline.ts';
 import { withWorkspace, type WorkspaceTx } from '../store/workspace.ts';
-import { convoyJson, convoysJson, runCheckpointsJson } from './api-json.ts';
+import { convoyJson, convoysJson, runCheckpointsJson, runOverviewJson, runPageJson } from './api-json.ts';
 import { requirePrincipal, workspaceOf } from './auth.ts';
 import type { McContext, McEnv } from './context.ts';
 import { changeFeed } from './feed.ts';
 import { sendPage } from './layout.ts';
 import { messageContent } from './pages-admin.ts';
-import { convoyDetailContent, convoyListContent, runTimelineContent } from './pages-workspace.ts';
+import { runListContent } from './pages-runs.ts';
+import { convoyDetailContent, convoyListContent, runTimelineContent, type RunPageView } from './pages-workspace.ts';
+import { parseRunQuery } from './run-query.ts';
 import { isReadOnly, pageCsrfToken } from './routes-actions.ts';
 import type { ChangeHub } from './sse-hub.ts';
 
@@ -26,6 +31,20 @@ function actionView(c: McContext): { csrf: string } | undefined {
   return csrf && !isReadOnly(c.get('principal')) ? { csrf } : undefined;
 }
 
+const badLimit = { error: 'bad_request', message: `limit must be an integer from 1 to ${MAX_PAGE}` };
+const TIMELINE_PAGE = 50;
+
+/** One page of the run's timeline: its checkpoints older than `before` and the events among them. */
+async function runPageView(tx: WorkspaceTx, agentRunId: string, before: number | null): Promise<RunPageView | undefined> {
+  const run = await runOverview(tx, agentRunId);
+  if (!run) return undefined;
+  const page = await checkpointPage(tx, agentRunId, before, TIMELINE_PAGE);
+  const from = page.older !== null ? (page.checkpoints.at(-1)?.occurredAt ?? null) : null;
+  const to = before !== null ? await checkpointTime(tx, agentRunId, before) : null;
+  const events = await runEventsBetween(tx, agentRunId, from, to);
+  return { run, page, events, verdict: await chainVerdict(tx, agentRunId), before };
+}
+
 export function mountWorkspaceRoutes(app: Hono<McEnv>, db: Database, hub: ChangeHub): void {
   const api = requirePrincipal(db.admin, { surface: 'api', need: 'workspace' });
   const pages = requirePrincipal(db.admin, { surface: 'html', need: 'workspace' });
@@ -34,7 +53,26 @@ export function mountWorkspaceRoutes(app: Hono<McEnv>, db: Database, hub: Change
   const enc = encodeURIComponent;
 
   // ------------------------------------------------------------------ JSON
-  app.get('/api/convoys', api, async (c) => c.json(convoysJson(await read(c, (tx) => listConvoys(tx)))));
+  app.get('/api/convoys', api, async (c) => {
+    const limit = Number(c.req.query('limit') ?? 50);
+    if (!Number.isInteger(limit) || limit < 1 || limit > MAX_PAGE) return c.json(badLimit, 400);
+    return c.json(convoysJson(await read(c, (tx) => listConvoys(tx, c.req.query('cursor') ?? null, limit))));
+  });
+
+  app.get('/api/runs', api, async (c) => {
+    const parsed = parseRunQuery((name) => c.req.query(name));
+    if (!parsed.ok) return c.json({ error: 'bad_request', message: parsed.message }, 400);
+    const { filter, cursor, limit } = parsed.query;
+    return c.json(runPageJson(await read(c, (tx) => searchRuns(tx, filter, cursor, limit))));
+  });
+
+  app.get('/api/runs/:agentRunId', api, async (c) => {
+    const found = await read(c, async (tx) => {
+      const run = await runOverview(tx, c.req.param('agentRunId'));
+      return run && { run, verdict: await chainVerdict(tx, run.agentRunId) };
+    });
+    return found ? c.json(runOverviewJson(found.run, found.verdict)) : c.json(NOT_FOUND.run, 404);
+  });
 
   app.get('/api/convoys/:convoyId', api, async (c) => {
     const convoy = await read(c, (tx) => convoyDetail(tx, c.req.param('convoyId')));
@@ -50,8 +88,17 @@ export function mountWorkspaceRoutes(app: Hono<McEnv>, db: Database, hub: Change
 
   // ------------------------------------------------------------------ pages
   app.get('/', pages, async (c) => {
-    const convoys = await read(c, (tx) => listConvoys(tx));
-    return sendPage(c, { title: 'Convoys', who: who(c), live: { events: '/api/events' }, content: convoyListContent(convoys) });
+    const cursor = c.req.query('cursor') ?? null;
+    const page = await read(c, (tx) => listConvoys(tx, cursor));
+    return sendPage(c, { title: 'Convoys', who: who(c), live: { events: '/api/events' }, content: convoyListContent(page, cursor) });
+  });
+
+  app.get('/runs', pages, async (c) => {
+    const parsed = parseRunQuery((name) => c.req.query(name));
+    const query = parsed.ok ? parsed.query : { filter: {}, cursor: null, limit: 50 };
+    const page = await read(c, (tx) => searchRuns(tx, query.filter, query.cursor, query.limit));
+    const content = runListContent(page, query.filter, query.cursor, parsed.ok ? undefined : parsed.message);
+    return sendPage(c, { title: 'Runs', who: who(c), live: { events: '/api/events' }, content }, parsed.ok ? 200 : 400);
   });
 
   app.get('/convoys/:convoyId', pages, async (c) => {
@@ -66,13 +113,15 @@ export function mountWorkspaceRoutes(app: Hono<McEnv>, db: Database, hub: Change
   });
 
   app.get('/runs/:agentRunId', pages, async (c) => {
-    const history = await read(c, (tx) => runHistory(tx, c.req.param('agentRunId')));
-    if (!history) return sendPage(c, { title: 'Not found', who: who(c), content: messageContent('Not found', NOT_FOUND.run.message) }, 404);
+    const beforeText = c.req.query('before');
+    const before = beforeText && /^[1-9][0-9]{0,9}$/.test(beforeText) ? Number(beforeText) : null;
+    const view = await read(c, (tx) => runPageView(tx, c.req.param('agentRunId'), before));
+    if (!view) return sendPage(c, { title: 'Not found', who: who(c), content: messageContent('Not found', NOT_FOUND.run.message) }, 404);
     return sendPage(c, {
-      title: `run ${history.run.agentRunId}`,
+      title: `run ${view.run.agentRunId}`,
       who: who(c),
-      live: { events: '/api/events', run: history.run.agentRunId },
-      content: runTimelineContent(history, actionView(c)),
+      live: { events: '/api/events', run: view.run.agentRunId },
+      content: runTimelineContent(view, actionView(c)),
     });
   });
 }

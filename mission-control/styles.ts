@@ -82,4 +82,39 @@ pre.diff .hunk, pre.diff .meta { color:var(--muted); }
 .plus { color:var(--ok); font-weight:600; } .minus { color:var(--bad); font-weight:600; }
 ul.diff-files, ul.calls { list-style:none; padding:0; }
 .notice.ok { color:var(--ok); background:var(--ok-bg); padding:8px 10px; border-radius:8px; margin-bottom:12px; }
+/* finding, inspecting, confirming (pages-runs.ts, pages-workspace.ts, confirm.ts) */
+form.filters { display:flex; flex-wrap:wrap; gap:10px 14px; align-items:flex-end; margin:0 0 14px; }
+form.filters label { display:flex; flex-direction:column; font-size:12px; color:var(--muted); gap:3px; }
+form.filters input, form.filters select { font:inherit; padding:5px 8px; border:1px solid #cfd4dc; border-radius:6px; max-width:100%; }
+form.filters button { font:inherit; padding:5px 14px; border:none; border-radius:6px; background:var(--accent); color:#fff; cursor:pointer; }
+nav.pager { display:flex; gap:16px; margin:12px 0; }
+.card .value.small { font-size:20px; }
+dl.facts { display:grid; grid-template-columns:max-content 1fr; gap:6px 16px; background:var(--card); border:1px solid var(--line);
+  border-radius:10px; padding:12px 16px; margin:12px 0 0; }
+dl.facts dt { color:var(--muted); font-size:12px; text-transform:uppercase; letter-spacing:.5px; }
+dl.facts dd { margin:0; min-width:0; overflow-wrap:anywhere; }
+.brief { white-space:pre-wrap; }
+button.copy { font:inherit; font-size:11px; padding:0 6px; border:1px solid #cfd4dc; border-radius:5px; background:#fff; cursor:pointer; }
+code.copyable { user-select:all; overflow-wrap:anywhere; }
+.wrap { overflow-wrap:anywhere; }
+details.call { display:inline-block; vertical-align:top; margin:4px 6px 0 0; max-width:100%; }
+details.call[open] { display:block; }
+.confirm { background:var(--card); border:1px solid var(--line); border-radius:10px; padding:16px; }
+.confirm a { margin-left:12px; }
+button.danger { background:var(--bad); color:#fff; border-color:var(--bad); }
+/* narrow screens: tables become stacked rows, nothing is wider than the viewport */
+@media (max-width: 700px) {
+  header.top { flex-wrap:wrap; gap:8px 12px; padding:8px 12px; }
+  main { padding:14px 12px 40px; }
+  .cards, .cards.convoy { grid-template-columns:minmax(0,1fr); }
+  table, thead, tbody, tr, th, td { display:block; width:100%; }
+  thead { display:none; }
+  tr { border-bottom:1px solid var(--line); padding:6px 0; }
+  td { border:none; padding:3px 12px; }
+  td.mono, td .badge, td .when time, .card .when time { white-space:normal; }
+  code, .mono, pre { overflow-wrap:anywhere; white-space:pre-wrap; }
+  dl.facts { grid-template-columns:minmax(0,1fr); }
+  ol.timeline li { margin-left:12px; }
+  .row { gap:6px 10px; }
+}
 `;

@@ -5,6 +5,7 @@
 import { verifyChain, type ChainRow, type FileTouched } from '../core/checkpoint-hash.ts';
 import type { Sql } from 'postgres';
 import type { RunStatus } from './runs.ts';
+import { decodeKeyset, encodeKeyset, MAX_PAGE } from './run-search.ts';
 import type { WorkspaceTx } from './workspace.ts';
 
 export const RUN_STATUSES: readonly RunStatus[] = ['queued', 'running', 'completed', 'failed', 'cancelled'];
@@ -70,7 +71,7 @@ export interface RunHistory {
 }
 
 const LIST_CONVOYS_SQL = `
-select v.id as convoy_id, v.created_at, r.queued, r.running, r.completed, r.failed, r.cancelled,
+select v.id as convoy_id, v.created_at, v.created_at::text as created_key, r.queued, r.running, r.completed, r.failed, r.cancelled,
        cp.checkpoint_count, cp.last_checkpoint_at
   from convoys v
  cross join lateral (
@@ -86,19 +87,35 @@ select v.id as convoy_id, v.created_at, r.queued, r.running, r.completed, r.fail
      from worker_checkpoints c
     where c.workspace_id = v.workspace_id and c.convoy_id = v.id) cp
  where v.workspace_id = $1
- order by v.created_at desc, v.id
+   and ($3::text is null or (v.created_at, v.id) < ($3::text::timestamptz, $4::text))
+ order by v.created_at desc, v.id desc
  limit $2`;
 
-/** The workspace's newest convoys (up to `limit`), each with its runs by status and checkpoint totals. */
-export async function listConvoys(tx: WorkspaceTx, limit = 200): Promise<ConvoySummary[]> {
-  const rows = await tx.unsafe(LIST_CONVOYS_SQL, [tx.workspaceId, limit]);
-  return rows.map((row) => ({
+export interface ConvoyPage {
+  convoys: ConvoySummary[];
+  /** Pass back to read the next (older) page; null on the last page. */
+  cursor: string | null;
+}
+
+/** One keyset page of the workspace's convoys, newest first, each with its runs by status and checkpoint totals. */
+export async function listConvoys(tx: WorkspaceTx, cursor: string | null = null, limit = 50): Promise<ConvoyPage> {
+  const after = decodeKeyset(cursor);
+  const size = Math.max(1, Math.min(MAX_PAGE, Math.floor(limit)));
+  const rows = await tx.unsafe(LIST_CONVOYS_SQL, [tx.workspaceId, size + 1, after?.createdKey ?? null, after?.id ?? null]);
+  const page = rows.slice(0, size);
+  const last = page.at(-1);
+  const next = rows.length > size && last ? encodeKeyset(last.created_key, last.convoy_id) : null;
+  return { convoys: page.map(convoySummaryOf), cursor: next };
+}
+
+function convoySummaryOf(row: Record<string, any>): ConvoySummary {
+  return {
     convoyId: row.convoy_id,
     createdAt: row.created_at,
     runs: { queued: row.queued, running: row.running, completed: row.completed, failed: row.failed, cancelled: row.cancelled },
     checkpointCount: row.checkpoint_count,
     lastCheckpointAt: row.last_checkpoint_at,
-  }));
+  };
 }
 
 /**

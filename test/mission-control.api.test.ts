@@ -145,7 +145,7 @@ test('no token, a bad token or a malformed header: 401 on the API; the pages sen
   }
   const page = await get('/convoys/convoy-1', undefined, { cookie: 'emc_token=emc_forged' });
   assert.equal(page.status, 302);
-  assert.equal(page.headers.get('location'), '/login');
+  assert.equal(page.headers.get('location'), '/login?next=%2Fconvoys%2Fconvoy-1', 'sign-in returns to the page asked for');
 });
 
 test("another workspace's convoy and run are 404 with exactly the body of ids that never existed", async () => {

@@ -125,7 +125,9 @@ async function signIn(page: Page): Promise<void> {
   await page.goto(`${server.url}/convoys/${CONVOY}`);
   assert.equal(new URL(page.url()).pathname, '/login', 'signed out, the panel asks for a token');
   await page.fill('#token', token);
-  await Promise.all([page.waitForURL(`${server.url}/`), page.click('button[type=submit]')]);
+  // Signed in, the panel returns to the page first asked for.
+  await Promise.all([page.waitForURL(`${server.url}/convoys/${CONVOY}`), page.click('button[type=submit]')]);
+  await page.goto(`${server.url}/`);
 }
 
 const text = (page: Page, selector: string) => page.locator(selector).first().innerText();
@@ -163,13 +165,13 @@ test('the run timeline shows checkpoints and events in order and grows live', as
   await page.goto(`${server.url}/runs/${runs.reviewer}`);
   await page.waitForSelector('[data-testid="live-status"][data-state="live"]');
   const items = () => page.$$eval('ol.timeline > li', (lis) => lis.map((li) => li.getAttribute('data-seq') ?? li.getAttribute('data-event-type')));
-  assert.deepEqual(await items(), ['1', '2', 'run_resumed', '3', '4']);
+  assert.deepEqual(await items(), ['4', '3', 'run_resumed', '2', '1'], 'newest first');
   assert.equal(await text(page, '[data-testid="chain-verdict"]'), 'verifies');
 
   await page.evaluate(() => ((window as unknown as { loadedOnce: boolean }).loadedOnce = true));
   await addCheckpoint(runs.reviewer);
   await page.waitForSelector('ol.timeline > li[data-seq="5"]');
-  assert.deepEqual(await items(), ['1', '2', 'run_resumed', '3', '4', '5']);
+  assert.deepEqual(await items(), ['5', '4', '3', 'run_resumed', '2', '1']);
   assert.equal(await page.evaluate(() => (window as unknown as { loadedOnce?: boolean }).loadedOnce), true, 'updated in place, not reloaded');
   await page.screenshot({ path: path.join(OUTPUT, 'run.png'), fullPage: true });
   await page.close();

@@ -1,0 +1,58 @@
+// The run filter as the page's form and the JSON API spell it in the query string:
+// status, convoy, q, from, to (ISO dates or times), limit, cursor. One parser for both, so the
+// HTML list and GET /api/runs always agree on what a filter means.
+import { MAX_PAGE, RUN_STATUS_FILTERS, type RunFilter, type RunStatusFilter } from '../store/run-search.ts';
+
+export interface RunQuery {
+  filter: RunFilter;
+  cursor: string | null;
+  limit: number;
+}
+
+export type ParsedRunQuery = { ok: true; query: RunQuery } | { ok: false; message: string };
+
+const DEFAULT_LIMIT = 50;
+
+function instant(text: string | undefined, name: string, problems: string[]): Date | undefined {
+  if (!text) return undefined;
+  const date = new Date(text);
+  if (Number.isNaN(date.getTime())) problems.push(`${name} must be a date or time (ISO 8601)`);
+  return date;
+}
+
+/** `get` reads one query parameter; empty values mean "not filtered". */
+export function parseRunQuery(get: (name: string) => string | undefined): ParsedRunQuery {
+  const problems: string[] = [];
+  const value = (name: string) => get(name)?.trim() || undefined;
+  const status = value('status');
+  if (status && !RUN_STATUS_FILTERS.includes(status as RunStatusFilter)) {
+    problems.push(`status must be one of ${RUN_STATUS_FILTERS.join(', ')}`);
+  }
+  const limitText = value('limit');
+  const limit = limitText === undefined ? DEFAULT_LIMIT : Number(limitText);
+  if (!Number.isInteger(limit) || limit < 1 || limit > MAX_PAGE) problems.push(`limit must be an integer from 1 to ${MAX_PAGE}`);
+  const q = value('q');
+  if (q && q.length > 200) problems.push('q is limited to 200 characters');
+  const filter: RunFilter = {
+    status: status as RunStatusFilter | undefined,
+    convoy: value('convoy'),
+    q,
+    createdFrom: instant(value('from'), 'from', problems),
+    createdTo: instant(value('to'), 'to', problems),
+  };
+  if (problems.length) return { ok: false, message: problems.join('; ') };
+  return { ok: true, query: { filter, cursor: value('cursor') ?? null, limit } };
+}
+
+/** The query string of `filter` (and a cursor), for "older" links that keep the filter. */
+export function runQueryString(filter: RunFilter, cursor?: string | null): string {
+  const params = new URLSearchParams();
+  if (filter.status) params.set('status', filter.status);
+  if (filter.convoy) params.set('convoy', filter.convoy);
+  if (filter.q) params.set('q', filter.q);
+  if (filter.createdFrom) params.set('from', filter.createdFrom.toISOString());
+  if (filter.createdTo) params.set('to', filter.createdTo.toISOString());
+  if (cursor) params.set('cursor', cursor);
+  const text = params.toString();
+  return text ? `?${text}` : '';
+}

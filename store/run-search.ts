@@ -1,0 +1,137 @@
+// Finding runs in a workspace of any size: one filtered keyset page at a time, newest first.
+// The cursor is the last row's (created_at, id) with created_at in Postgres' own text form, so
+// microseconds survive the round trip through the browser and no row is skipped or repeated.
+import type { RunStatus } from './runs.ts';
+import type { WorkspaceTx } from './workspace.ts';
+
+/** 'stalled': running with its lease expired, not yet re-dispatched by the stall detector. */
+export type RunStatusFilter = RunStatus | 'stalled';
+export const RUN_STATUS_FILTERS: readonly RunStatusFilter[] = ['queued', 'running', 'stalled', 'completed', 'failed', 'cancelled'];
+
+export interface RunFilter {
+  status?: RunStatusFilter;
+  convoy?: string;
+  /** Searched in the brief text, brief id, run id, branch, worker and host. */
+  q?: string;
+  createdFrom?: Date;
+  createdTo?: Date;
+}
+
+export interface RunListItem {
+  agentRunId: string;
+  convoyId: string;
+  briefId: string;
+  status: RunStatus;
+  stalled: boolean;
+  attempt: number;
+  workerId: string | null;
+  hostId: string | null;
+  branch: string | null;
+  model: string | null;
+  leaseExpiresAt: Date | null;
+  checkpointCount: number;
+  lastCheckpointAt: Date | null;
+  createdAt: Date;
+  finishedAt: Date | null;
+}
+
+export interface RunPage {
+  runs: RunListItem[];
+  /** Pass back to read the next (older) page; null on the last page. */
+  cursor: string | null;
+}
+
+export const MAX_PAGE = 200;
+
+// The cursor's time is bound as text and cast in SQL: a parameter typed timestamptz would be
+// serialized through a JS Date by the driver, losing the microseconds that order ties.
+// Every filter is optional: a null parameter switches its predicate off, so one statement
+// serves every combination and the planner walks agent_runs_newest from the cursor.
+const SEARCH_RUNS_SQL = `
+select r.id as agent_run_id, r.convoy_id, r.brief_id, r.status, r.attempt, r.worker_id, r.host_id, r.branch,
+       r.job->>'model' as model, r.lease_expires_at, r.created_at, r.finished_at, r.created_at::text as created_key,
+       (r.status = 'running' and r.lease_expires_at < now()) as stalled,
+       cp.checkpoint_count, cp.last_checkpoint_at
+  from agent_runs r
+ cross join lateral (
+   select count(*)::int as checkpoint_count, max(c.occurred_at) as last_checkpoint_at
+     from worker_checkpoints c
+    where c.workspace_id = r.workspace_id and c.agent_run_id = r.id) cp
+ where r.workspace_id = $1
+   and ($2::text is null
+        or ($2 = 'stalled' and r.status = 'running' and r.lease_expires_at < now())
+        or r.status = $2)
+   and ($3::text is null or r.convoy_id = $3)
+   and ($4::text is null or r.job->>'brief' ilike $4 or r.brief_id ilike $4 or r.id ilike $4
+        or r.branch ilike $4 or r.worker_id ilike $4 or r.host_id ilike $4)
+   and ($5::timestamptz is null or r.created_at >= $5)
+   and ($6::timestamptz is null or r.created_at < $6)
+   and ($7::text is null or (r.created_at, r.id) < ($7::text::timestamptz, $8::text))
+ order by r.created_at desc, r.id desc
+ limit $9`;
+
+/** One page of the workspace's runs matching `filter`, newest first, after `cursor`. */
+export async function searchRuns(tx: WorkspaceTx, filter: RunFilter, cursor: string | null, limit = 50): Promise<RunPage> {
+  const size = Math.max(1, Math.min(MAX_PAGE, Math.floor(limit)));
+  const after = decodeKeyset(cursor);
+  const rows = await tx.unsafe(SEARCH_RUNS_SQL, [
+    tx.workspaceId,
+    filter.status ?? null,
+    filter.convoy ?? null,
+    filter.q ? `%${likeEscape(filter.q)}%` : null,
+    filter.createdFrom?.toISOString() ?? null,
+    filter.createdTo?.toISOString() ?? null,
+    after?.createdKey ?? null,
+    after?.id ?? null,
+    size + 1,
+  ]);
+  const more = rows.length > size;
+  const page = rows.slice(0, size);
+  const last = page.at(-1);
+  return {
+    runs: page.map((row) => ({
+      agentRunId: row.agent_run_id,
+      convoyId: row.convoy_id,
+      briefId: row.brief_id,
+      status: row.status,
+      stalled: row.stalled,
+      attempt: row.attempt,
+      workerId: row.worker_id,
+      hostId: row.host_id,
+      branch: row.branch,
+      model: row.model,
+      leaseExpiresAt: row.lease_expires_at,
+      checkpointCount: row.checkpoint_count,
+      lastCheckpointAt: row.last_checkpoint_at,
+      createdAt: row.created_at,
+      finishedAt: row.finished_at,
+    })),
+    cursor: more && last ? encodeKeyset(last.created_key, last.agent_run_id) : null,
+  };
+}
+
+/** `%` and `_` in what the operator typed are literal characters, not patterns. */
+function likeEscape(text: string): string {
+  return text.replace(/[\\%_]/g, (ch) => `\\${ch}`);
+}
+
+/** timestamptz as Postgres prints it (ISO style); anything else would fail the cast. */
+const TIMESTAMP_TEXT = /^\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(\.\d{1,6})?([+-]\d{2}(:?\d{2})?|Z)?$/;
+
+export function encodeKeyset(createdKey: string, id: string): string {
+  return Buffer.from(JSON.stringify([createdKey, id])).toString('base64url');
+}
+
+/** A cursor that does not decode is treated as "from the start", never as an error page. */
+export function decodeKeyset(cursor: string | null | undefined): { createdKey: string; id: string } | undefined {
+  if (!cursor) return undefined;
+  try {
+    const value = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as unknown;
+    if (!Array.isArray(value) || value.length !== 2) return undefined;
+    const [createdKey, id] = value as unknown[];
+    if (typeof createdKey !== 'string' || typeof id !== 'string' || !TIMESTAMP_TEXT.test(createdKey)) return undefined;
+    return { createdKey, id };
+  } catch {
+    return undefined;
+  }
+}
