@@ -31,6 +31,18 @@ export interface NewCheckpoint {
   manifestCount: number;
   prevHash: string | null;
   hash: string;
+  /** The usage of this checkpoint's rounds as reported (null counts: not reported); absent: none known. */
+  usage?: CheckpointUsage;
+}
+
+/** Token counts of a checkpoint's rounds; null where the provider did not report one. */
+export interface CheckpointUsage {
+  inputTokens: number | null;
+  outputTokens: number | null;
+  cacheReadTokens: number | null;
+  cacheWriteTokens: number | null;
+  reasoningTokens: number | null;
+  modelId: string | null;
 }
 
 /** One entry of a run's manifest. */
@@ -55,6 +67,7 @@ export async function appendCheckpoint(
 ): Promise<{ id: string; occurred_at: Date } | undefined> {
   const paths = cp.filesTouched.map((f) => f.path);
   const shas = cp.filesTouched.map((f) => f.sha256);
+  const u = cp.usage;
   const [row] = await tx<{ id: string; occurred_at: Date }[]>`
     with lease as (
       update agent_runs
@@ -64,11 +77,14 @@ export async function appendCheckpoint(
     ), cp as (
       insert into worker_checkpoints (workspace_id, agent_run_id, convoy_id, brief_id, checkpoint_seq, step, attempt,
                                       lease_epoch, tool_history, files_touched, branch, worktree_path, commit_oid,
-                                      payload_format, tree_oid, manifest_digest, manifest_count, prev_hash, hash)
+                                      payload_format, tree_oid, manifest_digest, manifest_count, prev_hash, hash,
+                                      model_id, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens,
+                                      reasoning_tokens)
       select ${tx.workspaceId}, lease.id, ${cp.convoyId}, ${cp.briefId}, ${cp.checkpointSeq}, ${cp.step}, ${cp.attempt},
              ${lease.leaseEpoch}, ${tx.json(cp.toolHistory as never)}, ${tx.json(cp.filesTouched as never)}, ${cp.branch},
              ${cp.worktreePath}, ${cp.commitOid}, 3, ${cp.treeOid}, ${cp.manifestDigest}, ${cp.manifestCount},
-             ${cp.prevHash}, ${cp.hash}
+             ${cp.prevHash}, ${cp.hash}, ${u?.modelId ?? null}, ${u?.inputTokens ?? null}, ${u?.outputTokens ?? null},
+             ${u?.cacheReadTokens ?? null}, ${u?.cacheWriteTokens ?? null}, ${u?.reasoningTokens ?? null}
         from lease
       returning id, occurred_at
     ), manifest as (

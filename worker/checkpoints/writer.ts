@@ -35,6 +35,7 @@ import { ObjectPacker } from './git/packing.ts';
 import type { RemotePusher } from '../remote/push.ts';
 import { redactString } from '../../core/redact.ts';
 import type { TouchTracker } from './tracker.ts';
+import { addUsage, type RoundUsage } from '../models/usage.ts';
 
 /** Fail closed: a path the redactor cannot process is not stored. */
 function redactPath(p: string): string {
@@ -90,6 +91,8 @@ export class CheckpointWriter {
   /** Rounds up to this step are in a row already: the next row holds the rounds after it. */
   private checkpointedStep: number;
   private readonly packer: ObjectPacker | undefined;
+  /** Usage of the rounds since the last checkpoint; it goes into the next row. */
+  private pendingUsage: RoundUsage | undefined;
 
   constructor(
     private readonly deps: {
@@ -125,6 +128,11 @@ export class CheckpointWriter {
     }
     this.digest ??= ManifestDigest.of([...this.state.manifest].map(([path, sha256]) => ({ path, sha256 })));
     return this.state.manifest;
+  }
+
+  /** A round's usage, recorded with the checkpoint that records the round. */
+  noteUsage(usage: RoundUsage): void {
+    this.pendingUsage = this.pendingUsage ? addUsage(this.pendingUsage, usage) : usage;
   }
 
   /** Writes checkpoint seq+1 for the rounds done so far. Throws LeaseLostError when fenced off. */
@@ -193,8 +201,9 @@ export class CheckpointWriter {
     const row = {
       ...run, checkpointSeq: seq, step: payload.step, toolHistory: ownCalls, filesTouched: changed, branch: payload.branch,
       worktreePath: payload.worktreePath, commitOid, treeOid: payload.treeOid!, manifestDigest: payload.manifestDigest!,
-      manifestCount: digest.count, prevHash, hash,
+      manifestCount: digest.count, prevHash, hash, usage: this.pendingUsage,
     };
+    this.pendingUsage = undefined;
     const counted = this.count({ row, payload, commit, changed, digest, manifest });
     if (!this.deps.remote || !commitOid) return counted;
     this.counting = counted;

@@ -13,7 +13,7 @@ import type {
   LanguageModelV3Usage,
 } from '@ai-sdk/provider';
 import { faultPoint } from '../faults.ts';
-import type { Transcript, TranscriptEntry } from './transcript.ts';
+import type { Transcript, TranscriptEntry, TranscriptUsage } from './transcript.ts';
 
 export const TRANSCRIPT_ENDED_TEXT = '(transcript ended)';
 
@@ -27,11 +27,21 @@ export interface ReplayModelOptions {
   modelId?: string;
 }
 
-/** Replay does not count tokens; undefined is the spec's "unknown". */
-const NO_USAGE: LanguageModelV3Usage = {
-  inputTokens: { total: undefined, noCache: undefined, cacheRead: undefined, cacheWrite: undefined },
-  outputTokens: { total: undefined, text: undefined, reasoning: undefined },
-};
+/** Replay counts no tokens: an entry reports what its `usage` says, the rest is the spec's "unknown". */
+function usageFor(entry: TranscriptEntry | undefined): LanguageModelV3Usage {
+  const u: TranscriptUsage = entry?.usage ?? {};
+  const { inputTokens: input, cacheReadTokens: read, cacheWriteTokens: write } = u;
+  const noCache = input !== undefined && read !== undefined && write !== undefined ? input - read - write : undefined;
+  return {
+    inputTokens: {
+      total: input,
+      noCache: noCache !== undefined && noCache >= 0 ? noCache : undefined,
+      cacheRead: read,
+      cacheWrite: write,
+    },
+    outputTokens: { total: u.outputTokens, text: undefined, reasoning: u.reasoningTokens },
+  };
+}
 
 export class ReplayModel implements LanguageModelV3 {
   readonly specificationVersion = 'v3' as const;
@@ -71,7 +81,7 @@ export class ReplayModel implements LanguageModelV3 {
     return {
       content,
       finishReason: finishReasonFor(content),
-      usage: NO_USAGE,
+      usage: usageFor(entry),
       warnings: [],
       response: { id: `replay-${index}`, modelId: this.modelId },
     };
@@ -98,7 +108,7 @@ export class ReplayModel implements LanguageModelV3 {
         );
       }
     }
-    parts.push({ type: 'finish', usage: NO_USAGE, finishReason: finishReasonFor(content) });
+    parts.push({ type: 'finish', usage: usageFor(entry), finishReason: finishReasonFor(content) });
     const stream = new ReadableStream<LanguageModelV3StreamPart>({
       start(controller) {
         for (const part of parts) controller.enqueue(part);

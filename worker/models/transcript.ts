@@ -11,11 +11,23 @@ const toolCallSchema = z.strictObject({
   input: z.record(z.string(), z.unknown()),
 });
 
+const tokens = z.number().int().nonnegative().optional();
+
+/** What the entry's response reports as its usage, as a provider would; absent counts are unknown. */
+const usageSchema = z.strictObject({
+  inputTokens: tokens,
+  outputTokens: tokens,
+  cacheReadTokens: tokens,
+  cacheWriteTokens: tokens,
+  reasoningTokens: tokens,
+});
+
 const entrySchema = z
   .strictObject({
     toolCalls: z.array(toolCallSchema).min(1).optional(),
     text: z.string().optional(),
     delayMs: z.number().int().nonnegative().optional(),
+    usage: usageSchema.optional(),
   })
   .refine((entry) => entry.toolCalls !== undefined || entry.text !== undefined, {
     message: 'an entry needs toolCalls or text (or both)',
@@ -27,6 +39,7 @@ export const transcriptSchema = z.strictObject({
 
 export type Transcript = z.infer<typeof transcriptSchema>;
 export type TranscriptEntry = Transcript['steps'][number];
+export type TranscriptUsage = NonNullable<TranscriptEntry['usage']>;
 export type TranscriptToolCall = NonNullable<TranscriptEntry['toolCalls']>[number];
 
 /** A transcript that cannot be used: missing, not JSON, or not the contract's shape. */

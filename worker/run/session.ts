@@ -18,6 +18,7 @@ import type { RunCommandResult } from '../tools/run-command.ts';
 import { withTree } from '../tree/registry.ts';
 import type { CommandSandbox } from '../sandbox/index.ts';
 import { isTransientDbError } from '../../store/transient-retry.ts';
+import { roundUsage } from '../models/usage.ts';
 
 export type SessionOutcome =
   | { kind: 'finished'; text: string; reason: 'model_done' | 'step_budget' }
@@ -184,6 +185,7 @@ export async function runSession(d: SessionDeps): Promise<SessionOutcome> {
       );
     }
     state.step = round;
+    d.writer.noteUsage(roundUsage(step.usage, step.response?.modelId ?? step.model?.modelId));
     roundsSinceCheckpoint++;
     d.log.info({ step: round, tools: calls.map((c) => c.toolName) }, 'tool round done');
     // The SDK swallows errors thrown here, so failures are caught and turned into a halt.

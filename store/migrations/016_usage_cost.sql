@@ -1,0 +1,64 @@
+-- Usage, cost and budgets (docs/worker.md, "Usage, cost and budgets").
+--
+-- Each checkpoint row carries the usage of the rounds it records, as the provider reported it, and
+-- the model that answered. A null column means the provider did not say (the replay model, an
+-- endpoint without usage): unknown is never written as 0, so a sum over a run stays honest.
+alter table worker_checkpoints
+  add column model_id           text,
+  add column input_tokens       bigint check (input_tokens >= 0),
+  add column output_tokens      bigint check (output_tokens >= 0),
+  add column cache_read_tokens  bigint check (cache_read_tokens >= 0),
+  add column cache_write_tokens bigint check (cache_write_tokens >= 0),
+  add column reasoning_tokens   bigint check (reasoning_tokens >= 0);
+
+-- Native providers: the SDK knows their endpoint, so base_url is optional for them (tests and
+-- proxies still set it); an OpenAI-compatible endpoint has no default and must name one.
+alter table model_providers drop constraint if exists model_providers_provider_check;
+alter table model_providers
+  alter column base_url drop not null,
+  add constraint model_providers_provider_check
+    check (provider in ('openai-compatible', 'anthropic', 'openai')),
+  add constraint model_providers_base_url_needed
+    check (provider <> 'openai-compatible' or base_url is not null);
+
+-- A run stopped by a budget keeps its checkpoints and may be retried with a new limit.
+alter table agent_runs drop constraint if exists agent_runs_status_check;
+alter table agent_runs
+  add constraint agent_runs_status_check
+    check (status in ('queued', 'running', 'completed', 'failed', 'cancelled', 'budget_exhausted')),
+  add column max_cost_usd numeric check (max_cost_usd is null or max_cost_usd >= 0),
+  add column max_tokens   bigint check (max_tokens is null or max_tokens >= 0);
+
+-- A workspace's own prices (USD per million tokens), overriding the shipped table (core/prices.json).
+create table model_prices (
+  workspace_id         text not null references workspaces on delete cascade,
+  model                text not null check (length(model) between 1 and 200),
+  input_per_mtok       numeric not null check (input_per_mtok >= 0),
+  output_per_mtok      numeric not null check (output_per_mtok >= 0),
+  cache_read_per_mtok  numeric check (cache_read_per_mtok >= 0),
+  cache_write_per_mtok numeric check (cache_write_per_mtok >= 0),
+  updated_at           timestamptz not null default now(),
+  primary key (workspace_id, model)
+);
+
+-- A workspace's daily spending cap (UTC days).
+create table workspace_budgets (
+  workspace_id text primary key references workspaces on delete cascade,
+  daily_usd    numeric not null check (daily_usd >= 0),
+  updated_at   timestamptz not null default now()
+);
+
+do $$
+declare t text;
+begin
+  foreach t in array array['model_prices', 'workspace_budgets'] loop
+    execute format('alter table %I enable row level security', t);
+    execute format('alter table %I force row level security', t);
+    execute format($p$create policy workspace_isolation on %I
+                      using (workspace_id = nullif(current_setting('app.workspace_id', true), ''))
+                      with check (workspace_id = nullif(current_setting('app.workspace_id', true), ''))$p$, t);
+    execute format('grant select, insert, update, delete on %I to echodo_app', t);
+  end loop;
+end $$;
+
+create index worker_checkpoints_day on worker_checkpoints (workspace_id, occurred_at);
