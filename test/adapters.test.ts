@@ -11,6 +11,7 @@ import { harnessInput } from '../operator/settings.ts';
 import { createScenario, type Scenario } from './support/scenario.ts';
 import { frame, startAgUiAgent, type AgentEntry, type AgUiAgent } from './support/ag-ui-agent.ts';
 import { git } from './support/git.ts';
+import { waitFor } from './support/child.ts';
 import { spawnNode } from './support/child.ts';
 import { grantKey } from './support/grants.ts';
 
@@ -32,6 +33,12 @@ const scripts: Record<string, AgentEntry[]> = {
   flood: [{ raw: frame({ type: EventType.RUN_STARTED, threadId: 't', runId: 'r' }) +
     Array.from({ length: 10_000 }, (_, i) => frame({ type: EventType.CUSTOM, name: 'noise', value: i })).join('') }],
   http500: [{ status: 500, body: 'internal error' }],
+  slow: [
+    { toolCalls: [{ name: 'write_file', args: JSON.stringify({ path: 'a.txt', content: 'a\n' }) }] },
+    { toolCalls: [{ name: 'write_file', args: JSON.stringify({ path: 'b.txt', content: 'b\n' }) }] },
+    { toolCalls: [{ name: 'write_file', args: JSON.stringify({ path: 'c.txt', content: 'c\n' }) }], delayMs: 4000 },
+    { text: 'Done.' },
+  ],
 };
 
 let s: Scenario;
@@ -147,4 +154,31 @@ test('harness add --adapter --url --key-env, list shows the adapter, test probes
   assert.match(erroring.out, /model overloaded/);
   assert.equal((await cli(['harness', 'test', ...W, 'code'])).code, 0, 'a built-in harness is the minimal loop');
   assert.equal((await cli(['harness', 'test', ...W, 'nope'])).code, 2);
+});
+
+test('resume: a worker SIGKILLed mid-brief, the stall detector, a second worker: the same thread continues, no round runs twice', async () => {
+  const first = s.spawnWorker();
+  const { agentRunId } = await s.dispatch({ harnessAlias: 'slow', model: undefined });
+  await waitFor(async () => ((agent.inputs.get('slow')?.length ?? 0) >= 3 ? true : undefined), { timeoutMs: 30_000, what: 'round 3 asked' });
+  assert.equal((await s.checkpoints(agentRunId)).length, 2);
+  await first.stop('SIGKILL');
+  await waitFor(async () => {
+    await s.sweep();
+    return (await s.run(agentRunId)).status === 'queued' ? true : undefined;
+  }, { timeoutMs: 30_000, what: 're-dispatch' });
+  const second = s.spawnWorker();
+  const run = await s.waitForStatus(agentRunId, 'completed');
+  assert.equal(run.attempt, 2);
+  assert.deepEqual((await s.checkpoints(agentRunId)).map((r) => r.step), [1, 2, 3], 'seqs without gaps or repeats');
+  assert.deepEqual(agent.roundsPlayed.get('slow')!.slice(0, 2), [0, 1], 'rounds 1 and 2 played once');
+  assert.ok(!agent.roundsPlayed.get('slow')!.slice(2).some((i) => i < 2), 'no checkpointed round played again');
+  const executed = [first, second].flatMap((w) => w.lines).filter((l) => l.includes('"tool round done"') && l.includes(agentRunId)).length;
+  assert.equal(executed, 3, 'three rounds executed across both workers');
+  const resumedInput = agent.inputs.get('slow')!.find((i) => i.runId.startsWith(`${agentRunId}:2:`))!;
+  assert.equal(resumedInput.threadId, agentRunId, 'the same thread');
+  const replayed = resumedInput.messages.filter((m) => m.role === 'tool');
+  assert.equal(replayed.length, 2, 'the two checkpointed rounds were re-sent with their results');
+  assert.ok((await s.events(agentRunId, 'run_resumed')).length >= 1, 'run_resumed recorded');
+  for (const f of ['a.txt', 'b.txt', 'c.txt']) assert.ok(await git(run.worktree_path, 'show', `HEAD:${f}`));
+  await second.stop('SIGTERM');
 });
