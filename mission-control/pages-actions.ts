@@ -34,7 +34,20 @@ export function checkpointActions(runId: string, seq: number, hasCommit: boolean
   return html`<span class="cp-actions">${diff}${fork}</span>`;
 }
 
-export function diffPageContent(d: CheckpointDiff): SafeHtml {
+/** Where a diff page sits: its run's convoy (for the breadcrumb) and the run's newest seq (for "next"). */
+export interface DiffPlace {
+  convoyId: string;
+  lastSeq: number;
+}
+
+function diffNav(d: CheckpointDiff, place: DiffPlace): SafeHtml {
+  const at = (seq: number) => `/runs/${enc(d.agentRunId)}/checkpoints/${seq}`;
+  return html`<nav class="pager">${d.seq > 1 ? html`<a href="${at(d.seq - 1)}" data-testid="diff-prev">← checkpoint ${d.seq - 1}</a>` : ''}${
+    d.seq < place.lastSeq ? html`<a href="${at(d.seq + 1)}" data-testid="diff-next">checkpoint ${d.seq + 1} →</a>` : ''
+  }</nav>`;
+}
+
+export function diffPageContent(d: CheckpointDiff, place?: DiffPlace): SafeHtml {
   const files = d.files.map(
     (f) => html`<li class="diff-file" data-path="${f.path}"><div class="row"><code>${f.path}</code>${
       f.binary ? html`<span class="muted">binary file: not shown</span>` : html`<span class="plus">+${f.added}</span><span class="minus">−${f.deleted}</span>`
@@ -47,7 +60,11 @@ export function diffPageContent(d: CheckpointDiff): SafeHtml {
       call.ok ? '' : html`<span class="broken">error</span>`
     }<pre class="args">${JSON.stringify(call.input, null, 2)}</pre>${call.error ? html`<div class="muted">${call.error}</div>` : ''}</li>`,
   );
-  return html`<nav class="crumbs"><a href="/runs/${enc(d.agentRunId)}">run ${d.agentRunId}</a> / checkpoint ${d.seq}</nav>
+  const convoy = place ? html`<a href="/convoys/${enc(place.convoyId)}">${place.convoyId}</a> / ` : '';
+  return html`<nav class="crumbs" data-testid="crumbs"><a href="/">Convoys</a> / ${convoy}<a href="/runs/${enc(d.agentRunId)}">run ${
+    d.agentRunId
+  }</a> / checkpoint ${d.seq}</nav>
+${place ? diffNav(d, place) : ''}
 <h1>Checkpoint ${d.seq}<span class="sub mono">step ${d.step} · commit ${shortOid(d.commitOid, 12)} · since ${shortOid(d.parentOid, 12)}</span></h1>
 ${d.truncated ? html`<div class="error" data-testid="diff-truncated">truncated: the diff is larger than ${Math.round(d.limitBytes / 1024)} KiB; the rest is in git (git diff ${shortOid(d.parentOid, 12)} ${shortOid(d.commitOid, 12)})</div>` : ''}
 <h2>Files changed (${d.files.length})</h2>

@@ -18,6 +18,7 @@ import { forkRun } from '../operator/fork.ts';
 import type { Logger } from '../worker/log.ts';
 import { createQueue, type JobQueue } from '../worker/queue/index.ts';
 import { presentedToken, requirePrincipal, workspaceOf } from './auth.ts';
+import { runOverview } from '../store/run-timeline.ts';
 import { isConfirmed, sendConfirmation } from './confirm.ts';
 import type { McContext, McEnv } from './context.ts';
 import { checkpointDiff, loadDiffSource } from './checkpoint-diff.ts';
@@ -191,7 +192,9 @@ export function mountActionRoutes(app: Hono<McEnv>, deps: ActionDeps): { close()
     const diff = await loadDiff(c);
     const who = `workspace ${workspaceOf(c)}`;
     if (!diff) return sendPage(c, { title: 'Not found', who, content: messageContent('Not found', 'checkpoint not found') }, 404);
-    return sendPage(c, { title: `checkpoint ${diff.seq} · run ${diff.agentRunId}`, who, content: diffPageContent(diff) });
+    const run = await withWorkspace(db.app, workspaceOf(c), (tx) => runOverview(tx, diff.agentRunId));
+    const place = run && { convoyId: run.convoyId, lastSeq: run.lastSeq ?? diff.seq };
+    return sendPage(c, { title: `checkpoint ${diff.seq} · run ${diff.agentRunId}`, who, content: diffPageContent(diff, place) });
   });
 
   app.post('/runs/:agentRunId/actions/:action', pages, mayWrite('html'), async (c) => {

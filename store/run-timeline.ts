@@ -30,6 +30,8 @@ export interface RunOverview {
   checkpointCount: number;
   lastCheckpointAt: Date | null;
   lastCommitOid: string | null;
+  /** The newest checkpoint's seq (pruning keeps it), null before the first. */
+  lastSeq: number | null;
 }
 
 export interface ToolCall {
@@ -67,10 +69,11 @@ select r.id as agent_run_id, r.convoy_id, r.brief_id, r.job->>'brief' as brief, 
        r.failure_reason, r.created_at, r.started_at, r.finished_at,
        (select count(*)::int from worker_checkpoints c
          where c.workspace_id = r.workspace_id and c.agent_run_id = r.id) as checkpoint_count,
-       last.occurred_at as last_checkpoint_at, last.commit_oid as last_commit_oid
+       last.occurred_at as last_checkpoint_at, last.commit_oid as last_commit_oid,
+       last.checkpoint_seq as last_seq
   from agent_runs r
   left join lateral (
-    select c.occurred_at, c.commit_oid from worker_checkpoints c
+    select c.occurred_at, c.commit_oid, c.checkpoint_seq from worker_checkpoints c
      where c.workspace_id = r.workspace_id and c.agent_run_id = r.id
      order by c.checkpoint_seq desc limit 1) last on true
  where r.workspace_id = $1 and r.id = $2`;
@@ -103,6 +106,7 @@ export async function runOverview(tx: WorkspaceTx, agentRunId: string): Promise<
     checkpointCount: row.checkpoint_count,
     lastCheckpointAt: row.last_checkpoint_at,
     lastCommitOid: row.last_commit_oid,
+    lastSeq: row.last_seq,
   };
 }
 

@@ -200,6 +200,9 @@ test('in Chromium: sign in, open a run, open the diff of checkpoint 2, fork from
     await page.waitForSelector('[data-testid="diff-files"]');
     assert.match(await page.locator('[data-testid="diff-files"]').innerText(), /src\/b\.ts[\s\S]*\+1/);
     assert.match(await page.locator('[data-testid="tool-calls"]').innerText(), /write_file/);
+    const convoyId = (await s.run(source)).convoy_id as string;
+    assert.equal(await page.locator(`[data-testid="crumbs"] a[href="/convoys/${convoyId}"]`).count(), 1, 'the breadcrumb keeps the convoy');
+    assert.equal(await page.getAttribute('[data-testid="diff-prev"]', 'href'), `/runs/${source}/checkpoints/1`);
     await page.screenshot({ path: path.join(output, 'diff.png'), fullPage: true });
     await page.goBack();
 
