@@ -4,7 +4,7 @@
 import type { HarnessRow, ModelProviderRow } from '../store/workspace-config.ts';
 import type { RouteRow } from '../store/workspace-settings.ts';
 import { redactString } from '../core/redact.ts';
-import type { ModelTestResult } from '../operator/settings.ts';
+import type { HarnessTestResult, ModelTestResult } from '../operator/settings.ts';
 import { html, type SafeHtml } from './html.ts';
 import type { ActionView } from './pages-actions.ts';
 
@@ -13,7 +13,7 @@ export interface SettingsView {
   harnesses: HarnessRow[];
   routes: RouteRow[];
   /** The outcome of the last Test, or a refused form, shown at the top. */
-  notice?: { alias?: string; test?: ModelTestResult; error?: string };
+  notice?: { alias?: string; test?: ModelTestResult | HarnessTestResult; error?: string };
 }
 
 const enc = encodeURIComponent;
@@ -22,7 +22,7 @@ function post(action: string, view: ActionView, fields: SafeHtml, label: string,
   return html`<form class="action" method="post" action="${action}"><input type="hidden" name="_csrf" value="${view.csrf}">${fields}<button type="submit" data-testid="${testid}">${label}</button></form>`;
 }
 
-export function testResultText(r: ModelTestResult): string {
+export function testResultText(r: ModelTestResult | HarnessTestResult): string {
   return r.ok ? `ok · ${r.latencyMs} ms` : `error: ${r.error}`;
 }
 
@@ -42,10 +42,14 @@ export function settingsContent(s: SettingsView, view: ActionView | undefined): 
     }</td></tr>`,
   );
   const harnesses = s.harnesses.map(
-    (h) => html`<tr><td><code>${h.alias}</code></td><td>${h.needs_worktree ? 'own worktree' : 'repo root'}</td>
+    (h) => html`<tr data-harness="${h.alias}"><td><code>${h.alias}</code></td><td>${h.adapter}${
+      h.endpoint_url ? html` <span class="mono">${redactString(h.endpoint_url)}</span>` : ''}${h.key_env_var ? html` · <span class="mono">${h.key_env_var}</span>` : ''}</td>
+<td>${h.needs_worktree ? 'own worktree' : 'repo root'}</td>
 <td>${h.allowed_commands.length ? h.allowed_commands.map((c) => html`<code>${c}</code> `) : html`<span class="muted">no run_command</span>`}</td>
 <td>${h.write_prefixes ? h.write_prefixes.join(', ') : html`<span class="muted">anywhere</span>`}</td><td>${
-      view ? post(`/settings/harnesses/${enc(h.alias)}/rm`, view, html``, 'Remove', `rm-harness-${h.alias}`) : ''
+      view
+        ? html`${post(`/settings/harnesses/${enc(h.alias)}/test`, view, html``, 'Test', `test-harness-${h.alias}`)}${post(`/settings/harnesses/${enc(h.alias)}/rm`, view, html``, 'Remove', `rm-harness-${h.alias}`)}`
+        : ''
     }</td></tr>`,
   );
   const routes = s.routes.map(
@@ -66,9 +70,11 @@ ${view ? post('/settings/models', view, html`<input name="alias" placeholder="al
 <input name="model" placeholder="model" required> <input name="keyEnv" placeholder="KEY variable (optional)">
 <select name="provider"><option>openai-compatible</option></select> `, 'Add model', 'add-model') : ''}
 <h2>Harnesses</h2>
-${table(['Alias', 'Works in', 'Allowed commands', 'Write prefixes', ''], harnesses, 'Only the built-in harnesses: code and doc-writer.', 'harnesses')}
+${table(['Alias', 'Adapter', 'Works in', 'Allowed commands', 'Write prefixes', ''], harnesses, 'Only the built-in harnesses: code and doc-writer.', 'harnesses')}
 ${view ? post('/settings/harnesses', view, html`<input name="alias" placeholder="alias" required> <label><input type="checkbox" name="worktree" checked> own worktree</label>
-<input name="allow" placeholder="allowed commands, one per line or ;-separated"> <input name="writePrefix" placeholder="write prefixes, comma-separated"> `, 'Add harness', 'add-harness') : ''}
+<input name="allow" placeholder="allowed commands, one per line or ;-separated"> <input name="writePrefix" placeholder="write prefixes, comma-separated">
+<select name="adapter"><option>minimal</option><option>remote-ag-ui</option><option>langgraph</option><option>crewai</option></select>
+<input name="url" placeholder="AG-UI endpoint (remote adapters)"> <input name="keyEnv" placeholder="KEY variable (optional)"> `, 'Add harness', 'add-harness') : ''}
 <h2>Role → harness routes</h2>
 ${table(['Role', 'Harness', ''], routes, 'No routes: a job without harnessAlias uses code.', 'routes')}
 ${view ? post('/settings/routes', view, html`<input name="role" placeholder="role" required> <input name="harness" placeholder="harness" required> `, 'Add route', 'add-route') : ''}`;

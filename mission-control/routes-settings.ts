@@ -4,7 +4,7 @@
 // named, never read into a page or an answer; a Test's error is redacted.
 import type { Hono } from 'hono';
 import type { Database } from '../store/connection.ts';
-import { modelProvider, upsertModelProvider } from '../store/workspace-config.ts';
+import { harnessOverride, modelProvider, upsertModelProvider } from '../store/workspace-config.ts';
 import { keyGrantOf } from '../store/grants.ts';
 import {
   listHarnesses, listModelProviders, listRoutes, removeHarness, removeModelProvider, removeRoute, upsertHarness, upsertRoute,
@@ -14,7 +14,9 @@ import { redactString, registerSecretsFromEnv } from '../core/redact.ts';
 import type { Config } from '../core/config.ts';
 import { EchodoError } from '../core/errors.ts';
 import { parseKeyVarGlobs } from '../core/key-vars.ts';
-import { harnessInput, modelInput, routeInput, testModelProvider, type ModelTestResult } from '../operator/settings.ts';
+import {
+  harnessInput, modelInput, routeInput, testHarness, testModelProvider, type HarnessTestResult, type ModelTestResult,
+} from '../operator/settings.ts';
 import { requirePrincipal, workspaceOf } from './auth.ts';
 import { isConfirmed, sendConfirmation } from './confirm.ts';
 import type { McContext, McEnv } from './context.ts';
@@ -52,12 +54,27 @@ export function mountSettingsRoutes(app: Hono<McEnv>, deps: { db: Database; conf
     return testModelProvider(row, { keyVarGlobs: globs(), keyGrant });
   }
 
+  /** A harness's Test: a remote adapter's probe run, made after the transaction too. */
+  async function testHarnessOf(c: McContext, alias: string): Promise<HarnessTestResult | undefined> {
+    const found = await inWs(c, async (tx) => {
+      const row = await harnessOverride(tx, alias);
+      return row && { row, keyGrant: row.key_env_var ? await keyGrantOf(tx, row.key_env_var) : undefined };
+    });
+    if (!found) return undefined;
+    const { row, keyGrant } = found;
+    registerSecretsFromEnv(process.env, row.key_env_var ? [row.key_env_var] : []);
+    return testHarness(row, { keyVarGlobs: globs(), keyGrant });
+  }
+
   // ------------------------------------------------------------------ JSON
   app.get('/api/settings', api, async (c) => {
     const s = await load(c);
     return c.json({
       models: s.models.map((m) => ({ alias: m.alias, provider: m.provider, baseUrl: redactString(m.base_url), model: m.model, keyEnv: m.api_key_env_var })),
-      harnesses: s.harnesses.map((h) => ({ alias: h.alias, worktree: h.needs_worktree, allow: h.allowed_commands, writePrefixes: h.write_prefixes })),
+      harnesses: s.harnesses.map((h) => ({
+        alias: h.alias, adapter: h.adapter, url: h.endpoint_url && redactString(h.endpoint_url), keyEnv: h.key_env_var,
+        worktree: h.needs_worktree, allow: h.allowed_commands, writePrefixes: h.write_prefixes,
+      })),
       routes: s.routes.map((r) => ({ role: r.role_id, harness: r.harness_alias })),
     });
   });
@@ -65,6 +82,11 @@ export function mountSettingsRoutes(app: Hono<McEnv>, deps: { db: Database; conf
   app.post('/api/models/:alias/test', api, mayWrite('api'), async (c) => {
     const result = await test(c, c.req.param('alias'));
     return result ? c.json({ alias: c.req.param('alias'), ...result }) : c.json({ error: 'not_found', message: 'model not found' }, 404);
+  });
+
+  app.post('/api/harnesses/:alias/test', api, mayWrite('api'), async (c) => {
+    const result = await testHarnessOf(c, c.req.param('alias'));
+    return result ? c.json({ alias: c.req.param('alias'), ...result }) : c.json({ error: 'not_found', message: 'harness not found' }, 404);
   });
 
   // ------------------------------------------------------------------ pages
@@ -78,12 +100,17 @@ export function mountSettingsRoutes(app: Hono<McEnv>, deps: { db: Database; conf
         const result = await test(c, name);
         return render(c, result ? { alias: name, test: result } : { error: `no model ${name}` }, result ? 200 : 404);
       }
+      if (kind === 'harnesses' && name && verb === 'test') {
+        const result = await testHarnessOf(c, name);
+        return render(c, result ? { alias: name, test: result } : { error: `no harness ${name}` }, result ? 200 : 404);
+      }
       if (!name) {
         if (kind === 'models') {
           const row = modelInput({ alias: str(form.alias), provider: str(form.provider), baseUrl: str(form.baseUrl), model: str(form.model), keyEnv: str(form.keyEnv) }, globs());
           await inWs(c, (tx) => upsertModelProvider(tx, row, globs()));
         } else if (kind === 'harnesses') {
-          const row = harnessInput({ alias: str(form.alias), worktree: form.worktree !== undefined, allow: lines(form.allow), writePrefix: lines(String(form.writePrefix ?? '').replaceAll(',', '\n')) });
+          const row = harnessInput({ alias: str(form.alias), worktree: form.worktree !== undefined, allow: lines(form.allow), writePrefix: lines(String(form.writePrefix ?? '').replaceAll(',', '\n')),
+            adapter: str(form.adapter), url: str(form.url), keyEnv: str(form.keyEnv) }, globs());
           await inWs(c, (tx) => upsertHarness(tx, row));
         } else if (kind === 'routes') {
           const route = routeInput({ role: str(form.role), harness: str(form.harness) });
