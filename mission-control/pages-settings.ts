@@ -34,7 +34,7 @@ export function settingsContent(s: SettingsView, view: ActionView | undefined): 
       ? html`<div class="${n.test.ok ? 'notice ok' : 'error'}" data-testid="test-result-${n.alias ?? ''}">Test of ${n.alias ?? ''}: ${testResultText(n.test)}</div>`
       : '';
   const models = s.models.map(
-    (m) => html`<tr data-model="${m.alias}"><td><code>${m.alias}</code></td><td>${m.provider}</td><td class="mono">${redactString(m.base_url)}</td>
+    (m) => html`<tr data-model="${m.alias}"><td><code>${m.alias}</code></td><td>${m.provider}</td><td class="mono">${m.base_url ? redactString(m.base_url) : '(provider default)'}</td>
 <td>${m.model}</td><td class="mono">${m.api_key_env_var ?? '—'}</td><td>${
       view
         ? html`${post(`/settings/models/${enc(m.alias)}/test`, view, html``, 'Test', `test-${m.alias}`)}${post(`/settings/models/${enc(m.alias)}/rm`, view, html``, 'Remove', `rm-model-${m.alias}`)}`
@@ -66,9 +66,9 @@ export function settingsContent(s: SettingsView, view: ActionView | undefined): 
 ${notice}
 <h2>Model providers</h2>
 ${table(['Alias', 'Provider', 'Base URL', 'Model', 'Key variable', ''], models, 'No model providers: jobs use replay:<path> or add one.', 'models')}
-${view ? post('/settings/models', view, html`<input name="alias" placeholder="alias" required> <input name="baseUrl" placeholder="https://…/v1" required>
+${view ? post('/settings/models', view, html`<input name="alias" placeholder="alias" required> <input name="baseUrl" placeholder="https://…/v1 (optional for anthropic, openai)">
 <input name="model" placeholder="model" required> <input name="keyEnv" placeholder="KEY variable (optional)">
-<select name="provider"><option>openai-compatible</option></select> `, 'Add model', 'add-model') : ''}
+<select name="provider"><option>openai-compatible</option><option>anthropic</option><option>openai</option></select> `, 'Add model', 'add-model') : ''}
 <h2>Harnesses</h2>
 ${table(['Alias', 'Adapter', 'Works in', 'Allowed commands', 'Write prefixes', ''], harnesses, 'Only the built-in harnesses: code and doc-writer.', 'harnesses')}
 ${view ? post('/settings/harnesses', view, html`<input name="alias" placeholder="alias" required> <label><input type="checkbox" name="worktree" checked> own worktree</label>

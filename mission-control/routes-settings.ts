@@ -70,7 +70,7 @@ export function mountSettingsRoutes(app: Hono<McEnv>, deps: { db: Database; conf
   app.get('/api/settings', api, async (c) => {
     const s = await load(c);
     return c.json({
-      models: s.models.map((m) => ({ alias: m.alias, provider: m.provider, baseUrl: redactString(m.base_url), model: m.model, keyEnv: m.api_key_env_var })),
+      models: s.models.map((m) => ({ alias: m.alias, provider: m.provider, baseUrl: m.base_url && redactString(m.base_url), model: m.model, keyEnv: m.api_key_env_var })),
       harnesses: s.harnesses.map((h) => ({
         alias: h.alias, adapter: h.adapter, url: h.endpoint_url && redactString(h.endpoint_url), keyEnv: h.key_env_var,
         worktree: h.needs_worktree, allow: h.allowed_commands, writePrefixes: h.write_prefixes,

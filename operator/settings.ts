@@ -9,10 +9,11 @@ import { redactString } from '../core/redact.ts';
 import { EchodoError, errorMessage } from '../core/errors.ts';
 import { assertKeyVarAllowed } from '../core/key-vars.ts';
 import { createOpenAICompatibleModel } from '../worker/models/openai-compatible.ts';
+import { createNativeModel } from '../worker/models/native.ts';
 import type { KeyGrant } from '../core/key-grants.ts';
 import { probeAgUiEndpoint, type ProbeResult } from '../worker/adapters/probe.ts';
 
-export const PROVIDER_KINDS = ['openai-compatible'] as const;
+export const PROVIDER_KINDS = ['openai-compatible', 'anthropic', 'openai'] as const;
 export const MODEL_TEST_TIMEOUT_MS = 10_000;
 const NAME = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$/;
 
@@ -35,18 +36,13 @@ export function modelInput(
 ): ModelProviderRow {
   const alias = name('alias', input.alias);
   if (alias.startsWith('replay')) throw new SettingRefusedError(`alias: "${alias}" would be read as a replay model`);
-  const provider = input.provider ?? 'openai-compatible';
+  const provider = (input.provider?.trim() || 'openai-compatible') as ModelProviderRow['provider'];
   if (!(PROVIDER_KINDS as readonly string[]).includes(provider)) {
     throw new SettingRefusedError(`provider: unknown kind "${provider}" (known: ${PROVIDER_KINDS.join(', ')})`);
   }
-  let url: URL;
-  try {
-    url = new URL(input.baseUrl ?? '');
-  } catch {
-    throw new SettingRefusedError(`base URL: ${JSON.stringify(redactString(input.baseUrl ?? ''))} is not a URL`);
-  }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new SettingRefusedError(`base URL: must be http or https, not ${url.protocol}`);
-  if (url.username || url.password) throw new SettingRefusedError('base URL: must not carry credentials; name a key variable instead');
+  // A native provider's SDK knows its endpoint; an OpenAI-compatible one has none to fall back on.
+  const baseUrl = input.baseUrl?.trim() ? baseUrlInput(input.baseUrl) : null;
+  if (!baseUrl && provider === 'openai-compatible') throw new SettingRefusedError('base URL: required for openai-compatible');
   const model = input.model?.trim();
   if (!model || model.length > 200) throw new SettingRefusedError('model: the provider\'s model name is required (at most 200 characters)');
   const keyEnv = input.keyEnv?.trim() || null;
@@ -56,7 +52,19 @@ export function modelInput(
   } catch (err) {
     throw new SettingRefusedError(errorMessage(err));
   }
-  return { alias, provider: 'openai-compatible', base_url: url.toString().replace(/\/$/, ''), model, api_key_env_var: keyEnv };
+  return { alias, provider, base_url: baseUrl, model, api_key_env_var: keyEnv };
+}
+
+function baseUrlInput(raw: string): string {
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    throw new SettingRefusedError(`base URL: ${JSON.stringify(redactString(raw))} is not a URL`);
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new SettingRefusedError(`base URL: must be http or https, not ${url.protocol}`);
+  if (url.username || url.password) throw new SettingRefusedError('base URL: must not carry credentials; name a key variable instead');
+  return url.toString().replace(/\/$/, '');
 }
 
 export interface HarnessInput {
@@ -136,10 +144,13 @@ export async function testModelProvider(
   const started = performance.now();
   const latency = () => Math.round(performance.now() - started);
   try {
-    const model = createOpenAICompatibleModel({
-      baseURL: row.base_url, model: row.model, apiKeyEnvVar: row.api_key_env_var, env: options.env,
+    const common = {
+      model: row.model, apiKeyEnvVar: row.api_key_env_var, env: options.env,
       keyVarGlobs: options.keyVarGlobs, keyGrant: options.keyGrant,
-    });
+    };
+    const model = row.provider === 'openai-compatible'
+      ? createOpenAICompatibleModel({ ...common, baseURL: row.base_url ?? '' })
+      : createNativeModel({ ...common, provider: row.provider, baseURL: row.base_url });
     await generateText({
       model,
       prompt: 'Reply with: ok',

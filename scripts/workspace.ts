@@ -35,7 +35,8 @@ const { values, positionals, fail } = command({
     '(DATABASE_URL, or the embedded server), never the app login.',
   usage: [
     `-- create ${W}`,
-    `-- model add ${W} --alias A --base-url URL --model M [--key-env VAR] [--provider openai-compatible]`,
+    `-- model add ${W} --alias A --provider openai-compatible|anthropic|openai [--base-url U] --model M ` +
+      '[--key-env VAR]',
     `-- model list ${W} | model rm ${W} --alias A | model test ${W} --alias A`,
     `-- harness add ${W} ALIAS|--alias A [--adapter minimal|remote-ag-ui|langgraph|crewai] [--url URL] ` +
       '[--key-env VAR] [--no-worktree] [--allow CMD]… [--write-prefix P]…',
@@ -47,12 +48,12 @@ const { values, positionals, fail } = command({
   flags: {
     workspace: { type: 'string', value: 'W', help: 'the workspace (letters, digits, ".", "_", "-"; at most 64)' },
     alias: { type: 'string', value: 'A', help: 'model or harness alias' },
-    'base-url': { type: 'string', value: 'URL', help: "model add: the provider's OpenAI-compatible base URL" },
+    'base-url': { type: 'string', value: 'URL', help: 'model add: the endpoint (required for openai-compatible)' },
     model: { type: 'string', value: 'M', help: "model add: the provider's model name" },
     'key-env': { type: 'string', value: 'VAR', help: 'model/harness add: the env variable holding the key (must be granted)' },
     adapter: { type: 'string', value: 'KIND', help: 'harness add: minimal (default), remote-ag-ui, langgraph or crewai' },
     url: { type: 'string', value: 'URL', help: "harness add: a remote adapter's AG-UI endpoint" },
-    provider: { type: 'string', value: 'KIND', help: 'model add: openai-compatible (the default)' },
+    provider: { type: 'string', value: 'KIND', help: 'model add: openai-compatible (the default), anthropic or openai' },
     'no-worktree': { type: 'boolean', help: 'harness add: the harness works without a worktree' },
     allow: { type: 'string', value: 'CMD', multiple: true, help: 'harness add: an allowed run_command' },
     'write-prefix': { type: 'string', value: 'P', multiple: true, help: 'harness add: a path prefix it may write' },
@@ -165,7 +166,7 @@ async function planCommand(): Promise<Planned | Granted> {
       return app(async (tx) => {
         for (const m of await listModelProviders(tx)) {
           const { alias, provider, model, api_key_env_var: keyEnv } = m;
-          out(JSON.stringify({ alias, provider, baseUrl: redactString(m.base_url), model, keyEnv }));
+          out(JSON.stringify({ alias, provider, baseUrl: m.base_url && redactString(m.base_url), model, keyEnv }));
         }
         return 0;
       });

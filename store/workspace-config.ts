@@ -3,6 +3,7 @@ import type { Sql } from 'postgres';
 import { assertKeyVarAllowed } from '../core/key-vars.ts';
 import { assertKeyGranted } from '../core/key-grants.ts';
 import { keyGrantOf } from './grants.ts';
+import { nativeBaseUrl, type NativeProvider } from '../worker/models/native.ts';
 import type { WorkspaceTx } from './workspace.ts';
 
 export interface HarnessRow {
@@ -23,8 +24,9 @@ export type HarnessAdapter = (typeof HARNESS_ADAPTERS)[number];
 
 export interface ModelProviderRow {
   alias: string;
-  provider: 'openai-compatible';
-  base_url: string;
+  provider: 'openai-compatible' | NativeProvider;
+  /** Null for a native provider on its own endpoint. */
+  base_url: string | null;
   model: string;
   api_key_env_var: string | null;
 }
@@ -71,7 +73,8 @@ export async function allApiKeyEnvVars(sql: Sql): Promise<string[]> {
 export async function upsertModelProvider(tx: WorkspaceTx, row: ModelProviderRow, keyVarGlobs?: readonly string[]): Promise<void> {
   assertKeyVarAllowed(row.api_key_env_var, keyVarGlobs);
   if (row.api_key_env_var) {
-    assertKeyGranted(row.api_key_env_var, await keyGrantOf(tx, row.api_key_env_var), row.base_url, tx.workspaceId);
+    const url = row.provider === 'openai-compatible' ? (row.base_url ?? '') : nativeBaseUrl(row.provider, row.base_url);
+    assertKeyGranted(row.api_key_env_var, await keyGrantOf(tx, row.api_key_env_var), url, tx.workspaceId);
   }
   await tx`insert into model_providers (workspace_id, alias, provider, base_url, model, api_key_env_var)
            values (${tx.workspaceId}, ${row.alias}, ${row.provider}, ${row.base_url}, ${row.model}, ${row.api_key_env_var})

@@ -75,7 +75,7 @@ test('npm run workspace: harness, route and model add|list|rm|test; bad input re
   for (const [args, reason] of [
     [['model', 'add', WS, '--alias', 'x', '--base-url', 'ftp://h/v1', '--model', 'm'], /http or https/],
     [['model', 'add', WS, '--alias', 'x', '--base-url', 'not a url', '--model', 'm'], /not a URL/],
-    [['model', 'add', WS, '--alias', 'x', '--base-url', chat.baseURL, '--model', 'm', '--provider', 'anthropic'], /unknown kind "anthropic"/],
+    [['model', 'add', WS, '--alias', 'x', '--base-url', chat.baseURL, '--model', 'm', '--provider', 'gemini'], /unknown kind "gemini"/],
     [['model', 'add', WS, '--alias', 'x', '--base-url', chat.baseURL, '--model', 'm', '--key-env', 'DATABASE_URL'], /WORKER_PROVIDER_KEY_VARS/],
     [['frobnicate', WS], /unknown command/],
   ] as const) {

@@ -8,7 +8,7 @@
 
 import type { LanguageModelV3 } from '@ai-sdk/provider';
 import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
-import { EchodoError } from '../../core/errors.ts';
+import { keyFetch, MissingApiKeyError } from './key-fetch.ts';
 import { assertKeyVarAllowed, parseKeyVarGlobs } from '../../core/key-vars.ts';
 import { assertKeyGranted, type KeyGrant } from '../../core/key-grants.ts';
 
@@ -27,33 +27,16 @@ export interface OpenAICompatibleModelOptions {
   keyGrant?: KeyGrant;
 }
 
-export class MissingApiKeyError extends EchodoError {
-  constructor(readonly variable: string) {
-    super('model_unknown', `the API key variable ${variable} is not set in the worker's environment`);
-    this.name = 'MissingApiKeyError';
-  }
-}
+export { MissingApiKeyError };
 
 export function createOpenAICompatibleModel(options: OpenAICompatibleModelOptions): LanguageModelV3 {
   const { apiKeyEnvVar, model } = options;
   const env = options.env ?? process.env;
-  const baseFetch = options.fetch ?? globalThis.fetch;
   const globs = options.keyVarGlobs ?? parseKeyVarGlobs();
   assertKeyVarAllowed(apiKeyEnvVar, globs);
   if (apiKeyEnvVar) assertKeyGranted(apiKeyEnvVar, options.keyGrant, options.baseURL);
 
-  const fetchWithKey: typeof globalThis.fetch = async (input, init) => {
-    const headers = new Headers(init?.headers);
-    headers.delete('authorization');
-    if (!apiKeyEnvVar) return baseFetch(input, { ...init, headers });
-    assertKeyVarAllowed(apiKeyEnvVar, globs);
-    assertKeyGranted(apiKeyEnvVar, options.keyGrant, requestUrl(input));
-    const key = env[apiKeyEnvVar];
-    if (!key) throw new MissingApiKeyError(apiKeyEnvVar);
-    headers.set('authorization', `Bearer ${key}`);
-    // A redirect could take the key to a host the grant does not name.
-    return baseFetch(input, { ...init, headers, redirect: 'error' });
-  };
+  const fetchWithKey = keyFetch({ apiKeyEnvVar, header: 'bearer', env, globs, keyGrant: options.keyGrant, fetch: options.fetch });
 
   const provider = createOpenAICompatible({
     name: 'openai-compatible',
@@ -61,9 +44,4 @@ export function createOpenAICompatibleModel(options: OpenAICompatibleModelOption
     fetch: fetchWithKey,
   });
   return provider.chatModel(model);
-}
-
-function requestUrl(input: Parameters<typeof globalThis.fetch>[0]): URL {
-  if (input instanceof URL) return input;
-  return new URL(typeof input === 'string' ? input : input.url);
 }

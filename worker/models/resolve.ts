@@ -5,6 +5,7 @@
 import type { LanguageModelV3 } from '@ai-sdk/provider';
 import { EchodoError } from '../../core/errors.ts';
 import { createOpenAICompatibleModel } from './openai-compatible.ts';
+import { createNativeModel, NATIVE_PROVIDERS, nativeBaseUrl, type NativeProvider } from './native.ts';
 import { ReplayModel } from './replay.ts';
 import { loadTranscript } from './transcript.ts';
 import { replayPathInside } from './replay-dir.ts';
@@ -19,8 +20,9 @@ export const isReplayModel = (model: string): boolean => model.startsWith(REPLAY
 /** A row of model_providers (workspace_id left out: the lookup is already workspace-scoped). */
 export interface ProviderRow {
   alias: string;
-  provider: 'openai-compatible';
-  base_url: string;
+  provider: 'openai-compatible' | NativeProvider;
+  /** Optional for a native provider (its SDK's endpoint). */
+  base_url: string | null;
   model: string;
   api_key_env_var: string | null;
 }
@@ -61,25 +63,29 @@ export async function resolveModel(args: ResolveModelArgs): Promise<ResolvedMode
   if (!row) {
     throw new EchodoError('model_unknown', `model alias "${args.model}" is not in model_providers of this workspace`);
   }
-  if (row.provider !== 'openai-compatible') {
+  const native = (NATIVE_PROVIDERS as readonly string[]).includes(row.provider);
+  if (!native && (row.provider !== 'openai-compatible' || !row.base_url)) {
     throw new EchodoError('model_unknown', `model alias "${row.alias}" has unsupported provider "${String(row.provider)}"`);
   }
+  const baseURL = native ? nativeBaseUrl(row.provider as NativeProvider, row.base_url) : row.base_url!;
   // A row naming a variable outside WORKER_PROVIDER_KEY_VARS (DATABASE_URL, say), or one not granted
   // to this workspace for the row's host, fails the run here, before the variable is read or anything is sent.
   assertKeyVarAllowed(row.api_key_env_var, args.keyVarGlobs ?? parseKeyVarGlobs());
   const keyGrant = row.api_key_env_var ? await args.lookupKeyGrant?.(row.api_key_env_var) : undefined;
-  if (row.api_key_env_var) assertKeyGranted(row.api_key_env_var, keyGrant, row.base_url);
-  const model = createOpenAICompatibleModel({
-    baseURL: row.base_url,
+  if (row.api_key_env_var) assertKeyGranted(row.api_key_env_var, keyGrant, baseURL);
+  const common = {
     model: row.model,
     apiKeyEnvVar: row.api_key_env_var,
     env: args.env,
     keyVarGlobs: args.keyVarGlobs,
     keyGrant,
-  });
+  };
+  const model = native
+    ? createNativeModel({ ...common, provider: row.provider as NativeProvider, baseURL })
+    : createOpenAICompatibleModel({ ...common, baseURL });
   return {
     model,
-    description: `${row.alias}: openai-compatible ${row.model} at ${row.base_url}`,
+    description: `${row.alias}: ${row.provider} ${row.model} at ${baseURL}`,
     ...(row.api_key_env_var ? { apiKeyEnvVar: row.api_key_env_var } : {}),
   };
 }

@@ -19,6 +19,7 @@ import { withTree } from '../tree/registry.ts';
 import type { CommandSandbox } from '../sandbox/index.ts';
 import { isTransientDbError } from '../../store/transient-retry.ts';
 import { roundUsage } from '../models/usage.ts';
+import { cachedSystem, cachedUser, withNewestCached } from '../models/prompt-cache.ts';
 
 export type SessionOutcome =
   | { kind: 'finished'; text: string; reason: 'model_done' | 'step_budget' }
@@ -205,8 +206,9 @@ export async function runSession(d: SessionDeps): Promise<SessionOutcome> {
   try {
     const result = await generateText({
       model: d.model,
-      system: buildSystemPrompt(d, state.history, state.step),
-      prompt: d.brief,
+      system: cachedSystem(buildSystemPrompt(d, state.history, state.step)),
+      messages: [cachedUser(d.brief)],
+      prepareStep: ({ messages }) => ({ messages: withNewestCached(messages) }),
       tools,
       stopWhen: [stepCountIs(remaining), () => halted !== undefined],
       abortSignal: abort.signal,
