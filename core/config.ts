@@ -47,6 +47,7 @@ const schema = z.object({
   STALL_CHECK_MS: int(10).default(2000),
   STALL_MAX_ATTEMPTS: int(1).default(5),
   STALL_QUEUED_MS: int(100).default(60000),
+  WORKER_RETENTION_SWEEP_MS: int(10).default(60000),
   MISSION_CONTROL_PORT: int(0).max(65535).default(4700),
   // Isolation (docs/security.md): how run_command is confined, and which variables a provider may name.
   WORKER_SANDBOX: z.enum(['bwrap', 'off']).default('bwrap'),

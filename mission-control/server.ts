@@ -17,6 +17,7 @@ import { messageContent } from './pages-admin.ts';
 import { mountActionRoutes } from './routes-actions.ts';
 import { mountAdminRoutes } from './routes-admin.ts';
 import { mountSettingsRoutes } from './routes-settings.ts';
+import { mountStorageRoutes } from './routes-storage.ts';
 import { mountWorkspaceRoutes } from './routes-workspace.ts';
 import { ChangeHub } from './sse-hub.ts';
 import { isDatabaseUnreachable } from '../store/transient-retry.ts';
@@ -87,6 +88,7 @@ export function createMissionControl({ db, config, logger, queue }: MissionContr
   mountWorkspaceRoutes(app, db, hub);
   const actions = mountActionRoutes(app, { db, config: config.WORKER_REPO_ROOT ? (config as Config) : undefined, queue, log });
   mountSettingsRoutes(app, { db, config });
+  mountStorageRoutes(app, { db, repoRoot: config.WORKER_REPO_ROOT });
 
   const wantsJson = (path: string) => path.startsWith('/api/');
   app.notFound((c) =>

@@ -13,6 +13,7 @@ import { parseJob, type Job } from '../core/job.ts';
 import type { JobQueue } from '../worker/queue/types.ts';
 import { admitJob, admitRacing, type Admission } from '../worker/run/admission.ts';
 import { assertRepoGranted, repoNeedingGrant } from '../worker/run/repo-access.ts';
+import { refuseOverQuota } from './quota.ts';
 
 export interface DispatchResult {
   jobId: string;
@@ -51,6 +52,7 @@ export async function dispatchJob(db: Database, queue: JobQueue, input: unknown,
   const admission = await admitInWorkspace(db, job.workspaceId, async (tx) => {
     if (!(await workspaceExists(tx))) throw new EchodoError('workspace_not_found', `workspaceId: workspace "${job.workspaceId}" does not exist (create it with: npm run workspace -- create ${job.workspaceId})`);
     if (repoReal !== null) await assertRepoGranted(tx, job.repoPath!, repoReal);
+    if (!parsed.agentRunIdGiven) await refuseOverQuota(tx);
     return admitJob(tx, job, { entry: 'request', agentRunIdGiven: parsed.agentRunIdGiven, defaultRepoPath: options.defaultRepoPath });
   });
   return ring(queue, admission);

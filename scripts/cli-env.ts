@@ -26,6 +26,7 @@ export const ENV_HELP: Record<string, string> = {
   WORKER_SPARE_WORKTREE: 'keep one warm spare worktree per repository (default true)',
   STALL_CHECK_MS: 'stall detector period (default 2000)',
   STALL_MAX_ATTEMPTS: 'attempts before a stalled run is failed (default 5)',
+  WORKER_RETENTION_SWEEP_MS: 'how often the stall detector applies storage policies and quotas (default 60000)',
   MISSION_CONTROL_PORT: 'the panel\'s port on 127.0.0.1 (default 4700)',
   ECHODO_SUPERVISE: 'the daemon restarts itself after a crash (default true; 0 when systemd or the like does)',
   LOG_LEVEL: 'fatal, error, warn, info (default), debug, trace or silent',

@@ -6,6 +6,7 @@ import { createLogger } from '../worker/log.ts';
 import { createQueue } from '../worker/queue/index.ts';
 import { StallSweeper } from '../operator/stall-detector.ts';
 import { pruneFinishedRuns } from '../operator/prune.ts';
+import { sweepStoragePolicies } from '../operator/storage-sweep.ts';
 import { errorMessage } from '../core/errors.ts';
 import { guardDaemon } from '../worker/process-guards.ts';
 import { registerConfigSecrets, registerStartupSecrets } from '../worker/secrets.ts';
@@ -22,7 +23,7 @@ const { values } = command({
   flags: { once: { type: 'boolean', help: 'run one sweep, print its result as JSON and exit' } },
   exitCodes: { 0: 'stopped cleanly (or --once done)', 1: 'could not start (e.g. the database)', 2: 'bad arguments' },
   env: [
-    ...DATABASE_ENV, 'REDIS_URL', 'WORKER_QUEUE_KEY', 'WORKER_LEASE_MS', 'STALL_CHECK_MS', 'STALL_MAX_ATTEMPTS',
+    ...DATABASE_ENV, 'REDIS_URL', 'WORKER_QUEUE_KEY', 'WORKER_LEASE_MS', 'STALL_CHECK_MS', 'STALL_MAX_ATTEMPTS', 'WORKER_RETENTION_SWEEP_MS',
     'WORKER_CHECKPOINT_RETENTION_DAYS', 'WORKER_CHECKPOINT_REMOTE', 'WORKER_REPO_ROOT', 'WORKER_NOTES_REF', 'ECHODO_SUPERVISE',
     'LOG_LEVEL',
   ],
@@ -45,10 +46,16 @@ process.once('SIGTERM', stop);
 process.once('SIGINT', stop);
 
 let lastPrune = 0;
+let lastStorageSweep = 0;
 do {
   try {
     const result = await sweeper.once();
     if (values.once && result) process.stdout.write(`${JSON.stringify(result)}\n`);
+    // Each workspace's retention policy and quota (operator/storage-sweep.ts), on their own period.
+    if (values.once || Date.now() - lastStorageSweep >= config.WORKER_RETENTION_SWEEP_MS) {
+      lastStorageSweep = Date.now();
+      await sweepStoragePolicies(db, log);
+    }
     if (config.WORKER_CHECKPOINT_RETENTION_DAYS && Date.now() - lastPrune > PRUNE_EVERY_MS) {
       lastPrune = Date.now();
       // The remote's refs too (never branches: their removal is the operator's call, `prune --delete-branches`).

@@ -21,6 +21,8 @@ import { harnessInput, modelInput, routeInput, testHarness, testModelProvider } 
 import {
   grantHosts, grantVariable, keyGrant, keyList, keyRevoke, repoAdd, repoList, repoRealpath, repoRemove,
 } from './workspace-grants.ts';
+import { COST_COMMANDS, COST_FLAGS, planCostCommand } from './workspace-cost.ts';
+import { setQuota, setRetention } from '../store/storage.ts';
 import { command, exitOnStartupError } from './cli.ts';
 import { DATABASE_ENV } from './cli-env.ts';
 
@@ -44,6 +46,10 @@ const { values, positionals, fail } = command({
     `-- route add ${W} --role R --harness H | route list ${W} | route rm ${W} --role R`,
     `-- key grant ${W} VAR [--host H]… | key list [${W}] | key revoke ${W} VAR`,
     `-- repo add ${W} PATH [--shared] | repo list [${W}] | repo rm ${W} PATH`,
+    `-- price set ${W} --model M --input-per-mtok N --output-per-mtok N [--cache-read-per-mtok N] ` +
+      '[--cache-write-per-mtok N]',
+    `-- price list ${W} | price rm ${W} --model M | budget set ${W} --daily-usd N`,
+    `-- retention set ${W} [--keep-last K] [--keep-days D] | quota set ${W} --bytes N`,
   ],
   flags: {
     workspace: { type: 'string', value: 'W', help: 'the workspace (letters, digits, ".", "_", "-"; at most 64)' },
@@ -54,6 +60,7 @@ const { values, positionals, fail } = command({
     adapter: { type: 'string', value: 'KIND', help: 'harness add: minimal (default), remote-ag-ui, langgraph or crewai' },
     url: { type: 'string', value: 'URL', help: "harness add: a remote adapter's AG-UI endpoint" },
     provider: { type: 'string', value: 'KIND', help: 'model add: openai-compatible (the default), anthropic or openai' },
+    ...COST_FLAGS,
     'no-worktree': { type: 'boolean', help: 'harness add: the harness works without a worktree' },
     allow: { type: 'string', value: 'CMD', multiple: true, help: 'harness add: an allowed run_command' },
     'write-prefix': { type: 'string', value: 'P', multiple: true, help: 'harness add: a path prefix it may write' },
@@ -61,6 +68,9 @@ const { values, positionals, fail } = command({
     harness: { type: 'string', value: 'H', help: 'route add: a built-in harness (code, doc-writer) or an alias' },
     host: { type: 'string', value: 'H', multiple: true, help: 'key grant: a host (or host:port) the key may go to' },
     shared: { type: 'boolean', help: 'repo add: other workspaces may register the repository too' },
+    'keep-last': { type: 'string', value: 'K', help: 'retention set: a finished run keeps its last K checkpoints' },
+    'keep-days': { type: 'string', value: 'D', help: 'retention set: ...once it finished D days ago (default 0)' },
+    bytes: { type: 'string', value: 'N', help: 'quota set: bytes the workspace may hold before new runs are refused' },
   },
   positionals: {
     min: 1,
@@ -88,7 +98,9 @@ const COMMANDS: Record<string, { args: string[]; optionalWorkspace?: boolean; op
   'harness rm': { args: [], optionalAlias: true }, 'harness test': { args: [], optionalAlias: true },
   'route add': { args: [] }, 'route list': { args: [] }, 'route rm': { args: [] },
   'key grant': { args: ['VAR'] }, 'key list': { args: [], optionalWorkspace: true }, 'key revoke': { args: ['VAR'] },
+  ...Object.fromEntries(COST_COMMANDS.map((c) => [c, { args: [] }])),
   'repo add': { args: ['PATH'] }, 'repo list': { args: [], optionalWorkspace: true }, 'repo rm': { args: ['PATH'] },
+  'retention set': { args: [] }, 'quota set': { args: [] },
 };
 const WORKSPACE_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 
@@ -123,6 +135,11 @@ const refuse = (message: string): never => {
   process.exit(2);
 };
 const need = (value: string | undefined, flag: string): string => value ?? fail(`${key} needs --${flag}`);
+/** A whole number flag (absent: null); anything else is a usage error. */
+const count = (value: string | undefined, flag: string, min: number): number | null => {
+  if (value === undefined) return null;
+  return /^[0-9]{1,15}$/.test(value) && Number(value) >= min ? Number(value) : fail(`--${flag} must be a whole number >= ${min}`);
+};
 /** The answer of an rm: done, or nothing of that name (exit 2). */
 const removed = (done: boolean, what: string): number =>
   done ? (out(`${what} removed`), 0) : refuse(`no ${what} in workspace ${ws}`);
@@ -273,6 +290,21 @@ async function planCommand(): Promise<Planned | Granted> {
       return owner(async (sql) => (await repoRemove(sql, ws, arg!), out(`${arg} unregistered from ${ws}`), 0));
     case 'repo list':
       return owner(async (sql) => ((await repoList(sql, workspaceId)).forEach((l) => out(l)), 0));
+    case 'retention set': {
+      const keepLast = count(values['keep-last'], 'keep-last', 1);
+      const keepDays = count(values['keep-days'], 'keep-days', 0);
+      if (keepLast === null && keepDays === null) fail('retention set needs --keep-last K and/or --keep-days D');
+      return app(async (tx) => {
+        await setRetention(tx, keepLast, keepDays);
+        return out(`retention of ${ws}: keep the last ${keepLast ?? 'all'} checkpoints of runs finished ${keepDays ?? 0} days ago`), 0;
+      });
+    }
+    case 'quota set': {
+      const bytes = count(need(values.bytes, 'bytes'), 'bytes', 0)!;
+      return app(async (tx) => (await setQuota(tx, bytes), out(`quota of ${ws}: ${bytes} bytes`), 0));
+    }
+    case 'price set': case 'price list': case 'price rm': case 'budget set':
+      return app(planCostCommand(key, values, out));
     default:
       return fail(`unknown command: ${key}`);
   }

@@ -67,7 +67,10 @@ export async function chainVerdict(tx: WorkspaceTx, agentRunId: string): Promise
   if (stored?.brokenSeq != null) return { state: 'broken', brokenSeq: stored.brokenSeq, problem: stored.problem ?? '' };
   let from = stored?.verifiedSeq ?? 0;
   let rows = await chainRowsAfter(tx, agentRunId, from);
-  if (from > 0 && rows.some((r) => (r.payload_format ?? 1) !== DELTA_FORMAT && (r.payload_format ?? 1) !== 1)) {
+  // A prune since the last read removed rows past the verified prefix: verify from the anchor.
+  const pruned = from > 0 && rows.length > 0 && rows[0]!.checkpoint_seq !== from + 1;
+  const folded = rows.some((r) => (r.payload_format ?? 1) !== DELTA_FORMAT && (r.payload_format ?? 1) !== 1);
+  if (from > 0 && (pruned || folded)) {
     from = 0;
     rows = await chainRowsAfter(tx, agentRunId, 0);
   }

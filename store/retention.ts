@@ -44,3 +44,35 @@ export async function prunableCommits(tx: WorkspaceTx, agentRunId: string): Prom
       and c.commit_oid is not null and c.commit_oid is distinct from last.commit_oid`;
   return rows.map((r) => r.commit_oid);
 }
+
+/**
+ * Finished runs past the workspace's retention age with more than `keepLast` checkpoints: the
+ * ones a policy prune shortens.
+ */
+export async function runsPastRetention(tx: WorkspaceTx, keepLast: number, keepDays: number): Promise<string[]> {
+  const rows = await tx<{ id: string }[]>`
+    select r.id from agent_runs r
+     where r.workspace_id = ${tx.workspaceId} and r.status in ('completed', 'failed', 'cancelled')
+       and r.finished_at < now() - make_interval(days => ${keepDays})
+       and (select count(*) from worker_checkpoints c
+             where c.workspace_id = r.workspace_id and c.agent_run_id = r.id) > ${keepLast}`;
+  return rows.map((r) => r.id);
+}
+
+/**
+ * Keeps the run's last `keepLast` checkpoints, a contiguous tail, so the chain still verifies
+ * from the anchor: the hash of the last row deleted. Returns the rows deleted.
+ */
+export async function pruneRunToLast(tx: WorkspaceTx, agentRunId: string, keepLast: number): Promise<number> {
+  const [cut] = await tx<{ seq: number; hash: string }[]>`
+    select checkpoint_seq as seq, hash from worker_checkpoints
+     where workspace_id = ${tx.workspaceId} and agent_run_id = ${agentRunId}
+     order by checkpoint_seq desc offset ${keepLast} limit 1`;
+  if (!cut) return 0;
+  await tx`insert into checkpoint_anchors (workspace_id, agent_run_id, anchor_seq, anchor_hash)
+           values (${tx.workspaceId}, ${agentRunId}, ${cut.seq}, ${cut.hash})
+           on conflict (workspace_id, agent_run_id) do update set anchor_seq = excluded.anchor_seq, anchor_hash = excluded.anchor_hash, pruned_at = now()`;
+  const deleted = await tx`delete from worker_checkpoints
+                            where workspace_id = ${tx.workspaceId} and agent_run_id = ${agentRunId} and checkpoint_seq <= ${cut.seq}`;
+  return deleted.count;
+}

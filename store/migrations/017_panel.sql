@@ -25,3 +25,32 @@ create policy workspace_isolation on checkpoint_chain_verdicts
   using (workspace_id = nullif(current_setting('app.workspace_id', true), ''))
   with check (workspace_id = nullif(current_setting('app.workspace_id', true), ''));
 grant select, insert, update, delete on checkpoint_chain_verdicts to echodo_app;
+
+-- A workspace's storage policy: retention (keep the last keep_last checkpoints of a finished run
+-- once it is keep_days old) and a quota in bytes. used_bytes is what the stall detector's storage
+-- sweep last measured; dispatch refuses new runs while it is over quota_bytes.
+create table workspace_storage_policies (
+  workspace_id text primary key references workspaces on delete cascade,
+  keep_last    integer check (keep_last >= 1),
+  keep_days    integer check (keep_days >= 0),
+  quota_bytes  bigint check (quota_bytes >= 0),
+  used_bytes   bigint,
+  measured_at  timestamptz,
+  updated_at   timestamptz not null default now()
+);
+alter table workspace_storage_policies enable row level security;
+alter table workspace_storage_policies force row level security;
+create policy workspace_isolation on workspace_storage_policies
+  using (workspace_id = nullif(current_setting('app.workspace_id', true), ''))
+  with check (workspace_id = nullif(current_setting('app.workspace_id', true), ''));
+grant select, insert, update, delete on workspace_storage_policies to echodo_app;
+
+-- The storage sweep visits each workspace that has a policy; the list crosses workspaces, so it
+-- is a security-definer function that names workspaces only.
+create function echodo_storage_policy_workspaces()
+returns table (workspace_id text)
+language sql stable security definer set search_path = public as $$
+  select p.workspace_id from workspace_storage_policies p order by p.workspace_id
+$$;
+revoke all on function echodo_storage_policy_workspaces() from public;
+grant execute on function echodo_storage_policy_workspaces() to echodo_app;

@@ -1,0 +1,137 @@
+// What a workspace holds in Postgres, and its storage policy (retention and quota). Bytes are
+// pg_column_size of whole rows (their stored, possibly compressed, size): checkpoint rows and
+// events per run. Git bytes are measured apart (mission-control/git-bytes.ts).
+import type { WorkspaceTx } from './workspace.ts';
+
+export interface RunBytes {
+  agentRunId: string;
+  convoyId: string;
+  briefId: string;
+  status: string;
+  checkpointRows: number;
+  checkpointBytes: number;
+  eventBytes: number;
+  /** checkpointBytes + eventBytes */
+  postgresBytes: number;
+  branch: string | null;
+  baseOid: string | null;
+  repoPath: string | null;
+}
+
+export interface StoragePolicy {
+  keepLast: number | null;
+  keepDays: number | null;
+  quotaBytes: number | null;
+  usedBytes: number | null;
+  measuredAt: Date | null;
+}
+
+const LARGEST_RUNS_SQL = `
+select r.id as agent_run_id, r.convoy_id, r.brief_id, r.status, r.branch, r.base_oid, r.job->>'repoPath' as repo_path,
+       cp.rows as checkpoint_rows, cp.bytes as checkpoint_bytes, ev.bytes as event_bytes
+  from agent_runs r
+ cross join lateral (
+   select count(*)::int as rows, coalesce(sum(pg_column_size(c.*)), 0)::bigint as bytes
+     from worker_checkpoints c where c.workspace_id = r.workspace_id and c.agent_run_id = r.id) cp
+ cross join lateral (
+   select coalesce(sum(pg_column_size(e.*)), 0)::bigint as bytes
+     from convoy_events e where e.workspace_id = r.workspace_id and e.agent_run_id = r.id) ev
+ where r.workspace_id = $1
+ order by cp.bytes + ev.bytes desc, r.id
+ limit $2`;
+
+/** The workspace's runs by the bytes they hold in Postgres, largest first. */
+export async function largestRuns(tx: WorkspaceTx, limit = 100): Promise<RunBytes[]> {
+  const rows = await tx.unsafe(LARGEST_RUNS_SQL, [tx.workspaceId, limit]);
+  return rows.map((row) => ({
+    agentRunId: row.agent_run_id,
+    convoyId: row.convoy_id,
+    briefId: row.brief_id,
+    status: row.status,
+    checkpointRows: row.checkpoint_rows,
+    checkpointBytes: Number(row.checkpoint_bytes),
+    eventBytes: Number(row.event_bytes),
+    postgresBytes: Number(row.checkpoint_bytes) + Number(row.event_bytes),
+    branch: row.branch,
+    baseOid: row.base_oid,
+    repoPath: row.repo_path,
+  }));
+}
+
+const WORKSPACE_BYTES_SQL = `
+select (select coalesce(sum(pg_column_size(c.*)), 0) from worker_checkpoints c where c.workspace_id = $1)::bigint as checkpoints,
+       (select coalesce(sum(pg_column_size(e.*)), 0) from convoy_events e where e.workspace_id = $1)::bigint as events,
+       (select coalesce(sum(pg_column_size(r.*)), 0) from agent_runs r where r.workspace_id = $1)::bigint as runs`;
+
+/** The workspace's bytes in Postgres: checkpoint rows, events and run rows. */
+export async function workspacePostgresBytes(tx: WorkspaceTx): Promise<{ checkpoints: number; events: number; runs: number; total: number }> {
+  const [row] = await tx.unsafe(WORKSPACE_BYTES_SQL, [tx.workspaceId]);
+  const [checkpoints, events, runs] = [Number(row!.checkpoints), Number(row!.events), Number(row!.runs)];
+  return { checkpoints, events, runs, total: checkpoints + events + runs };
+}
+
+const CONVOY_BYTES_SQL = `
+select c.convoy_id, count(*)::int as rows, sum(pg_column_size(c.*))::bigint as bytes
+  from worker_checkpoints c
+ where c.workspace_id = $1
+ group by c.convoy_id
+ order by bytes desc
+ limit $2`;
+
+/** Checkpoint bytes per convoy, largest first. */
+export async function convoyBytes(tx: WorkspaceTx, limit = 100): Promise<{ convoyId: string; checkpointRows: number; bytes: number }[]> {
+  const rows = await tx.unsafe(CONVOY_BYTES_SQL, [tx.workspaceId, limit]);
+  return rows.map((r) => ({ convoyId: r.convoy_id, checkpointRows: r.rows, bytes: Number(r.bytes) }));
+}
+
+const STORAGE_POLICY_SQL = `
+select p.keep_last, p.keep_days, p.quota_bytes, p.used_bytes, p.measured_at
+  from workspace_storage_policies p where p.workspace_id = $1`;
+
+/** The workspace's policy; every field null when none was set. */
+export async function storagePolicy(tx: WorkspaceTx): Promise<StoragePolicy> {
+  const [row] = await tx.unsafe(STORAGE_POLICY_SQL, [tx.workspaceId]);
+  const num = (v: unknown) => (v === null || v === undefined ? null : Number(v));
+  return {
+    keepLast: num(row?.keep_last),
+    keepDays: num(row?.keep_days),
+    quotaBytes: num(row?.quota_bytes),
+    usedBytes: num(row?.used_bytes),
+    measuredAt: row?.measured_at ?? null,
+  };
+}
+
+const SET_RETENTION_SQL = `
+insert into workspace_storage_policies (workspace_id, keep_last, keep_days) values ($1, $2, $3)
+on conflict (workspace_id) do update set keep_last = excluded.keep_last, keep_days = excluded.keep_days, updated_at = now()`;
+
+/** Keep the last `keepLast` checkpoints of finished runs older than `keepDays` days (null: no such rule). */
+export async function setRetention(tx: WorkspaceTx, keepLast: number | null, keepDays: number | null): Promise<void> {
+  await tx.unsafe(SET_RETENTION_SQL, [tx.workspaceId, keepLast, keepDays]);
+}
+
+const SET_QUOTA_SQL = `
+insert into workspace_storage_policies (workspace_id, quota_bytes) values ($1, $2)
+on conflict (workspace_id) do update set quota_bytes = excluded.quota_bytes, updated_at = now()`;
+
+export async function setQuota(tx: WorkspaceTx, bytes: number | null): Promise<void> {
+  await tx.unsafe(SET_QUOTA_SQL, [tx.workspaceId, bytes]);
+}
+
+const RECORD_USAGE_SQL = `
+update workspace_storage_policies set used_bytes = $2, measured_at = now() where workspace_id = $1`;
+
+/** What the sweep measured: dispatch compares it with the quota. */
+export async function recordUsage(tx: WorkspaceTx, bytes: number): Promise<void> {
+  await tx.unsafe(RECORD_USAGE_SQL, [tx.workspaceId, bytes]);
+}
+
+const OVER_QUOTA_SQL = `
+select p.used_bytes, p.quota_bytes, p.measured_at from workspace_storage_policies p
+ where p.workspace_id = $1 and p.quota_bytes is not null and p.used_bytes > p.quota_bytes`;
+
+/** Set when the last measure was over the quota: new runs are refused until a prune brings it under. */
+export async function overQuota(tx: WorkspaceTx): Promise<{ usedBytes: number; quotaBytes: number } | undefined> {
+  const [row] = await tx.unsafe(OVER_QUOTA_SQL, [tx.workspaceId]);
+  return row && { usedBytes: Number(row.used_bytes), quotaBytes: Number(row.quota_bytes) };
+}

@@ -1,0 +1,163 @@
+// Storage, retention and quota against a real database, a real git repository and real
+// Chromium: the Storage page and GET /api/storage show the bytes a known run added (Postgres by
+// pg_column_size, git by the objects only its branch holds); `retention set` through the CLI,
+// then the stall detector's storage sweep, prunes the run to its last K checkpoints (the chain
+// still verifies, the bytes fall); `quota set` over the measured bytes refuses a new run at
+// dispatch with the reason.
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { after, before, test } from 'node:test';
+import { chromium, type Browser } from 'playwright-core';
+import type { Sql } from 'postgres';
+import { createMissionControl, type RunningMissionControl } from '../mission-control/server.ts';
+import { dispatchJob } from '../operator/dispatch.ts';
+import { sweepStoragePolicies } from '../operator/storage-sweep.ts';
+import { createWorkspace } from '../store/runs.ts';
+import { createWorkspaceToken } from '../store/tokens.ts';
+import { withWorkspace } from '../store/workspace.ts';
+import { checkpointHash } from '../core/checkpoint-hash.ts';
+import { createLogger } from '../worker/log.ts';
+import type { JobQueue } from '../worker/queue/types.ts';
+import { spawnNode } from './support/child.ts';
+import { createTestDatabase, superuserSql, type TestDatabase } from '../testbed/db.ts';
+
+const WS = 'storage';
+const RUN = 'run-big';
+const SMALL = 'run-small';
+const BLOB_BYTES = 200_000;
+
+let t: TestDatabase;
+let su: Sql;
+let server: RunningMissionControl;
+let browser: Browser;
+let token = '';
+let repo = '';
+const git = (...args: string[]) => execFileSync('git', ['-C', repo, ...args], { encoding: 'utf8' }).trim();
+
+/** A finished run with `count` chained checkpoints on `branch` of the test repository. */
+async function seedRun(runId: string, count: number, branch: string, baseOid: string): Promise<void> {
+  await su`insert into briefs (workspace_id, id, convoy_id, role_id) values (${WS}, ${'brief-' + runId}, 'convoy-s', 'coder')`;
+  await su`insert into agent_runs (workspace_id, id, convoy_id, brief_id, job_id, job, harness_alias, status, branch, base_oid,
+             created_at, finished_at)
+           values (${WS}, ${runId}, 'convoy-s', ${'brief-' + runId}, ${'job-' + runId}, ${su.json({ brief: 'b', repoPath: repo })},
+                   'code', 'completed', ${branch}, ${baseOid}, now() - interval '2 days', now() - interval '1 day')`;
+  let prev: string | null = null;
+  for (let seq = 1; seq <= count; seq++) {
+    const toolHistory = [{ round: seq, tool: 'write_file', input: { path: 'x', content: 'y'.repeat(2000) }, ok: true }];
+    const filesTouched = [{ path: `f${seq}`, sha256: 'b'.repeat(64), bytes: 1, deleted: false }];
+    const payload = { workspaceId: WS, agentRunId: runId, checkpointSeq: seq, step: seq, toolHistory, filesTouched, branch,
+      worktreePath: null, commitOid: null };
+    const hash = checkpointHash(prev, payload);
+    await su`insert into worker_checkpoints (workspace_id, agent_run_id, convoy_id, brief_id, checkpoint_seq, step, attempt,
+               lease_epoch, tool_history, files_touched, branch, worktree_path, commit_oid, prev_hash, hash)
+             values (${WS}, ${runId}, 'convoy-s', ${'brief-' + runId}, ${seq}, ${seq}, 1, 1, ${su.json(toolHistory)},
+                     ${su.json(filesTouched)}, ${branch}, null, null, ${prev}, ${hash})`;
+    prev = hash;
+  }
+}
+
+before(async () => {
+  t = await createTestDatabase();
+  su = superuserSql(t.url);
+  repo = mkdtempSync(path.join(tmpdir(), 'echodo-storage-'));
+  git('init', '-q', '-b', 'main');
+  git('-c', 'user.name=t', '-c', 'user.email=t@t', 'commit', '-q', '--allow-empty', '-m', 'base');
+  const base = git('rev-parse', 'HEAD');
+  git('checkout', '-q', '-b', 'echodo/big');
+  writeFileSync(path.join(repo, 'blob.bin'), randomBytes(BLOB_BYTES)); // incompressible: its bytes are its size
+  git('add', 'blob.bin');
+  git('-c', 'user.name=t', '-c', 'user.email=t@t', 'commit', '-q', '-m', 'big');
+  git('checkout', '-q', 'main');
+  await withWorkspace(t.db.app, WS, (tx) => createWorkspace(tx));
+  await su`insert into convoys (workspace_id, id) values (${WS}, 'convoy-s')`;
+  await seedRun(RUN, 12, 'echodo/big', base);
+  await seedRun(SMALL, 1, 'echodo/none', base);
+  token = await createWorkspaceToken(t.db.app, WS);
+  server = await createMissionControl({ db: t.db, config: { ...t.config, LOG_LEVEL: 'silent' } }).start(0);
+  browser = await chromium.launch({
+    executablePath: process.env.ECHODO_CHROMIUM ?? '/usr/bin/chromium',
+    args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--no-first-run', '--disable-sync'],
+  });
+});
+
+after(async () => {
+  await browser?.close();
+  await server?.close();
+  await su?.end();
+  await t?.drop();
+  if (repo) rmSync(repo, { recursive: true, force: true });
+});
+
+interface StorageJson {
+  postgresBytes: number;
+  runs: { agentRunId: string; postgresBytes: number; gitBytes: number | null; checkpointRows: number }[];
+}
+const storage = async (): Promise<StorageJson> =>
+  (await (await fetch(`${server.url}/api/storage`, { headers: { authorization: `Bearer ${token}` } })).json()) as StorageJson;
+
+async function runPostgresBytes(runId: string): Promise<number> {
+  const [row] = await su`select (select coalesce(sum(pg_column_size(c.*)), 0) from worker_checkpoints c where c.agent_run_id = ${runId})
+                              + (select coalesce(sum(pg_column_size(e.*)), 0) from convoy_events e where e.agent_run_id = ${runId}) as n`;
+  return Number(row!.n);
+}
+
+test('GET /api/storage and the Storage page show the bytes a known run holds, largest first', async () => {
+  const body = await storage();
+  assert.equal(body.runs[0]!.agentRunId, RUN, 'the largest run first');
+  assert.equal(body.runs[0]!.postgresBytes, await runPostgresBytes(RUN));
+  assert.ok(body.runs[0]!.gitBytes! >= BLOB_BYTES, `git bytes ${body.runs[0]!.gitBytes} hold the ${BLOB_BYTES}-byte blob`);
+  assert.equal(body.runs.find((r) => r.agentRunId === SMALL)!.gitBytes, null, 'a branch that is not there is unknown, not 0');
+  assert.equal((await fetch(`${server.url}/api/storage`)).status, 401);
+
+  const page = await browser.newPage({ viewport: { width: 390, height: 800 } });
+  await page.goto(`${server.url}/login?next=%2Fstorage`);
+  await page.fill('#token', token);
+  await Promise.all([page.waitForURL(`${server.url}/storage`), page.click('button[type=submit]')]);
+  const row = page.locator(`[data-testid="storage-runs"] tr[data-run-id="${RUN}"]`);
+  assert.equal(await row.locator('[data-field="postgresBytes"]').getAttribute('data-bytes'), String(body.runs[0]!.postgresBytes));
+  assert.equal(await row.locator('[data-field="gitBytes"]').getAttribute('data-bytes'), String(body.runs[0]!.gitBytes));
+  assert.ok((await page.evaluate(() => document.documentElement.scrollWidth)) <= 390, 'fits a 390 px screen');
+  await page.close();
+});
+
+test('retention set (CLI) is applied by the storage sweep: the run keeps its last K checkpoints, still verifies, bytes fall', async () => {
+  const before = await runPostgresBytes(RUN);
+  const cli = spawnNode('scripts/workspace.ts', ['retention', 'set', '--workspace', WS, '--keep-last', '3', '--keep-days', '0'],
+    { env: { ...t.env, LOG_LEVEL: 'warn' } });
+  assert.equal((await cli.exited).code, 0, cli.output());
+  const bad = spawnNode('scripts/workspace.ts', ['retention', 'set', '--workspace', WS, '--keep-last', 'many'], { env: { ...t.env } });
+  assert.equal((await bad.exited).code, 2, 'a bad number is a usage error');
+
+  const swept = await sweepStoragePolicies(t.db, createLogger({ level: 'silent', name: 'test' }));
+  assert.deepEqual(swept.workspaces.map((w) => [w.workspaceId, w.rowsPruned]), [[WS, 9]]);
+  const seqs = await su`select checkpoint_seq from worker_checkpoints where agent_run_id = ${RUN} order by checkpoint_seq`;
+  assert.deepEqual(seqs.map((r) => r.checkpoint_seq), [10, 11, 12]);
+  assert.ok((await runPostgresBytes(RUN)) < before / 2, 'the bytes fell');
+  assert.equal((await storage()).runs.find((r) => r.agentRunId === RUN)!.checkpointRows, 3);
+  const run = await (await fetch(`${server.url}/api/runs/${RUN}`, { headers: { authorization: `Bearer ${token}` } })).json();
+  assert.deepEqual(run.chain, { verdict: 'verifies' }, 'the chain verifies from the anchor the prune kept');
+});
+
+test('a workspace over its quota: dispatch refuses a new run with the reason', async () => {
+  const cli = spawnNode('scripts/workspace.ts', ['quota', 'set', '--workspace', WS, '--bytes', '1000'], { env: { ...t.env, LOG_LEVEL: 'warn' } });
+  assert.equal((await cli.exited).code, 0, cli.output());
+  await sweepStoragePolicies(t.db, createLogger({ level: 'silent', name: 'test' }));
+  const queue = { enqueue: async () => {} } as unknown as JobQueue;
+  const job = {
+    workspaceId: WS, convoyId: 'convoy-s', briefId: 'brief-new', roleId: 'coder', harnessAlias: 'code', baseRef: 'main',
+    brief: 'One more.', model: 'replay:/tmp/none.json',
+  };
+  await assert.rejects(dispatchJob(t.db, queue, job), (err: Error & { code?: string }) => {
+    assert.equal(err.code, 'action_refused');
+    assert.match(err.message, /over its storage quota \(\d+ of 1000 bytes\)/);
+    return true;
+  });
+  await withWorkspace(t.db.app, WS, (tx) => tx`update workspace_storage_policies set quota_bytes = 1e12`);
+  await sweepStoragePolicies(t.db, createLogger({ level: 'silent', name: 'test' }));
+  const admitted = await dispatchJob(t.db, queue, job);
+  assert.ok(admitted.agentRunId, 'under the quota again, the run is admitted');
+});
