@@ -17,6 +17,8 @@ import {
 import { createScenario } from './support/scenario.ts';
 import { grantKey } from './support/grants.ts';
 import { waitFor } from './support/child.ts';
+import { runCost } from '../store/cost.ts';
+import { withWorkspace } from '../store/workspace.ts';
 
 const KEY_VAR = 'ECHODO_NATIVE_API_KEY';
 const KEY = 'sk-native-test-key-1234567890';
@@ -217,4 +219,8 @@ test('a worker run through an anthropic row records each round\'s usage and mode
     ['claude-sonnet-4-5-20250929', 995, 9, 900, 60, null],
   ]);
   assert.ok(!worker.output().includes(KEY), 'the key is never logged');
+  // Priced from the shipped table: the dated id matches claude-sonnet-4-5.
+  const cost = await withWorkspace(s.t.db.app, s.workspaceId, (tx) => runCost(tx, agentRunId));
+  const expected = (20 * 3 + 900 * 3.75 + 7 * 15 + 35 * 3 + 900 * 0.3 + 60 * 3.75 + 9 * 15) / 1e6;
+  assert.ok(cost.costUsd !== null && Math.abs(cost.costUsd - expected) < 1e-12, `${cost.costUsd} ≈ ${expected}`);
 });

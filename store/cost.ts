@@ -1,0 +1,136 @@
+// Cost is a query over the checkpoint rows' usage and the prices, never a counter: it cannot
+// drift from the rows, and a price changed later re-prices the past. A row whose usage or model
+// has no price is "unpriced" (cost null); a total over rows holding one is null too, so an
+// unpriced model never reads as free. Prices: the workspace's model_prices over the shipped table.
+import type { PendingQuery, Row } from 'postgres';
+import { SHIPPED_PRICES, type ModelPrice } from '../core/prices.ts';
+import type { WorkspaceTx } from './workspace.ts';
+
+export interface UsageTotals {
+  inputTokens: number | null;
+  outputTokens: number | null;
+  cacheReadTokens: number | null;
+  cacheWriteTokens: number | null;
+  reasoningTokens: number | null;
+}
+
+export interface CostTotal extends UsageTotals {
+  checkpoints: number;
+  /** Null when any of the rows is unpriced (no usage reported, or no price for its model). */
+  costUsd: number | null;
+  unpricedCheckpoints: number;
+}
+
+export interface CheckpointCost extends UsageTotals {
+  seq: number;
+  modelId: string | null;
+  costUsd: number | null;
+}
+
+/** The checkpoint rows matching `where`, each with cost_usd (null: unpriced). */
+function costed(tx: WorkspaceTx, where: PendingQuery<Row[]>): PendingQuery<Row[]> {
+  return tx`
+    with prices as (
+      select model, input_per_mtok, output_per_mtok, cache_read_per_mtok, cache_write_per_mtok from model_prices
+      union all
+      select s.model, s."inputPerMtok", s."outputPerMtok", s."cacheReadPerMtok", s."cacheWritePerMtok"
+        from jsonb_to_recordset(${tx.json(SHIPPED_PRICES as never)}) as s(model text, "inputPerMtok" numeric,
+             "outputPerMtok" numeric, "cacheReadPerMtok" numeric, "cacheWritePerMtok" numeric)
+       where not exists (select 1 from model_prices m where m.model = s.model)
+    ), costed as (
+      select c.checkpoint_seq, c.agent_run_id, c.model_id, c.input_tokens, c.output_tokens, c.cache_read_tokens,
+             c.cache_write_tokens, c.reasoning_tokens,
+             case when p.model is null or c.input_tokens is null or c.output_tokens is null then null
+             else (greatest(c.input_tokens - coalesce(c.cache_read_tokens, 0) - coalesce(c.cache_write_tokens, 0), 0)
+                     * p.input_per_mtok
+                   + coalesce(c.cache_read_tokens, 0) * coalesce(p.cache_read_per_mtok, p.input_per_mtok)
+                   + coalesce(c.cache_write_tokens, 0) * coalesce(p.cache_write_per_mtok, p.input_per_mtok)
+                   + c.output_tokens * p.output_per_mtok) / 1000000 end as cost_usd
+        from worker_checkpoints c
+        left join lateral (
+          select * from prices p
+           where c.model_id = p.model or left(c.model_id, length(p.model) + 1) = p.model || '-'
+           order by length(p.model) desc limit 1
+        ) p on true
+       where c.workspace_id = ${tx.workspaceId} and ${where}
+    )`;
+}
+
+const totals = (tx: WorkspaceTx) => tx`
+  count(*)::int as checkpoints,
+  case when count(*) filter (where cost_usd is null) > 0 then null else coalesce(sum(cost_usd), 0) end::float8 as cost_usd,
+  count(*) filter (where cost_usd is null)::int as unpriced_checkpoints,
+  sum(input_tokens)::float8 as input_tokens, sum(output_tokens)::float8 as output_tokens,
+  sum(cache_read_tokens)::float8 as cache_read_tokens, sum(cache_write_tokens)::float8 as cache_write_tokens,
+  sum(reasoning_tokens)::float8 as reasoning_tokens`;
+
+function toTotal(r: Row | undefined): CostTotal {
+  return {
+    checkpoints: r?.checkpoints ?? 0,
+    costUsd: r?.cost_usd ?? null,
+    unpricedCheckpoints: r?.unpriced_checkpoints ?? 0,
+    inputTokens: r?.input_tokens ?? null,
+    outputTokens: r?.output_tokens ?? null,
+    cacheReadTokens: r?.cache_read_tokens ?? null,
+    cacheWriteTokens: r?.cache_write_tokens ?? null,
+    reasoningTokens: r?.reasoning_tokens ?? null,
+  };
+}
+
+/** Each checkpoint of a run with its usage and cost, in seq order. */
+export async function checkpointCosts(tx: WorkspaceTx, agentRunId: string): Promise<CheckpointCost[]> {
+  const rows = await tx`${costed(tx, tx`c.agent_run_id = ${agentRunId}`)}
+    select checkpoint_seq, model_id, input_tokens::float8, output_tokens::float8, cache_read_tokens::float8,
+           cache_write_tokens::float8, reasoning_tokens::float8, cost_usd::float8 from costed order by checkpoint_seq`;
+  return rows.map((r) => ({
+    seq: r.checkpoint_seq, modelId: r.model_id, costUsd: r.cost_usd, inputTokens: r.input_tokens,
+    outputTokens: r.output_tokens, cacheReadTokens: r.cache_read_tokens, cacheWriteTokens: r.cache_write_tokens,
+    reasoningTokens: r.reasoning_tokens,
+  }));
+}
+
+export async function runCost(tx: WorkspaceTx, agentRunId: string): Promise<CostTotal> {
+  const [row] = await tx`${costed(tx, tx`c.agent_run_id = ${agentRunId}`)} select ${totals(tx)} from costed`;
+  return toTotal(row);
+}
+
+export async function convoyCost(tx: WorkspaceTx, convoyId: string): Promise<CostTotal> {
+  const [row] = await tx`${costed(tx, tx`c.convoy_id = ${convoyId}`)} select ${totals(tx)} from costed`;
+  return toTotal(row);
+}
+
+/** The workspace's spend on one UTC day (default today): what its daily cap is measured against. */
+export async function workspaceDayCost(tx: WorkspaceTx, day?: string): Promise<CostTotal> {
+  const [row] = await tx`${costed(tx, tx`c.occurred_at >= coalesce(${day ?? null}::date, (now() at time zone 'utc')::date)
+      at time zone 'utc' and c.occurred_at < (coalesce(${day ?? null}::date, (now() at time zone 'utc')::date) + 1)
+      at time zone 'utc'`)} select ${totals(tx)} from costed`;
+  return toTotal(row);
+}
+
+/** The workspace's own prices. */
+export async function listPrices(tx: WorkspaceTx): Promise<ModelPrice[]> {
+  return tx<ModelPrice[]>`
+    select model, input_per_mtok::float8 as "inputPerMtok", output_per_mtok::float8 as "outputPerMtok",
+           cache_read_per_mtok::float8 as "cacheReadPerMtok", cache_write_per_mtok::float8 as "cacheWritePerMtok"
+      from model_prices order by model`;
+}
+
+export async function setPrice(tx: WorkspaceTx, p: ModelPrice): Promise<void> {
+  await tx`insert into model_prices (workspace_id, model, input_per_mtok, output_per_mtok, cache_read_per_mtok,
+                                     cache_write_per_mtok)
+           values (${tx.workspaceId}, ${p.model}, ${p.inputPerMtok}, ${p.outputPerMtok}, ${p.cacheReadPerMtok},
+                   ${p.cacheWritePerMtok})
+           on conflict (workspace_id, model) do update
+             set input_per_mtok = excluded.input_per_mtok, output_per_mtok = excluded.output_per_mtok,
+                 cache_read_per_mtok = excluded.cache_read_per_mtok, cache_write_per_mtok = excluded.cache_write_per_mtok,
+                 updated_at = now()`;
+}
+
+export async function removePrice(tx: WorkspaceTx, model: string): Promise<boolean> {
+  return (await tx`delete from model_prices where model = ${model} returning 1`).length > 0;
+}
+
+export async function setDailyBudget(tx: WorkspaceTx, dailyUsd: number): Promise<void> {
+  await tx`insert into workspace_budgets (workspace_id, daily_usd) values (${tx.workspaceId}, ${dailyUsd})
+           on conflict (workspace_id) do update set daily_usd = excluded.daily_usd, updated_at = now()`;
+}

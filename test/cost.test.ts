@@ -1,0 +1,97 @@
+// Cost is a query over the checkpoint rows' usage and the prices: the workspace's own prices
+// (`npm run workspace -- price …`) over the shipped table; a model without a price is unpriced
+// (null), never free; per checkpoint, run, convoy and workspace day alike.
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { spawnNode, waitFor, type Child } from './support/child.ts';
+import { createScenario, type Scenario, type TranscriptStep } from './support/scenario.ts';
+import { checkpointCosts, convoyCost, runCost, workspaceDayCost } from '../store/cost.ts';
+import { withWorkspace } from '../store/workspace.ts';
+import { SHIPPED_PRICES, SHIPPED_PRICES_AS_OF } from '../core/prices.ts';
+
+const write = (path: string) => ({ toolName: 'write_file', input: { path, content: `// ${path}\n` } });
+const STEPS = [
+  { toolCalls: [write('src/a.ts')], usage: { inputTokens: 1000, outputTokens: 100, cacheReadTokens: 400 } },
+  { toolCalls: [write('src/b.ts')], usage: { inputTokens: 2000, outputTokens: 50 } },
+  { text: 'Done.' },
+] as unknown as TranscriptStep[];
+
+let s: Scenario;
+let worker: Child;
+let agentRunId: string;
+
+async function cli(args: string[]) {
+  const child = spawnNode('scripts/workspace.ts', args, { env: s.env });
+  const { code } = await child.exited;
+  return { code, out: child.stdout.join('\n'), err: child.stderr.join('\n') };
+}
+const scoped = <T>(fn: Parameters<typeof withWorkspace<T>>[2]) => withWorkspace(s.t.db.app, s.workspaceId, fn);
+const close = (a: number | null, b: number) => assert.ok(a !== null && Math.abs(a - b) < 1e-12, `${a} ≈ ${b}`);
+
+before(async () => {
+  s = await createScenario({ steps: STEPS, workspaceId: 'costly' });
+  worker = s.spawnWorker();
+  await worker.waitForLine(/"worker started"/);
+  ({ agentRunId } = await s.dispatch());
+  const run = await waitFor(async () => {
+    const row = await s.run(agentRunId);
+    return ['completed', 'failed'].includes(row.status) ? row : undefined;
+  }, { timeoutMs: 40_000, what: 'the run to finish' });
+  assert.equal(run.status, 'completed', `${run.failure_reason}\n${worker.output()}`);
+});
+
+after(async () => {
+  await worker?.stop('SIGTERM', 5000);
+  await s?.close();
+});
+
+test('a model without a price is unpriced: null cost, never 0, with the tokens still counted', async () => {
+  const total = await scoped((tx) => runCost(tx, agentRunId));
+  assert.equal(total.costUsd, null);
+  assert.equal(total.unpricedCheckpoints, 2);
+  assert.deepEqual([total.inputTokens, total.outputTokens, total.cacheReadTokens, total.cacheWriteTokens], [3000, 150, 400, null]);
+  assert.deepEqual((await scoped((tx) => checkpointCosts(tx, agentRunId))).map((c) => c.costUsd), [null, null]);
+});
+
+test('price set prices every checkpoint, run, convoy and day from the rows; price rm makes it unpriced again', async () => {
+  const set = await cli(['price', 'set', '--workspace', s.workspaceId, '--model', s.transcriptPath, '--input-per-mtok', '3',
+    '--output-per-mtok', '15', '--cache-read-per-mtok', '0.3']);
+  assert.equal(set.code, 0, set.err);
+  const per = await scoped((tx) => checkpointCosts(tx, agentRunId));
+  // Uncached input at the input price, cache reads at theirs, output at the output price.
+  close(per[0]!.costUsd, (600 * 3 + 400 * 0.3 + 100 * 15) / 1e6);
+  close(per[1]!.costUsd, (2000 * 3 + 50 * 15) / 1e6);
+  const expected = per[0]!.costUsd! + per[1]!.costUsd!;
+  close((await scoped((tx) => runCost(tx, agentRunId))).costUsd, expected);
+  close((await scoped((tx) => convoyCost(tx, 'convoy-1'))).costUsd, expected);
+  close((await scoped((tx) => workspaceDayCost(tx))).costUsd, expected);
+  assert.equal((await scoped((tx) => workspaceDayCost(tx, '2001-01-01'))).checkpoints, 0);
+
+  const list = await cli(['price', 'list', '--workspace', s.workspaceId]);
+  assert.equal(list.code, 0, list.err);
+  const lines = list.out.split('\n').filter(Boolean).map((l) => JSON.parse(l));
+  assert.deepEqual(lines[0], { model: s.transcriptPath, inputPerMtok: 3, outputPerMtok: 15, cacheReadPerMtok: 0.3,
+    cacheWritePerMtok: null, source: 'workspace' });
+  assert.equal(lines.length, 1 + SHIPPED_PRICES.length);
+  assert.ok(lines.slice(1).every((l) => l.source === `shipped ${SHIPPED_PRICES_AS_OF}`));
+
+  assert.equal((await cli(['price', 'rm', '--workspace', s.workspaceId, '--model', s.transcriptPath])).code, 0);
+  assert.equal((await scoped((tx) => runCost(tx, agentRunId))).costUsd, null);
+  assert.equal((await cli(['price', 'rm', '--workspace', s.workspaceId, '--model', s.transcriptPath])).code, 2);
+});
+
+test('price and budget input is refused with exit 2 and nothing written', async () => {
+  for (const args of [
+    ['price', 'set', '--workspace', s.workspaceId, '--model', 'm', '--input-per-mtok', '-1', '--output-per-mtok', '1'],
+    ['price', 'set', '--workspace', s.workspaceId, '--model', 'm', '--input-per-mtok', '1'],
+    ['budget', 'set', '--workspace', s.workspaceId, '--daily-usd', 'lots'],
+    ['budget', 'set', '--workspace', s.workspaceId],
+  ]) {
+    const r = await cli(args);
+    assert.equal(r.code, 2, `${args.join(' ')}: ${r.err}`);
+  }
+  assert.equal((await s.su`select count(*)::int as n from model_prices`)[0]!.n, 0);
+  assert.equal((await cli(['budget', 'set', '--workspace', s.workspaceId, '--daily-usd', '2.5'])).code, 0);
+  assert.deepEqual((await s.su`select workspace_id, daily_usd::float8 as d from workspace_budgets`).map((r) => [r.workspace_id, r.d]),
+    [[s.workspaceId, 2.5]]);
+});
