@@ -7,11 +7,19 @@ import { redactString } from '../core/redact.ts';
 import type { HarnessTestResult, ModelTestResult } from '../operator/settings.ts';
 import { html, type SafeHtml } from './html.ts';
 import type { ActionView } from './pages-actions.ts';
+import type { Harness } from '../worker/run/harnesses.ts';
+
+/** A form field with its own visible label: a placeholder alone disappears as soon as one types. */
+function field(label: string, input: SafeHtml): SafeHtml {
+  return html`<label class="field"><span>${label}</span>${input}</label>`;
+}
 
 export interface SettingsView {
   models: ModelProviderRow[];
   harnesses: HarnessRow[];
   routes: RouteRow[];
+  /** The built-in harnesses: always listed, unless a row of the same alias overrides one. */
+  builtins?: Harness[];
   /** The outcome of the last Test, or a refused form, shown at the top. */
   notice?: { alias?: string; test?: ModelTestResult | HarnessTestResult; error?: string };
 }
@@ -52,8 +60,20 @@ export function settingsContent(s: SettingsView, view: ActionView | undefined): 
         : ''
     }</td></tr>`,
   );
+  const overridden = new Set(s.harnesses.map((h) => h.alias));
+  const builtins = (s.builtins ?? []).filter((b) => !overridden.has(b.alias)).map(
+    (b) => html`<tr data-harness="${b.alias}"><td><code>${b.alias}</code> <span class="badge">built-in</span></td><td>${b.adapter}</td>
+<td>${b.needsWorktree ? 'own worktree' : 'repo root'}</td>
+<td>${b.allowedCommands?.length ? b.allowedCommands.map((c) => html`<code>${c}</code> `) : html`<span class="muted">no run_command</span>`}</td>
+<td>${b.writePrefixes ? b.writePrefixes.join(', ') : html`<span class="muted">anywhere</span>`}</td><td></td></tr>`,
+  );
+  const known = new Set([...overridden, ...(s.builtins ?? []).map((b) => b.alias)]);
   const routes = s.routes.map(
-    (r) => html`<tr><td>${r.role_id}</td><td><code>${r.harness_alias}</code></td><td>${
+    (r) => html`<tr><td>${r.role_id}</td><td><code>${r.harness_alias}</code>${
+      known.has(r.harness_alias)
+        ? ''
+        : html` <span class="badge stalled" data-testid="route-missing-${r.role_id}">no such harness: jobs of this role are refused</span>`
+    }</td><td>${
       view ? post(`/settings/routes/${enc(r.role_id)}/rm`, view, html``, 'Remove', `rm-route-${r.role_id}`) : ''
     }</td></tr>`,
   );
@@ -66,16 +86,18 @@ export function settingsContent(s: SettingsView, view: ActionView | undefined): 
 ${notice}
 <h2>Model providers</h2>
 ${table(['Alias', 'Provider', 'Base URL', 'Model', 'Key variable', ''], models, 'No model providers: jobs use replay:<path> or add one.', 'models')}
-${view ? post('/settings/models', view, html`<input name="alias" placeholder="alias" required> <input name="baseUrl" placeholder="https://…/v1 (optional for anthropic, openai)">
-<input name="model" placeholder="model" required> <input name="keyEnv" placeholder="KEY variable (optional)">
-<select name="provider"><option>openai-compatible</option><option>anthropic</option><option>openai</option></select> `, 'Add model', 'add-model') : ''}
+${view ? post('/settings/models', view, html`${field('Alias', html`<input name="alias" required>`)}
+${field('Provider', html`<select name="provider"><option>openai-compatible</option><option>anthropic</option><option>openai</option></select>`)}
+${field('Base URL', html`<input name="baseUrl" placeholder="https://…/v1 (optional for anthropic, openai)">`)}
+${field('Model', html`<input name="model" required>`)} ${field('Key variable', html`<input name="keyEnv" placeholder="optional">`)} `, 'Add model', 'add-model') : ''}
 <h2>Harnesses</h2>
-${table(['Alias', 'Adapter', 'Works in', 'Allowed commands', 'Write prefixes', ''], harnesses, 'Only the built-in harnesses: code and doc-writer.', 'harnesses')}
-${view ? post('/settings/harnesses', view, html`<input name="alias" placeholder="alias" required> <label><input type="checkbox" name="worktree" checked> own worktree</label>
-<input name="allow" placeholder="allowed commands, one per line or ;-separated"> <input name="writePrefix" placeholder="write prefixes, comma-separated">
-<select name="adapter"><option>minimal</option><option>remote-ag-ui</option><option>langgraph</option><option>crewai</option></select>
-<input name="url" placeholder="AG-UI endpoint (remote adapters)"> <input name="keyEnv" placeholder="KEY variable (optional)"> `, 'Add harness', 'add-harness') : ''}
+${table(['Alias', 'Adapter', 'Works in', 'Allowed commands', 'Write prefixes', ''], [...builtins, ...harnesses], 'No harnesses.', 'harnesses')}
+${view ? post('/settings/harnesses', view, html`${field('Alias', html`<input name="alias" required>`)} <label><input type="checkbox" name="worktree" checked> own worktree</label>
+${field('Allowed commands', html`<input name="allow" placeholder="one per line or ;-separated">`)}
+${field('Write prefixes', html`<input name="writePrefix" placeholder="comma-separated">`)}
+${field('Adapter', html`<select name="adapter"><option>minimal</option><option>remote-ag-ui</option><option>langgraph</option><option>crewai</option></select>`)}
+${field('AG-UI endpoint', html`<input name="url" placeholder="remote adapters">`)} ${field('Key variable', html`<input name="keyEnv" placeholder="optional">`)} `, 'Add harness', 'add-harness') : ''}
 <h2>Role → harness routes</h2>
 ${table(['Role', 'Harness', ''], routes, 'No routes: a job without harnessAlias uses code.', 'routes')}
-${view ? post('/settings/routes', view, html`<input name="role" placeholder="role" required> <input name="harness" placeholder="harness" required> `, 'Add route', 'add-route') : ''}`;
+${view ? post('/settings/routes', view, html`${field('Role', html`<input name="role" required>`)} ${field('Harness', html`<input name="harness" required>`)} `, 'Add route', 'add-route') : ''}`;
 }

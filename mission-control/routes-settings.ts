@@ -18,6 +18,7 @@ import {
   harnessInput, modelInput, routeInput, testHarness, testModelProvider, type HarnessTestResult, type ModelTestResult,
 } from '../operator/settings.ts';
 import { requirePrincipal, workspaceOf } from './auth.ts';
+import { builtinHarnesses } from '../worker/run/harnesses.ts';
 import { isConfirmed, sendConfirmation } from './confirm.ts';
 import type { McContext, McEnv } from './context.ts';
 import { sendPage } from './layout.ts';
@@ -40,7 +41,11 @@ export function mountSettingsRoutes(app: Hono<McEnv>, deps: { db: Database; conf
     return csrf && !isReadOnly(c.get('principal')) ? { csrf } : undefined;
   };
   const render = async (c: McContext, notice?: SettingsView['notice'], status: 200 | 400 | 404 = 200) =>
-    sendPage(c, { title: 'Settings', who: `workspace ${workspaceOf(c)}`, content: settingsContent({ ...(await load(c)), notice }, view(c)) }, status);
+    sendPage(c, {
+      title: 'Settings',
+      who: `workspace ${workspaceOf(c)}`,
+      content: settingsContent({ ...(await load(c)), builtins: Object.values(builtinHarnesses(deps.config ?? {})), notice }, view(c)),
+    }, status);
 
   /** The Test: the row is read in a transaction, the call is made after it (no connection waits on the network). */
   async function test(c: McContext, alias: string): Promise<ModelTestResult | undefined> {

@@ -101,6 +101,8 @@ details.call { display:inline-block; vertical-align:top; margin:4px 6px 0 0; max
 details.call[open] { display:block; }
 .confirm { background:var(--card); border:1px solid var(--line); border-radius:10px; padding:16px; }
 .confirm a { margin-left:12px; }
+label.field { display:inline-flex; flex-direction:column; gap:2px; font-size:12px; color:var(--muted); margin:4px 8px 4px 0; max-width:100%; }
+label.field input, label.field select { font:inherit; font-size:13px; color:var(--ink); padding:4px 7px; border:1px solid #cfd4dc; border-radius:6px; max-width:100%; }
 button.danger { background:var(--bad); color:#fff; border-color:var(--bad); }
 /* narrow screens: tables become stacked rows, nothing is wider than the viewport */
 @media (max-width: 700px) {

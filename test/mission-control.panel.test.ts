@@ -316,3 +316,21 @@ test('at 390 px no page is wider than the viewport', async () => {
   }
   await page.close();
 });
+
+test('settings: built-in harnesses stay listed beside a custom one, a route to a missing harness is flagged, fields have labels', async () => {
+  await withWorkspace(t.db.app, WS, async (tx) => {
+    await tx`insert into harness_providers (workspace_id, alias, needs_worktree) values (${WS}, 'lint', true)`;
+    await tx`insert into role_harness_routes (workspace_id, role_id, harness_alias) values (${WS}, 'writer', 'ghost')`;
+    await tx`insert into role_harness_routes (workspace_id, role_id, harness_alias) values (${WS}, 'linter', 'lint')`;
+  });
+  const page = await signedInPage();
+  await page.goto(`${server.url}/settings`);
+  const aliases = await page.$$eval('[data-testid="harnesses"] tr[data-harness]', (rows) => rows.map((r) => r.getAttribute('data-harness')));
+  assert.deepEqual(aliases.sort(), ['code', 'doc-writer', 'lint']);
+  assert.equal(await page.locator('[data-testid="route-missing-writer"]').count(), 1, 'the route to a missing harness is flagged');
+  assert.equal(await page.locator('[data-testid="route-missing-linter"]').count(), 0);
+  const unlabelled = await page.$$eval('main form input:not([type=hidden]), main form select', (els) =>
+    els.filter((el) => !el.closest('label')).map((el) => el.getAttribute('name')));
+  assert.deepEqual(unlabelled, [], 'every field has a visible label');
+  await page.close();
+});
