@@ -9,7 +9,11 @@ const TIMEOUT_MS = 10_000;
 const OID = /^[0-9a-f]{40,64}$/;
 const REF = /^[A-Za-z0-9._\/-]+$/;
 
-export async function runGitBytes(repoPath: string | null, branch: string | null, baseOid: string | null): Promise<number | null> {
+export async function runGitBytes(
+  repoPath: string | null,
+  branch: string | null,
+  baseOid: string | null,
+): Promise<number | null> {
   if (!repoPath || !branch || !REF.test(branch) || branch.startsWith('-') || !existsSync(repoPath)) return null;
   const not = baseOid && OID.test(baseOid) ? ['--not', baseOid] : [];
   try {

@@ -26,7 +26,8 @@ ${error ? html`<div class="error" role="alert">${error}</div>` : ''}
     (s) => html`<option value="${s}"${filter.status === s ? ' selected' : ''}>${s}</option>`,
   )}</select></label>
 <label>Convoy <input name="convoy" value="${filter.convoy ?? ''}" data-testid="filter-convoy"></label>
-<label>Search <input name="q" value="${filter.q ?? ''}" data-testid="filter-q" title="brief, branch, worker, host or run id"></label>
+<label>Search <input name="q" value="${filter.q ?? ''}" data-testid="filter-q"
+  title="brief, branch, worker, host or run id"></label>
 <label>Created from <input type="date" name="from" value="${dateValue(filter.createdFrom)}"></label>
 <label>Created before <input type="date" name="to" value="${dateValue(filter.createdTo)}"></label>
 <button type="submit" data-testid="filter-apply">Filter</button> <a href="/runs">clear</a>
@@ -50,9 +51,10 @@ export function runListContent(page: RunPage, filter: RunFilter, cursor: string 
     ? html`<table data-testid="run-list"><thead><tr><th>Run</th><th>Status</th><th>Convoy</th><th>Checkpoints</th>
 <th>Worker · host</th><th>Branch</th><th>Created</th></tr></thead><tbody>${page.runs.map(runRow)}</tbody></table>`
     : html`<div class="empty" data-testid="run-list-empty">No run matches.</div>`;
-  const pager = html`<nav class="pager">${cursor ? html`<a href="/runs${runQueryString(filter)}" data-testid="newest">Newest</a>` : ''}${
-    page.cursor ? html`<a href="/runs${runQueryString(filter, page.cursor)}" data-testid="older">Older →</a>` : ''
-  }</nav>`;
+  const newest = cursor ? html`<a href="/runs${runQueryString(filter)}" data-testid="newest">Newest</a>` : '';
+  const olderUrl = `/runs${runQueryString(filter, page.cursor)}`;
+  const older = page.cursor ? html`<a href="${olderUrl}" data-testid="older">Older →</a>` : '';
+  const pager = html`<nav class="pager">${newest}${older}</nav>`;
   return html`<nav class="crumbs"><a href="/">Convoys</a> / runs</nav>
 <h1>Runs</h1>
 ${filterForm(filter, error)}

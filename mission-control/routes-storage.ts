@@ -25,7 +25,10 @@ export function mountStorageRoutes(app: Hono<McEnv>, deps: { db: Database; repoR
       policy: await storagePolicy(tx),
     }));
     const runs = await Promise.all(
-      read.runs.map(async (run) => ({ ...run, gitBytes: await runGitBytes(run.repoPath ?? deps.repoRoot ?? null, run.branch, run.baseOid) })),
+      read.runs.map(async (run) => ({
+        ...run,
+        gitBytes: await runGitBytes(run.repoPath ?? deps.repoRoot ?? null, run.branch, run.baseOid),
+      })),
     );
     return { workspaceId, ...read, runs };
   }
@@ -40,13 +43,15 @@ export function mountStorageRoutes(app: Hono<McEnv>, deps: { db: Database; repoR
       policy: { ...view.policy, measuredAt: view.policy.measuredAt?.toISOString() ?? null },
       runs: view.runs.map((r) => ({
         agentRunId: r.agentRunId, convoyId: r.convoyId, status: r.status, checkpointRows: r.checkpointRows,
-        postgresBytes: r.postgresBytes, checkpointBytes: r.checkpointBytes, eventBytes: r.eventBytes, gitBytes: r.gitBytes,
+        postgresBytes: r.postgresBytes, checkpointBytes: r.checkpointBytes, eventBytes: r.eventBytes,
+        gitBytes: r.gitBytes,
       })),
       convoys: view.convoys,
     });
   });
 
-  app.get('/storage', pages, async (c) =>
-    sendPage(c, { title: 'Storage', who: `workspace ${workspaceOf(c)}`, content: storageContent(await storageView(workspaceOf(c))) }),
-  );
+  app.get('/storage', pages, async (c) => {
+    const content = storageContent(await storageView(workspaceOf(c)));
+    return sendPage(c, { title: 'Storage', who: `workspace ${workspaceOf(c)}`, content });
+  });
 }

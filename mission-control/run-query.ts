@@ -30,7 +30,9 @@ export function parseRunQuery(get: (name: string) => string | undefined): Parsed
   }
   const limitText = value('limit');
   const limit = limitText === undefined ? DEFAULT_LIMIT : Number(limitText);
-  if (!Number.isInteger(limit) || limit < 1 || limit > MAX_PAGE) problems.push(`limit must be an integer from 1 to ${MAX_PAGE}`);
+  if (!Number.isInteger(limit) || limit < 1 || limit > MAX_PAGE) {
+    problems.push(`limit must be an integer from 1 to ${MAX_PAGE}`);
+  }
   const q = value('q');
   if (q && q.length > 200) problems.push('q is limited to 200 characters');
   const filter: RunFilter = {

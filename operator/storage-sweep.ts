@@ -13,7 +13,8 @@ export interface StorageSweepResult {
 }
 
 export async function sweepStoragePolicies(db: Database, log: Logger): Promise<StorageSweepResult> {
-  const workspaces = await db.admin<{ workspace_id: string }[]>`select workspace_id from echodo_storage_policy_workspaces()`;
+  const workspaces = await db.admin<{ workspace_id: string }[]>`
+    select workspace_id from echodo_storage_policy_workspaces()`;
   const result: StorageSweepResult = { workspaces: [] };
   for (const { workspace_id: workspaceId } of workspaces) {
     const outcome = await withWorkspace(db.app, workspaceId, async (tx) => {

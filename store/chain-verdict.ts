@@ -14,7 +14,8 @@ select v.verified_seq, v.verified_hash, v.broken_seq, v.problem
   from checkpoint_chain_verdicts v
  where v.workspace_id = $1 and v.agent_run_id = $2`;
 
-const RUN_ANCHOR_SQL = `select a.anchor_hash from checkpoint_anchors a where a.workspace_id = $1 and a.agent_run_id = $2`;
+const RUN_ANCHOR_SQL = `
+select a.anchor_hash from checkpoint_anchors a where a.workspace_id = $1 and a.agent_run_id = $2`;
 
 const CHAIN_ROWS_AFTER_SQL = `
 select c.workspace_id, c.agent_run_id, c.checkpoint_seq, c.step, c.tool_history, c.files_touched, c.branch,
@@ -25,7 +26,8 @@ select c.workspace_id, c.agent_run_id, c.checkpoint_seq, c.step, c.tool_history,
  order by c.checkpoint_seq`;
 
 const SAVE_VERDICT_SQL = `
-insert into checkpoint_chain_verdicts as v (workspace_id, agent_run_id, verified_seq, verified_hash, broken_seq, problem)
+insert into checkpoint_chain_verdicts as v
+       (workspace_id, agent_run_id, verified_seq, verified_hash, broken_seq, problem)
 values ($1, $2, $3, $4, $5, $6)
 on conflict (workspace_id, agent_run_id) do update
    set verified_seq = excluded.verified_seq, verified_hash = excluded.verified_hash,
@@ -41,7 +43,9 @@ interface Stored {
 
 async function storedVerdict(tx: WorkspaceTx, agentRunId: string): Promise<Stored | undefined> {
   const [row] = await tx.unsafe(STORED_VERDICT_SQL, [tx.workspaceId, agentRunId]);
-  return row && { verifiedSeq: row.verified_seq, verifiedHash: row.verified_hash, brokenSeq: row.broken_seq, problem: row.problem };
+  if (!row) return undefined;
+  const { verified_seq: verifiedSeq, verified_hash: verifiedHash, broken_seq: brokenSeq, problem } = row;
+  return { verifiedSeq, verifiedHash, brokenSeq, problem };
 }
 
 async function runAnchor(tx: WorkspaceTx, agentRunId: string): Promise<string | null> {
@@ -54,7 +58,8 @@ async function chainRowsAfter(tx: WorkspaceTx, agentRunId: string, seq: number):
 }
 
 async function saveVerdict(tx: WorkspaceTx, agentRunId: string, s: Stored): Promise<void> {
-  await tx.unsafe(SAVE_VERDICT_SQL, [tx.workspaceId, agentRunId, s.verifiedSeq, s.verifiedHash, s.brokenSeq, s.problem]);
+  const params = [tx.workspaceId, agentRunId, s.verifiedSeq, s.verifiedHash, s.brokenSeq, s.problem];
+  await tx.unsafe(SAVE_VERDICT_SQL, params);
 }
 
 /**
@@ -81,7 +86,8 @@ export async function chainVerdict(tx: WorkspaceTx, agentRunId: string): Promise
   const firstBad = result.ok ? -1 : Math.max(0, result.verified.findIndex((ok) => !ok));
   if (firstBad === -1) {
     const last = rows.at(-1)!;
-    await saveVerdict(tx, agentRunId, { verifiedSeq: last.checkpoint_seq, verifiedHash: last.hash, brokenSeq: null, problem: null });
+    const verified = { verifiedSeq: last.checkpoint_seq, verifiedHash: last.hash, brokenSeq: null, problem: null };
+    await saveVerdict(tx, agentRunId, verified);
     return { state: 'verifies', verifiedSeq: last.checkpoint_seq };
   }
   const good = rows[firstBad - 1];

@@ -71,7 +71,8 @@ export interface RunHistory {
 }
 
 const LIST_CONVOYS_SQL = `
-select v.id as convoy_id, v.created_at, v.created_at::text as created_key, r.queued, r.running, r.completed, r.failed, r.cancelled,
+select v.id as convoy_id, v.created_at, v.created_at::text as created_key, r.queued, r.running, r.completed, r.failed,
+       r.cancelled, r.budget_exhausted,
        cp.checkpoint_count, cp.last_checkpoint_at
   from convoys v
  cross join lateral (
@@ -79,7 +80,8 @@ select v.id as convoy_id, v.created_at, v.created_at::text as created_key, r.que
           count(*) filter (where a.status = 'running')::int as running,
           count(*) filter (where a.status = 'completed')::int as completed,
           count(*) filter (where a.status = 'failed')::int as failed,
-          count(*) filter (where a.status = 'cancelled')::int as cancelled
+          count(*) filter (where a.status = 'cancelled')::int as cancelled,
+          count(*) filter (where a.status = 'budget_exhausted')::int as budget_exhausted
      from agent_runs a
     where a.workspace_id = v.workspace_id and a.convoy_id = v.id) r
  cross join lateral (
@@ -112,7 +114,11 @@ function convoySummaryOf(row: Record<string, any>): ConvoySummary {
   return {
     convoyId: row.convoy_id,
     createdAt: row.created_at,
-    runs: { queued: row.queued, running: row.running, completed: row.completed, failed: row.failed, cancelled: row.cancelled },
+    // Asserted: the statuses counted are those the schema allows, whatever RunStatus lists today.
+    runs: {
+      queued: row.queued, running: row.running, completed: row.completed, failed: row.failed, cancelled: row.cancelled,
+      budget_exhausted: row.budget_exhausted,
+    } as Record<RunStatus, number>,
     checkpointCount: row.checkpoint_count,
     lastCheckpointAt: row.last_checkpoint_at,
   };

@@ -6,7 +6,9 @@ import type { WorkspaceTx } from './workspace.ts';
 
 /** 'stalled': running with its lease expired, not yet re-dispatched by the stall detector. */
 export type RunStatusFilter = RunStatus | 'stalled';
-export const RUN_STATUS_FILTERS: readonly RunStatusFilter[] = ['queued', 'running', 'stalled', 'completed', 'failed', 'cancelled'];
+export const RUN_STATUS_FILTERS: readonly RunStatusFilter[] = [
+  'queued', 'running', 'stalled', 'completed', 'failed', 'cancelled',
+];
 
 export interface RunFilter {
   status?: RunStatusFilter;
@@ -71,7 +73,12 @@ select r.id as agent_run_id, r.convoy_id, r.brief_id, r.status, r.attempt, r.wor
  limit $9`;
 
 /** One page of the workspace's runs matching `filter`, newest first, after `cursor`. */
-export async function searchRuns(tx: WorkspaceTx, filter: RunFilter, cursor: string | null, limit = 50): Promise<RunPage> {
+export async function searchRuns(
+  tx: WorkspaceTx,
+  filter: RunFilter,
+  cursor: string | null,
+  limit = 50,
+): Promise<RunPage> {
   const size = Math.max(1, Math.min(MAX_PAGE, Math.floor(limit)));
   const after = decodeKeyset(cursor);
   const rows = await tx.unsafe(SEARCH_RUNS_SQL, [

@@ -120,7 +120,12 @@ select c.checkpoint_seq, c.step, c.attempt, c.tool_history, c.files_touched, c.c
  limit $4`;
 
 /** Up to `limit` checkpoints older than `before` (all when null), newest first, with each round's tool calls. */
-export async function checkpointPage(tx: WorkspaceTx, agentRunId: string, before: number | null, limit = 50): Promise<TimelinePage> {
+export async function checkpointPage(
+  tx: WorkspaceTx,
+  agentRunId: string,
+  before: number | null,
+  limit = 50,
+): Promise<TimelinePage> {
   const rows = await tx.unsafe(CHECKPOINT_PAGE_SQL, [tx.workspaceId, agentRunId, before, limit + 1]);
   const page = rows.slice(0, limit);
   return {
@@ -132,7 +137,9 @@ export async function checkpointPage(tx: WorkspaceTx, agentRunId: string, before
         step: row.step,
         attempt: row.attempt,
         calls: callsOfRounds(row.tool_history, previousStep, row.step),
-        files: (row.files_touched as FileTouched[]).map((f) => ({ path: f.path, sha256: f.sha256, deleted: Boolean(f.deleted) })),
+        files: (row.files_touched as FileTouched[]).map((f) => ({
+          path: f.path, sha256: f.sha256, deleted: Boolean(f.deleted),
+        })),
         commitOid: row.commit_oid,
         hash: row.hash,
       };
@@ -144,10 +151,10 @@ export async function checkpointPage(tx: WorkspaceTx, agentRunId: string, before
 /** tool_history may hold earlier rounds too (older row formats keep a window): only this checkpoint's own. */
 function callsOfRounds(history: unknown, after: number, upTo: number): ToolCall[] {
   if (!Array.isArray(history)) return [];
-  return history.filter(
-    (c): c is ToolCall =>
-      !!c && typeof c === 'object' && typeof (c as ToolCall).round === 'number' && (c as ToolCall).round > after && (c as ToolCall).round <= upTo,
-  );
+  return history.filter((c): c is ToolCall => {
+    const round = c && typeof c === 'object' ? (c as ToolCall).round : undefined;
+    return typeof round === 'number' && round > after && round <= upTo;
+  });
 }
 
 export interface TimelineEvent {
@@ -166,8 +173,14 @@ select e.type, e.metadata, e.occurred_at
  limit 500`;
 
 /** The run's events in [from, to) (open ends when null), newest first. */
-export async function runEventsBetween(tx: WorkspaceTx, agentRunId: string, from: Date | null, to: Date | null): Promise<TimelineEvent[]> {
-  const rows = await tx.unsafe(RUN_EVENTS_BETWEEN_SQL, [tx.workspaceId, agentRunId, from?.toISOString() ?? null, to?.toISOString() ?? null]);
+export async function runEventsBetween(
+  tx: WorkspaceTx,
+  agentRunId: string,
+  from: Date | null,
+  to: Date | null,
+): Promise<TimelineEvent[]> {
+  const params = [tx.workspaceId, agentRunId, from?.toISOString() ?? null, to?.toISOString() ?? null];
+  const rows = await tx.unsafe(RUN_EVENTS_BETWEEN_SQL, params);
   return rows.map((e) => ({ type: e.type, occurredAt: e.occurred_at, metadata: e.metadata }));
 }
 

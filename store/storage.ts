@@ -59,12 +59,20 @@ export async function largestRuns(tx: WorkspaceTx, limit = 100): Promise<RunByte
 }
 
 const WORKSPACE_BYTES_SQL = `
-select (select coalesce(sum(pg_column_size(c.*)), 0) from worker_checkpoints c where c.workspace_id = $1)::bigint as checkpoints,
+select (select coalesce(sum(pg_column_size(c.*)), 0)
+          from worker_checkpoints c where c.workspace_id = $1)::bigint as checkpoints,
        (select coalesce(sum(pg_column_size(e.*)), 0) from convoy_events e where e.workspace_id = $1)::bigint as events,
        (select coalesce(sum(pg_column_size(r.*)), 0) from agent_runs r where r.workspace_id = $1)::bigint as runs`;
 
+export interface PostgresBytes {
+  checkpoints: number;
+  events: number;
+  runs: number;
+  total: number;
+}
+
 /** The workspace's bytes in Postgres: checkpoint rows, events and run rows. */
-export async function workspacePostgresBytes(tx: WorkspaceTx): Promise<{ checkpoints: number; events: number; runs: number; total: number }> {
+export async function workspacePostgresBytes(tx: WorkspaceTx): Promise<PostgresBytes> {
   const [row] = await tx.unsafe(WORKSPACE_BYTES_SQL, [tx.workspaceId]);
   const [checkpoints, events, runs] = [Number(row!.checkpoints), Number(row!.events), Number(row!.runs)];
   return { checkpoints, events, runs, total: checkpoints + events + runs };
@@ -79,7 +87,13 @@ select c.convoy_id, count(*)::int as rows, sum(pg_column_size(c.*))::bigint as b
  limit $2`;
 
 /** Checkpoint bytes per convoy, largest first. */
-export async function convoyBytes(tx: WorkspaceTx, limit = 100): Promise<{ convoyId: string; checkpointRows: number; bytes: number }[]> {
+export interface ConvoyBytes {
+  convoyId: string;
+  checkpointRows: number;
+  bytes: number;
+}
+
+export async function convoyBytes(tx: WorkspaceTx, limit = 100): Promise<ConvoyBytes[]> {
   const rows = await tx.unsafe(CONVOY_BYTES_SQL, [tx.workspaceId, limit]);
   return rows.map((r) => ({ convoyId: r.convoy_id, checkpointRows: r.rows, bytes: Number(r.bytes) }));
 }
@@ -103,7 +117,8 @@ export async function storagePolicy(tx: WorkspaceTx): Promise<StoragePolicy> {
 
 const SET_RETENTION_SQL = `
 insert into workspace_storage_policies (workspace_id, keep_last, keep_days) values ($1, $2, $3)
-on conflict (workspace_id) do update set keep_last = excluded.keep_last, keep_days = excluded.keep_days, updated_at = now()`;
+on conflict (workspace_id) do update
+   set keep_last = excluded.keep_last, keep_days = excluded.keep_days, updated_at = now()`;
 
 /** Keep the last `keepLast` checkpoints of finished runs older than `keepDays` days (null: no such rule). */
 export async function setRetention(tx: WorkspaceTx, keepLast: number | null, keepDays: number | null): Promise<void> {

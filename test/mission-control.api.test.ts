@@ -172,7 +172,7 @@ test("a workspace's listing and its same-named convoy never include the other wo
   const list = await (await get('/api/convoys', tokens.a)).json();
   assert.deepEqual(list.convoys.map((c: { convoyId: string }) => c.convoyId), ['convoy-1']);
   assert.equal(list.convoys[0].checkpointCount, 3);
-  assert.deepEqual(list.convoys[0].runs, { queued: 1, running: 1, completed: 0, failed: 0, cancelled: 0 });
+  assert.deepEqual(list.convoys[0].runs, { queued: 1, running: 1, completed: 0, failed: 0, cancelled: 0, budget_exhausted: 0 });
 
   const a = await (await get('/api/convoys/convoy-1', tokens.a)).json();
   const b = await (await get('/api/convoys/convoy-1', tokens.b)).json();
