@@ -5,6 +5,8 @@
 // convoys of the same workspace, bulk-loaded with generate_series, then VACUUM ANALYZE.
 import type { Sql } from 'postgres';
 import { convoyDetail, runHistory, CONVOY_DETAIL_SQL } from '../store/mission-control.ts';
+import { chainVerdict } from '../store/chain-verdict.ts';
+import { checkpointPage, runOverview } from '../store/run-timeline.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { checkpointHash, type FileTouched } from '../core/checkpoint-hash.ts';
 import type { RowPayload } from './checkpoint-cost.ts';
@@ -14,6 +16,10 @@ import { Samples } from './stats.ts';
 const TARGET_CONVOY = 'mc-target';
 const RUNS_PER_CONVOY = 10;
 const CHECKPOINTS_PER_RUN = 50;
+/** The run page's timeline is read for a short and a long run: a page must cost the same for both. */
+export const TIMELINE_RUNS = { short: 20, long: 2_000 } as const;
+const TIMELINE_PAGE = 50;
+const TIMELINE_CONVOY = 'mc-timeline';
 
 export interface MissionControlLevel {
   rows: number;
@@ -22,6 +28,47 @@ export interface MissionControlLevel {
   convoyDetailPlan: string;
   convoyDetailExecMs: number;
   runHistoryCheckpoints: number;
+}
+
+/** A run of `count` chained checkpoints in the target convoy, for the timeline page reads. */
+async function seedTimelineRun(env: BenchEnv, payload: RowPayload, count: number): Promise<string> {
+  const ws = env.workspaceId;
+  const runId = `mc-timeline-${count}`;
+  await env.su.begin(async (tx) => {
+    // A convoy of their own: the convoy detail read keeps its ten runs.
+    await tx`insert into convoys (workspace_id, id) values (${ws}, ${TIMELINE_CONVOY}) on conflict do nothing`;
+    await tx`insert into briefs (workspace_id, id, convoy_id, role_id, status) values (${ws}, ${runId}, ${TIMELINE_CONVOY}, 'coder', 'done')`;
+    await tx`insert into agent_runs (id, workspace_id, convoy_id, brief_id, job_id, job, status, attempt, step, branch, harness_alias,
+               started_at, finished_at)
+             values (${runId}, ${ws}, ${TIMELINE_CONVOY}, ${runId}, ${runId}, ${tx.json({ bench: true } as never)}, 'completed', 1, ${count},
+                     'echodo/bench', 'code', now(), now())`;
+    let prev: string | null = null;
+    for (let seq = 1; seq <= count; seq++) {
+      const commitOid = seq.toString(16).padStart(40, '0');
+      const row = {
+        workspaceId: ws, agentRunId: runId, checkpointSeq: seq, step: seq, toolHistory: payload.toolHistory,
+        filesTouched: payload.filesTouched as FileTouched[], branch: 'echodo/bench', worktreePath: '/tmp/bench', commitOid,
+      };
+      const hash = checkpointHash(prev, row);
+      await tx`insert into worker_checkpoints (workspace_id, agent_run_id, convoy_id, brief_id, checkpoint_seq, step, attempt,
+                 lease_epoch, tool_history, files_touched, branch, worktree_path, commit_oid, prev_hash, hash)
+               values (${ws}, ${runId}, ${TIMELINE_CONVOY}, ${runId}, ${seq}, ${seq}, 1, 1, ${tx.json(payload.toolHistory as never)},
+                 ${tx.json(payload.filesTouched as never)}, 'echodo/bench', '/tmp/bench', ${commitOid}, ${prev}, ${hash})`;
+      prev = hash;
+    }
+  });
+  return runId;
+}
+
+/** What the run page reads: the run's row, its newest checkpoint page and the (stored) chain verdict. */
+async function timelinePage(env: BenchEnv, runId: string, before: number | null): Promise<number> {
+  return withWorkspace(env.db.app, env.workspaceId, async (tx) => {
+    const run = await runOverview(tx, runId);
+    const page = await checkpointPage(tx, runId, before, TIMELINE_PAGE);
+    const verdict = await chainVerdict(tx, runId);
+    if (!run || verdict.state !== 'verifies') throw new Error(`timeline of ${runId} came back wrong`);
+    return page.checkpoints.length;
+  });
 }
 
 async function seedTarget(env: BenchEnv, payload: RowPayload): Promise<string> {
@@ -90,6 +137,8 @@ async function loadBackground(su: Sql, ws: string, fromRun: number, toRun: numbe
 export async function measureMissionControl(env: BenchEnv, levels: number[], samples: number, payload: RowPayload, s: Samples, log: (line: string) => void): Promise<MissionControlLevel[]> {
   const ws = env.workspaceId;
   const targetRun = await seedTarget(env, payload);
+  const shortRun = await seedTimelineRun(env, payload, TIMELINE_RUNS.short);
+  const longRun = await seedTimelineRun(env, payload, TIMELINE_RUNS.long);
   const [{ n: existing }] = (await env.su<{ n: number }[]>`select count(*)::int as n from worker_checkpoints`) as unknown as [{ n: number }];
   let backgroundRuns = 0;
   const out: MissionControlLevel[] = [];
@@ -116,6 +165,10 @@ export async function measureMissionControl(env: BenchEnv, levels: number[], sam
       const h = await s.time(`${key}.runHistory`, history);
       if (!d || d.runs.length !== RUNS_PER_CONVOY || !h?.chain.ok) throw new Error(`mission control read came back wrong at ${n} rows`);
       checkpointsRead = h.checkpoints.length;
+      // The first and the last page of the long run, and the only page of the short one.
+      await s.time(`${key}.timelineShort`, () => timelinePage(env, shortRun, null));
+      await s.time(`${key}.timelineLongFirst`, () => timelinePage(env, longRun, null));
+      await s.time(`${key}.timelineLongLast`, () => timelinePage(env, longRun, TIMELINE_PAGE + 1));
     }
     // The plan, as the app role sees it (RLS on), for the record.
     const plan = await withWorkspace(env.db.app, ws, (tx) => tx.unsafe(`explain (analyze, format json) ${CONVOY_DETAIL_SQL}`, [ws, TARGET_CONVOY]));

@@ -85,6 +85,10 @@ export interface PeersFigure {
 export interface MissionControlFigure extends MissionControlLevel {
   convoyDetail: Summary;
   runHistory: Summary;
+  /** The run page's timeline: a 20-checkpoint run, and the first and last page of a 2,000-checkpoint run. */
+  timelineShort?: Summary;
+  timelineLongFirst?: Summary;
+  timelineLongLast?: Summary;
 }
 
 export interface Target {
@@ -257,6 +261,13 @@ export function renderTables(r: BenchResults): string {
       ['checkpoint rows', 'table + indexes', 'convoy detail', 'run history (50 checkpoints)', 'convoy detail plan'],
       r.missionControl.map((m) => [m.rows, `${m.tableMiB} MiB`, mp(m.convoyDetail), mp(m.runHistory), m.convoyDetailPlan]),
     ));
+    const timelines = r.missionControl.filter((m) => m.timelineShort && m.timelineLongFirst && m.timelineLongLast);
+    if (timelines.length) {
+      out.push(table(
+        ['checkpoint rows', 'run page, 20 checkpoints', '2,000 checkpoints: first page', '2,000 checkpoints: last page'],
+        timelines.map((m) => [m.rows, mp(m.timelineShort!), mp(m.timelineLongFirst!), mp(m.timelineLongLast!)]),
+      ));
+    }
   }
   if (r.throughput.length) {
     out.push('### 6. Throughput (real worker processes, zero-delay replay)');

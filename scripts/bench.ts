@@ -314,7 +314,11 @@ try {
   const missionControl: MissionControlFigure[] = [];
   if (only.has('mission-control')) {
     const levels = await measureMissionControl(env, plan.mcRows, plan.samples, payload!, s, log);
-    plan.mcRows.forEach((rows, i) => missionControl.push({ ...levels[i]!, convoyDetail: s.summary(`mc.${rows}.convoyDetail`), runHistory: s.summary(`mc.${rows}.runHistory`) }));
+    plan.mcRows.forEach((rows, i) => missionControl.push({
+      ...levels[i]!, convoyDetail: s.summary(`mc.${rows}.convoyDetail`), runHistory: s.summary(`mc.${rows}.runHistory`),
+      timelineShort: s.summary(`mc.${rows}.timelineShort`), timelineLongFirst: s.summary(`mc.${rows}.timelineLongFirst`),
+      timelineLongLast: s.summary(`mc.${rows}.timelineLongLast`),
+    }));
     log(`mission control done (${since()})`);
   }
 
