@@ -18,6 +18,7 @@ import { mountActionRoutes } from './routes-actions.ts';
 import { mountAdminRoutes } from './routes-admin.ts';
 import { mountSettingsRoutes } from './routes-settings.ts';
 import { mountStorageRoutes } from './routes-storage.ts';
+import { mountAgUiRoutes } from './routes-ag-ui.ts';
 import { mountWorkspaceRoutes } from './routes-workspace.ts';
 import { ChangeHub } from './sse-hub.ts';
 import { isDatabaseUnreachable } from '../store/transient-retry.ts';
@@ -89,6 +90,7 @@ export function createMissionControl({ db, config, logger, queue }: MissionContr
   const actions = mountActionRoutes(app, { db, config: config.WORKER_REPO_ROOT ? (config as Config) : undefined, queue, log });
   mountSettingsRoutes(app, { db, config });
   mountStorageRoutes(app, { db, repoRoot: config.WORKER_REPO_ROOT });
+  const agUi = mountAgUiRoutes(app, { db, config, queue, log });
 
   const wantsJson = (path: string) => path.startsWith('/api/');
   app.notFound((c) =>
@@ -127,6 +129,7 @@ export function createMissionControl({ db, config, logger, queue }: MissionContr
         async close() {
           await hub.close(); // ends every SSE stream, so the server can finish closing
           await actions.close();
+          await agUi.close();
           await new Promise<void>((resolve) => {
             server.close(() => resolve());
             server.closeIdleConnections();

@@ -13,6 +13,11 @@ import { frame, startAgUiAgent, type AgentEntry, type AgUiAgent } from './suppor
 import { git } from './support/git.ts';
 import { waitFor } from './support/child.ts';
 import { spawnNode } from './support/child.ts';
+import { HttpAgent } from '@ag-ui/client';
+import { EventSchemas } from '@ag-ui/core/schemas';
+import { createMissionControl, type RunningMissionControl } from '../mission-control/server.ts';
+import { createWorkspaceToken } from '../store/tokens.ts';
+import { createLogger } from '../worker/log.ts';
 import { grantKey } from './support/grants.ts';
 
 const KEY_VAR = 'AGENT_TEST_API_KEY';
@@ -43,6 +48,7 @@ const scripts: Record<string, AgentEntry[]> = {
 
 let s: Scenario;
 let agent: AgUiAgent;
+let mc: RunningMissionControl;
 
 before(async () => {
   s = await createScenario({ steps: [{ text: 'unused' }] });
@@ -54,6 +60,7 @@ before(async () => {
   });
 });
 after(async () => {
+  await mc?.close();
   await s?.close();
   await agent?.close();
 });
@@ -181,4 +188,67 @@ test('resume: a worker SIGKILLed mid-brief, the stall detector, a second worker:
   assert.ok((await s.events(agentRunId, 'run_resumed')).length >= 1, 'run_resumed recorded');
   for (const f of ['a.txt', 'b.txt', 'c.txt']) assert.ok(await git(run.worktree_path, 'show', `HEAD:${f}`));
   await second.stop('SIGTERM');
+});
+
+async function postAgUi(body: unknown, token?: string) {
+  return fetch(`${mc.url}/api/ag-ui`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', accept: 'text/event-stream', ...(token ? { authorization: `Bearer ${token}` } : {}) },
+    body: JSON.stringify(body),
+  });
+}
+
+test('POST /api/ag-ui: HttpAgent dispatches a run and receives it as AG-UI events matching its checkpoints; a repost resumes the stream', async () => {
+  mc = await createMissionControl({ db: s.t.db, config: s.config, queue: s.queue, logger: createLogger({ level: 'silent' }) }).start(0);
+  const token = await createWorkspaceToken(s.t.db.app, s.workspaceId);
+  const w = s.spawnWorker();
+  const brief = 'Write the greeting module.';
+  const client = new HttpAgent({
+    url: `${mc.url}/api/ag-ui`, headers: { authorization: `Bearer ${token}` }, threadId: 'thread-1',
+    initialMessages: [{ id: 'u1', role: 'user', content: brief }],
+  });
+  const events: { type: string; [k: string]: unknown }[] = [];
+  await client.runAgent({ runId: 'run-1', forwardedProps: { harnessAlias: 'good' } }, {
+    onEvent: ({ event }) => void events.push(event as never),
+  });
+  for (const e of events) assert.ok(EventSchemas.safeParse(e).success, `${e.type} validates`);
+  const types = events.map((e) => e.type);
+  assert.equal(types[0], EventType.RUN_STARTED);
+  assert.equal(types.at(-1), EventType.RUN_FINISHED);
+  const [run] = await s.su`select * from agent_runs where job->>'brief' = ${brief}`;
+  assert.equal(run!.status, 'completed');
+  const rows = await s.checkpoints(run!.id);
+  const snapshots = events.filter((e) => e.type === EventType.STATE_SNAPSHOT).map((e) => e.snapshot as Record<string, unknown>);
+  assert.deepEqual(snapshots.map((x) => [x.checkpointSeq, x.hash, x.commitOid]), rows.map((r) => [r.checkpoint_seq, r.hash, r.commit_oid]));
+  assert.equal(types.filter((t) => t === EventType.STEP_STARTED).length, 3, 'a step per tool round');
+  assert.equal(types.filter((t) => t === EventType.STEP_FINISHED).length, 3);
+  const started = events.filter((e) => e.type === EventType.TOOL_CALL_START).map((e) => e.toolCallName);
+  assert.deepEqual(started, rows.flatMap((r) => r.tool_history.map((h: { tool: string }) => h.tool)));
+  assert.equal(types.filter((t) => t === EventType.TOOL_CALL_RESULT).length, started.length);
+
+  // The same threadId and runId again: the same run's events, no second run.
+  const again = await postAgUi({ threadId: 'thread-1', runId: 'run-1', messages: [{ id: 'u1', role: 'user', content: brief }] }, token);
+  assert.equal(again.status, 200);
+  const text = await again.text();
+  assert.equal((text.match(/"type":"STATE_SNAPSHOT"/g) ?? []).length, rows.length);
+  assert.match(text, /"type":"RUN_FINISHED"/);
+  assert.equal((await s.su`select count(*)::int as n from agent_runs where job->>'brief' = ${brief}`)[0]!.n, 1, 'no duplicate run');
+  await w.stop('SIGTERM');
+});
+
+test('POST /api/ag-ui: 401 without a token, 403 read-only, 400 for a body that is not a RunAgentInput or has no brief', async () => {
+  const input = { threadId: 't', runId: 'r', messages: [{ id: 'u', role: 'user', content: 'hi' }] };
+  assert.equal((await postAgUi(input)).status, 401);
+  assert.equal((await postAgUi(input, 'not-a-token')).status, 401);
+  const readOnly = await createWorkspaceToken(s.t.db.app, s.workspaceId, { readOnly: true });
+  assert.equal((await postAgUi(input, readOnly)).status, 403);
+  const token = await createWorkspaceToken(s.t.db.app, s.workspaceId);
+  assert.equal((await postAgUi({ runId: 'r', messages: [] }, token)).status, 400);
+  const noBrief = await postAgUi({ ...input, messages: [{ id: 'a', role: 'assistant', content: 'x' }] }, token);
+  assert.equal(noBrief.status, 400);
+  assert.match(await noBrief.text(), /last user message/);
+  const badProp = await postAgUi({ ...input, forwardedProps: { harnessAlias: 7 } }, token);
+  assert.equal(badProp.status, 400);
+  const big = await postAgUi({ ...input, messages: [{ id: 'u', role: 'user', content: 'x'.repeat(100_000) }] }, token);
+  assert.equal(big.status, 413, 'bodies are capped');
 });

@@ -43,7 +43,7 @@ export async function startAgUiAgent(scripts: Record<string, AgentEntry[]>): Pro
       const index = roundsIn(input);
       const entry = script?.[index] ?? { text: '(script ended)' };
       if ('status' in entry) return void res.writeHead(entry.status).end(entry.body);
-      const encoder = new EventEncoder({ accept: req.headers.accept });
+      const encoder = new EventEncoder(); // SSE only
       res.writeHead(200, { 'content-type': encoder.getContentType(), 'cache-control': 'no-cache' });
       if ('raw' in entry) return void res.end(entry.raw);
       if (entry.delayMs) await new Promise((r) => setTimeout(r, entry.delayMs));

@@ -1,0 +1,127 @@
+// POST /api/ag-ui: mission control as an AG-UI server. A workspace token (read-write) posts a
+// RunAgentInput; the last user message is the brief; forwardedProps may name convoyId,
+// harnessAlias, model, repoPath, baseRef. The run is dispatched (the role `ag-ui`, so an operator
+// may route it to a harness; `code` otherwise) and streamed as AG-UI events until it ends. The run's
+// id is derived from the workspace, threadId and runId: posting the same input again (a reconnect)
+// streams the same run from its start, never a second run.
+import { createHash } from 'node:crypto';
+import type { Hono } from 'hono';
+import { stream } from 'hono/streaming';
+import { EventType, type BaseEvent } from '@ag-ui/core';
+import { RunAgentInputSchema } from '@ag-ui/core/schemas';
+import { EventEncoder } from '@ag-ui/encoder';
+import type { Database } from '../store/connection.ts';
+import type { Config } from '../core/config.ts';
+import { EchodoError } from '../core/errors.ts';
+import { redactString } from '../core/redact.ts';
+import { dispatchJob } from '../operator/dispatch.ts';
+import { withWorkspace } from '../store/workspace.ts';
+import { checkpointsAfter, lifecycleEventsAfter, progressRun } from '../store/run-progress.ts';
+import { createQueue, type JobQueue } from '../worker/queue/index.ts';
+import type { Logger } from '../worker/log.ts';
+import { requirePrincipal, workspaceOf } from './auth.ts';
+import type { McEnv } from './context.ts';
+import { mayWrite } from './routes-actions.ts';
+import { checkpointEvents, lifecycleEvent } from './ag-ui-events.ts';
+
+const POLL_MS = 250;
+/** A stream is closed after this long even if the run has not ended (the client may post again). */
+const MAX_STREAM_MS = 30 * 60_000;
+const PROPS = ['convoyId', 'harnessAlias', 'model', 'repoPath', 'baseRef'] as const;
+const TERMINAL = new Set(['completed', 'failed', 'cancelled', 'budget_exhausted']);
+
+const digest = (...parts: string[]) => createHash('sha256').update(parts.join('\0')).digest('hex');
+
+export function mountAgUiRoutes(
+  app: Hono<McEnv>,
+  deps: { db: Database; config?: Partial<Config>; queue?: JobQueue; log: Logger },
+): { close(): Promise<void> } {
+  let made: JobQueue | undefined;
+  // Dispatch needs the worker configuration (the queue, WORKER_REPO_ROOT); the queue is made on first use.
+  const queueOf = (): JobQueue | undefined => deps.queue ?? (deps.config?.WORKER_REPO_ROOT
+    ? (made ??= createQueue({ config: deps.config as Config, db: deps.db, workerId: `mission-control-ag-ui-${process.pid}` }))
+    : undefined);
+  const api = requirePrincipal(deps.db.admin, { surface: 'api', need: 'workspace' });
+  const bad = (message: string) => ({ error: 'bad_request', message: redactString(message).slice(0, 2000) });
+
+  app.post('/api/ag-ui', api, mayWrite('api'), async (c) => {
+    const workspaceId = workspaceOf(c);
+    let body: unknown;
+    try {
+      body = JSON.parse(await c.req.text());
+    } catch {
+      return c.json(bad('the body is not JSON'), 400);
+    }
+    const parsed = RunAgentInputSchema.safeParse(body);
+    if (!parsed.success) return c.json(bad(`not a RunAgentInput: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`), 400);
+    const input = parsed.data;
+    const user = [...input.messages].reverse().find((m) => m.role === 'user');
+    const brief = !user ? '' : typeof user.content === 'string' ? user.content
+      : user.content.map((p) => (p.type === 'text' ? p.text : '')).join('');
+    if (!brief.trim()) return c.json(bad('no user message with text: the brief is the last user message'), 400);
+    const props = (input.forwardedProps ?? {}) as Record<string, unknown>;
+    const chosen: Record<string, string> = {};
+    for (const key of PROPS) {
+      if (props[key] === undefined) continue;
+      if (typeof props[key] !== 'string') return c.json(bad(`forwardedProps.${key} must be a string`), 400);
+      chosen[key] = props[key] as string;
+    }
+    const agentRunId = `agui-${digest(workspaceId, input.threadId, input.runId).slice(0, 32)}`;
+    const existing = await withWorkspace(deps.db.app, workspaceId, (tx) => progressRun(tx, agentRunId));
+    if (!existing) {
+      const queue = queueOf();
+      if (!queue || !deps.config?.WORKER_REPO_ROOT) return c.json({ error: 'unavailable', message: 'dispatch needs the worker configuration' }, 503);
+      try {
+        await dispatchJob(deps.db, queue, {
+          workspaceId, agentRunId, roleId: 'ag-ui', baseRef: 'main', brief,
+          convoyId: `agui-${digest(workspaceId, input.threadId).slice(0, 24)}`, briefId: `agui-${digest(input.runId).slice(0, 16)}`,
+          ...chosen,
+        }, { defaultRepoPath: deps.config.WORKER_REPO_ROOT });
+      } catch (err) {
+        if (err instanceof EchodoError && ['invalid_job', 'repo_invalid', 'workspace_not_found'].includes(err.code)) {
+          return c.json(bad(err.message), 400);
+        }
+        throw err;
+      }
+    }
+    // Always SSE: the protobuf framing a client may also accept is not spoken here.
+    const encoder = new EventEncoder();
+    c.header('content-type', encoder.getContentType());
+    c.header('x-accel-buffering', 'no');
+    return stream(c, async (out) => {
+      const send = (event: BaseEvent & Record<string, unknown>) => out.write(encoder.encodeSSE(event as BaseEvent));
+      const { threadId, runId } = input;
+      await send({ type: EventType.RUN_STARTED, threadId, runId });
+      let seq = 0;
+      let eventId = '0';
+      const deadline = Date.now() + MAX_STREAM_MS;
+      while (!out.aborted && !out.closed) {
+        const { run, rows, events } = await withWorkspace(deps.db.app, workspaceId, async (tx) => ({
+          run: await progressRun(tx, agentRunId),
+          rows: await checkpointsAfter(tx, agentRunId, seq),
+          events: await lifecycleEventsAfter(tx, agentRunId, eventId),
+        }));
+        for (const e of events) (await send(lifecycleEvent(e)), (eventId = e.id));
+        for (const row of rows) {
+          for (const e of checkpointEvents(agentRunId, row)) await send(e);
+          seq = row.checkpoint_seq;
+        }
+        // Finished only once every checkpoint was sent (a page of rows may still be pending).
+        if (run && TERMINAL.has(run.status) && rows.length < 50) {
+          if (run.status === 'completed') {
+            await send({ type: EventType.RUN_FINISHED, threadId, runId, result: { agentRunId, checkpoints: seq } });
+          } else {
+            const reason = redactString(run.failure_reason ?? run.status).slice(0, 500);
+            await send({ type: EventType.RUN_ERROR, message: `run ${run.status}: ${reason}`, code: run.status });
+          }
+          break;
+        }
+        if (Date.now() > deadline) break;
+        await out.sleep(POLL_MS);
+      }
+    }, async (err) => {
+      deps.log.warn({ agentRunId, error: redactString(String(err)) }, 'ag-ui stream ended by an error');
+    });
+  });
+  return { close: async () => made?.close() };
+}
