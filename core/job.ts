@@ -37,6 +37,10 @@ export const jobSchema = z.strictObject({
   model: text('model').min(1, 'model must not be empty').max(4096).optional(),
   agentRunId: id('agentRunId').optional(),
   resumeFromCheckpoint: z.boolean().default(false),
+  // Budgets: a run stops (budget_exhausted) before a round that would start over one of them.
+  maxCostUsd: z.number({ error: 'maxCostUsd must be a number' }).finite().nonnegative('maxCostUsd must be >= 0').optional(),
+  maxTokens: z.number({ error: 'maxTokens must be a number' }).int('maxTokens must be a whole number')
+    .nonnegative('maxTokens must be >= 0').optional(),
 });
 
 export type JobInput = z.input<typeof jobSchema>;

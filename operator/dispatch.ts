@@ -63,11 +63,20 @@ export async function dispatchJob(db: Database, queue: JobQueue, input: unknown,
  * its id, through the same decision as dispatch. `run_not_found` for an id this workspace does
  * not have; `action_refused` when the matrix refuses (completed, cancelled, running).
  */
-export async function retryRun(db: Database, queue: JobQueue, args: { workspaceId: string; agentRunId: string }): Promise<DispatchResult> {
+export async function retryRun(
+  db: Database,
+  queue: JobQueue,
+  args: { workspaceId: string; agentRunId: string; maxCostUsd?: number; maxTokens?: number },
+): Promise<DispatchResult> {
   const admission = await admitInWorkspace(db, args.workspaceId, async (tx) => {
     const run = await getRun(tx, args.agentRunId);
     if (!run || run.workspace_id !== args.workspaceId) throw new EchodoError('run_not_found', `run ${args.agentRunId} not found`);
-    const job: Job = { ...run.job, agentRunId: run.id, resumeFromCheckpoint: true };
+    // New budgets, when given, replace the recorded ones (admission writes them).
+    const limits = {
+      ...(args.maxCostUsd === undefined ? {} : { maxCostUsd: args.maxCostUsd }),
+      ...(args.maxTokens === undefined ? {} : { maxTokens: args.maxTokens }),
+    };
+    const job: Job = { ...run.job, ...limits, agentRunId: run.id, resumeFromCheckpoint: true };
     return admitJob(tx, job, { entry: 'request', agentRunIdGiven: true });
   });
   return ring(queue, admission);

@@ -13,6 +13,8 @@ export interface RunActionContext {
   db: Database;
   workspaceId: string;
   agentRunId: string;
+  /** The command's own flags (spec.flags), as given. */
+  values: Record<string, unknown>;
 }
 
 export interface RunActionSpec {
@@ -20,19 +22,25 @@ export interface RunActionSpec {
   summary: string;
   /** What exit 3 means for this command. */
   refused: string;
+  /** Flags besides --workspace and --run, with their usage line. */
+  flags?: Record<string, { type: 'string'; value: string; help: string }>;
+  usage?: string;
+  /** Checks the extra flags before anything is opened; a message is a usage error (exit 2). */
+  check?: (values: Record<string, unknown>) => string | undefined;
 }
 
 export async function runActionCommand(
-  { name, summary, refused }: RunActionSpec,
+  { name, summary, refused, flags, usage, check }: RunActionSpec,
   act: (ctx: RunActionContext) => Promise<unknown>,
 ): Promise<never> {
   const { values, fail } = command({
     name,
     summary,
-    usage: ['-- --workspace W --run R'],
+    usage: [usage ?? '-- --workspace W --run R'],
     flags: {
       workspace: { type: 'string', value: 'W', help: 'the workspace of the run' },
       run: { type: 'string', value: 'R', help: 'the run (agentRunId)' },
+      ...flags,
     },
     exitCodes: {
       0: 'done: one JSON line on stdout',
@@ -43,6 +51,8 @@ export async function runActionCommand(
     env: [...DATABASE_ENV, 'REDIS_URL', 'WORKER_REPO_ROOT'],
   });
   if (!values.workspace || !values.run) fail('both --workspace and --run are required');
+  const problem = check?.(values);
+  if (problem) fail(problem);
   exitOnStartupError(name);
 
   const config = loadConfigOrExit();
@@ -51,7 +61,7 @@ export async function runActionCommand(
   await registerStartupSecrets(config, db);
   let code = 0;
   try {
-    const answer = await act({ config, db, workspaceId: values.workspace!, agentRunId: values.run! });
+    const answer = await act({ config, db, workspaceId: values.workspace!, agentRunId: values.run!, values });
     process.stdout.write(`${JSON.stringify(answer)}\n`);
   } catch (err) {
     process.stderr.write(`${name}: ${errorMessage(err)}\n`);

@@ -19,6 +19,8 @@ export interface CostTotal extends UsageTotals {
   /** Null when any of the rows is unpriced (no usage reported, or no price for its model). */
   costUsd: number | null;
   unpricedCheckpoints: number;
+  /** What the priced rows cost (a budget can count only these). */
+  pricedUsd: number;
 }
 
 export interface CheckpointCost extends UsageTotals {
@@ -60,6 +62,7 @@ const totals = (tx: WorkspaceTx) => tx`
   count(*)::int as checkpoints,
   case when count(*) filter (where cost_usd is null) > 0 then null else coalesce(sum(cost_usd), 0) end::float8 as cost_usd,
   count(*) filter (where cost_usd is null)::int as unpriced_checkpoints,
+  coalesce(sum(cost_usd), 0)::float8 as priced_usd,
   sum(input_tokens)::float8 as input_tokens, sum(output_tokens)::float8 as output_tokens,
   sum(cache_read_tokens)::float8 as cache_read_tokens, sum(cache_write_tokens)::float8 as cache_write_tokens,
   sum(reasoning_tokens)::float8 as reasoning_tokens`;
@@ -69,6 +72,7 @@ function toTotal(r: Row | undefined): CostTotal {
     checkpoints: r?.checkpoints ?? 0,
     costUsd: r?.cost_usd ?? null,
     unpricedCheckpoints: r?.unpriced_checkpoints ?? 0,
+    pricedUsd: r?.priced_usd ?? 0,
     inputTokens: r?.input_tokens ?? null,
     outputTokens: r?.output_tokens ?? null,
     cacheReadTokens: r?.cache_read_tokens ?? null,
@@ -97,6 +101,16 @@ export async function runCost(tx: WorkspaceTx, agentRunId: string): Promise<Cost
 export async function convoyCost(tx: WorkspaceTx, convoyId: string): Promise<CostTotal> {
   const [row] = await tx`${costed(tx, tx`c.convoy_id = ${convoyId}`)} select ${totals(tx)} from costed`;
   return toTotal(row);
+}
+
+/** The run's latest checkpoint: its priced cost and its tokens (input and output), the guess at the next one. */
+export async function lastCheckpointSpend(tx: WorkspaceTx, agentRunId: string): Promise<{ usd: number; tokens: number }> {
+  const [row] = await tx`${costed(tx, tx`c.agent_run_id = ${agentRunId} and c.checkpoint_seq = (
+      select max(checkpoint_seq) from worker_checkpoints where workspace_id = ${tx.workspaceId}
+         and agent_run_id = ${agentRunId})`)}
+    select coalesce(cost_usd, 0)::float8 as usd,
+           (coalesce(input_tokens, 0) + coalesce(output_tokens, 0))::float8 as tokens from costed`;
+  return { usd: row?.usd ?? 0, tokens: row?.tokens ?? 0 };
 }
 
 /** The workspace's spend on one UTC day (default today): what its daily cap is measured against. */

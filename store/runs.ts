@@ -8,7 +8,7 @@ import { redactValue, storableText } from '../core/redact.ts';
 // passes the one redaction function, so no caller can forget it.
 const REASON_MAX_CHARS = 2000;
 
-export type RunStatus = 'queued' | 'running' | 'completed' | 'failed' | 'cancelled';
+export type RunStatus = 'queued' | 'running' | 'completed' | 'failed' | 'cancelled' | 'budget_exhausted';
 
 export interface RunRow {
   id: string;

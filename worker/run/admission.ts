@@ -16,12 +16,14 @@ import {
 import type { WorkspaceTx } from '../../store/workspace.ts';
 import { redactString } from '../../core/redact.ts';
 import type { Job } from '../../core/job.ts';
+import { setRunLimits } from '../../store/budget.ts';
 
 /** Where the job came from: a request (dispatch, Retry) rings the doorbell itself afterwards;
  *  a delivery (taken from a queue) is claimed by the taker in the same transaction. */
 export type AdmissionEntry = 'request' | 'delivery';
 
-export type RunState = 'queued' | 'released' | 'running_live' | 'running_expired' | 'failed' | 'completed' | 'cancelled';
+export type RunState =
+  | 'queued' | 'released' | 'running_live' | 'running_expired' | 'failed' | 'completed' | 'cancelled' | 'budget_exhausted';
 
 export type Verdict = 'serve' | 'redispatch' | 'refuse_duplicate' | 'refuse_finished';
 
@@ -59,6 +61,7 @@ export function decide(state: RunState, ctx: { entry: AdmissionEntry; ownDoorbel
       return 'refuse_duplicate';
     case 'running_expired':
     case 'failed':
+    case 'budget_exhausted':
       return 'redispatch';
     case 'completed':
     case 'cancelled':
@@ -97,6 +100,7 @@ const FROM: Record<RunState, RunStatus[]> = {
   failed: ['failed'],
   completed: ['completed'],
   cancelled: ['cancelled'],
+  budget_exhausted: ['budget_exhausted'],
 };
 
 /**
@@ -145,13 +149,15 @@ export async function admitJob(
       const run = await redispatchRun(tx, { agentRunId: existing.id, leaseEpoch: existing.lease_epoch, from: FROM[state] });
       if (!run) throw new Error(`run ${existing.id} changed under its lock`);
       if (state === 'failed') await reopenBrief(tx, { briefId: run.brief_id, agentRunId: run.id });
+      // A retry may carry new budgets: they replace the recorded ones (the other fields must match).
+      const limits = await setRunLimits(tx, run, job);
       await appendEvent(tx, {
         convoyId: run.convoy_id,
         agentRunId: run.id,
         type: 'run_redispatched',
         metadata: { attempt: run.attempt, reason: 'requested', from: state, entry: opts.entry, previousFailure: existing.failure_reason ?? undefined },
       });
-      return { outcome: 'redispatched', run, state };
+      return { outcome: 'redispatched', run: limits ?? run, state };
     }
   }
 }

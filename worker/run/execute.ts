@@ -13,7 +13,7 @@ import { workspaceKeyGrants } from '../../store/grants.ts';
 import { assertRepoGranted, repoNeedingGrant } from './repo-access.ts';
 import { inWorkspace } from '../../store/workspace.ts';
 import { isTransientDbError } from '../../store/transient-retry.ts';
-import { errorMessage, LeaseLostError, toEchodoError } from '../../core/errors.ts';
+import { EchodoError, errorMessage, LeaseLostError, toEchodoError } from '../../core/errors.ts';
 import { faultPoint } from '../faults.ts';
 import { resolveHarnessForJob } from './harnesses.ts';
 import { parseRawJob, type Job } from '../../core/job.ts';
@@ -30,6 +30,8 @@ import { checkpointWriterFor } from '../checkpoints/writer.ts';
 import { checkRecordedBranch, prefetchStatus, prepareTree } from './prepare-tree.ts';
 import { admitDelivery } from './claim.ts';
 import { runSession } from './session.ts';
+import { budgetGuard } from './budget.ts';
+import { exhaustRun } from '../../store/budget.ts';
 import { remoteAgentModel } from '../adapters/index.ts';
 import type { CheckpointState } from '../checkpoints/state.ts';
 import { acquireTree } from '../tree/registry.ts';
@@ -145,6 +147,9 @@ async function executeRun(
   const resuming = chain.length > 0 || run.attempt > 1 || run.worktree_path !== null || job.resumeFromCheckpoint;
   // The model first: a run with an unknown model alias fails before any worktree is made.
   // A remote adapter's agent has its own model (worker/adapters/); its rounds run in the same loop.
+  if (harness.adapter === 'minimal' && !job.model) {
+    throw new EchodoError('model_unknown', `the job names no model, and harness ${harness.alias} runs the worker's own loop`);
+  }
   let state: CheckpointState | undefined;
   const { model, description } = harness.adapter !== 'minimal' ? remoteAgentModel(harness, {
     agentRunId: run.id, attempt: run.attempt, history: () => state?.history ?? [],
@@ -212,6 +217,7 @@ async function executeRun(
       baseOid,
       shutdown: deps.shutdown,
       log,
+      budget: await budgetGuard(scoped, run.id, job),
     });
     await finishMirror(mirroring); // never rejects (mirrorNotesLocally logs); before a cancel removes the worktree
     switch (outcome.kind) {
@@ -226,6 +232,22 @@ async function executeRun(
         const released = await scoped((tx) => requeueRun(tx, { agentRunId: run.id, leaseEpoch: run.lease_epoch, nextAttempt: false }));
         if (released) await deps.queue.enqueue(released.job);
         log.info({ step: state.step, seq: state.seq }, 'stopped on request: state checkpointed, run released to the queue');
+        return 'released';
+      }
+      case 'budget_exhausted': {
+        const { exhausted } = outcome;
+        await scoped(async (tx) => {
+          if (!(await exhaustRun(tx, { agentRunId: run.id, leaseEpoch: run.lease_epoch }))) {
+            throw new LeaseLostError(`run ${run.id}: lease lost before it stopped on its budget`);
+          }
+          await appendEvent(tx, {
+            convoyId: run.convoy_id,
+            agentRunId: run.id,
+            type: 'run_budget_exhausted',
+            metadata: { ...exhausted, seq: state!.seq, step: state!.step },
+          });
+        });
+        log.warn({ ...exhausted, seq: state.seq, step: state.step }, 'budget reached: run stopped at its last checkpoint');
         return 'released';
       }
       case 'finished': {

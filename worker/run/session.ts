@@ -19,13 +19,15 @@ import { withTree } from '../tree/registry.ts';
 import type { CommandSandbox } from '../sandbox/index.ts';
 import { isTransientDbError } from '../../store/transient-retry.ts';
 import { roundUsage } from '../models/usage.ts';
+import type { BudgetExhausted, BudgetGuard } from './budget.ts';
 import { cachedSystem, cachedUser, withNewestCached } from '../models/prompt-cache.ts';
 
 export type SessionOutcome =
   | { kind: 'finished'; text: string; reason: 'model_done' | 'step_budget' }
   | { kind: 'stopped' } // SIGTERM: the round in flight finished and was checkpointed
   | { kind: 'cancelled'; by: string } // an operator's cancel: the same stop, then the run ends
-  | { kind: 'lease_lost'; error: LeaseLostError };
+  | { kind: 'lease_lost'; error: LeaseLostError }
+  | { kind: 'budget_exhausted'; exhausted: BudgetExhausted }; // stopped at its last checkpoint
 
 export interface SessionDeps {
   model: LanguageModel;
@@ -47,6 +49,8 @@ export interface SessionDeps {
   /** Aborts on SIGTERM: the tool call in flight finishes, then the loop stops. */
   shutdown: AbortSignal;
   log: Logger;
+  /** Checked before the first round and after each checkpoint (worker/run/budget.ts); absent: no limits. */
+  budget?: BudgetGuard;
 }
 
 export function buildSystemPrompt(d: Pick<SessionDeps, 'roleId' | 'harness' | 'rolePrompt'>, history: ToolCallRecord[], step: number): string {
@@ -82,9 +86,12 @@ export async function runSession(d: SessionDeps): Promise<SessionOutcome> {
   const state = d.writer.state;
   const remaining = d.maxSteps - state.step;
   if (remaining <= 0) return { kind: 'finished', text: '', reason: 'step_budget' };
+  const overBefore = await d.budget?.check();
+  if (overBefore) return { kind: 'budget_exhausted', exhausted: overBefore };
 
   const abort = new AbortController();
-  let halted: 'shutdown' | 'cancel' | 'lease' | 'fatal' | undefined;
+  let halted: 'shutdown' | 'cancel' | 'lease' | 'fatal' | 'budget' | undefined;
+  let overBudget: BudgetExhausted | undefined;
   let fatal: unknown;
   let toolsInFlight = 0;
   let roundsSinceCheckpoint = 0;
@@ -197,6 +204,11 @@ export async function runSession(d: SessionDeps): Promise<SessionOutcome> {
         // With the remote the checkpoint counts behind the next model call: a refused push or a
         // lost fence stops the run as soon as it is known, not at the next tool call.
         d.writer.readyForTools().catch(haltOn);
+        if (d.budget && halted === undefined) {
+          await d.writer.readyForTools(); // the row counted: its usage is in what is spent
+          overBudget = (await d.budget.check()) ?? undefined;
+          if (overBudget && halted === undefined) halted = 'budget';
+        }
       }
     } catch (err) {
       haltOn(err);
@@ -219,6 +231,7 @@ export async function runSession(d: SessionDeps): Promise<SessionOutcome> {
     // Rounds after the last Nth-round checkpoint are checkpointed before the run completes.
     if (roundsSinceCheckpoint > 0) await d.writer.write();
     await d.writer.settleNotes();
+    if (halted === 'budget' && overBudget) return { kind: 'budget_exhausted', exhausted: overBudget };
     if (stopping()) return stoppedOutcome();
     const lastHadTools = result.steps.at(-1)?.toolCalls.length ?? 0;
     return { kind: 'finished', text: result.text, reason: lastHadTools > 0 ? 'step_budget' : 'model_done' };
