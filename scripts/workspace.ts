@@ -22,7 +22,6 @@ import {
   grantHosts, grantVariable, keyGrant, keyList, keyRevoke, repoAdd, repoList, repoRealpath, repoRemove,
 } from './workspace-grants.ts';
 import { COST_COMMANDS, COST_FLAGS, planCostCommand } from './workspace-cost.ts';
-import { COST_COMMANDS, COST_FLAGS, planCostCommand } from './workspace-cost.ts';
 import { setQuota, setRetention } from '../store/storage.ts';
 import { command, exitOnStartupError } from './cli.ts';
 import { DATABASE_ENV } from './cli-env.ts';
@@ -50,9 +49,6 @@ const { values, positionals, fail } = command({
     `-- price set ${W} --model M --input-per-mtok N --output-per-mtok N [--cache-read-per-mtok N] ` +
       '[--cache-write-per-mtok N]',
     `-- price list ${W} | price rm ${W} --model M | budget set ${W} --daily-usd N`,
-    `-- price set ${W} --model M --input-per-mtok N --output-per-mtok N [--cache-read-per-mtok N] ` +
-      '[--cache-write-per-mtok N]',
-    `-- price list ${W} | price rm ${W} --model M | budget set ${W} --daily-usd N`,
     `-- retention set ${W} [--keep-last K] [--keep-days D] | quota set ${W} --bytes N`,
   ],
   flags: {
@@ -64,7 +60,6 @@ const { values, positionals, fail } = command({
     adapter: { type: 'string', value: 'KIND', help: 'harness add: minimal (default), remote-ag-ui, langgraph or crewai' },
     url: { type: 'string', value: 'URL', help: "harness add: a remote adapter's AG-UI endpoint" },
     provider: { type: 'string', value: 'KIND', help: 'model add: openai-compatible (the default), anthropic or openai' },
-    ...COST_FLAGS,
     ...COST_FLAGS,
     'no-worktree': { type: 'boolean', help: 'harness add: the harness works without a worktree' },
     allow: { type: 'string', value: 'CMD', multiple: true, help: 'harness add: an allowed run_command' },
@@ -103,7 +98,6 @@ const COMMANDS: Record<string, { args: string[]; optionalWorkspace?: boolean; op
   'harness rm': { args: [], optionalAlias: true }, 'harness test': { args: [], optionalAlias: true },
   'route add': { args: [] }, 'route list': { args: [] }, 'route rm': { args: [] },
   'key grant': { args: ['VAR'] }, 'key list': { args: [], optionalWorkspace: true }, 'key revoke': { args: ['VAR'] },
-  ...Object.fromEntries(COST_COMMANDS.map((c) => [c, { args: [] }])),
   ...Object.fromEntries(COST_COMMANDS.map((c) => [c, { args: [] }])),
   'repo add': { args: ['PATH'] }, 'repo list': { args: [], optionalWorkspace: true }, 'repo rm': { args: ['PATH'] },
   'retention set': { args: [] }, 'quota set': { args: [] },
@@ -309,8 +303,6 @@ async function planCommand(): Promise<Planned | Granted> {
       const bytes = count(need(values.bytes, 'bytes'), 'bytes', 0)!;
       return app(async (tx) => (await setQuota(tx, bytes), out(`quota of ${ws}: ${bytes} bytes`), 0));
     }
-    case 'price set': case 'price list': case 'price rm': case 'budget set':
-      return app(planCostCommand(key, values, out));
     case 'price set': case 'price list': case 'price rm': case 'budget set':
       return app(planCostCommand(key, values, out));
     default:

@@ -21,13 +21,12 @@ alter table model_providers
   add constraint model_providers_base_url_needed
     check (provider <> 'openai-compatible' or base_url is not null);
 
--- A run stopped by a budget keeps its checkpoints and may be retried with a new limit.
+-- A run stopped by a budget keeps its checkpoints and may be retried with a new limit (its limits
+-- are in its recorded job: maxCostUsd, maxTokens).
 alter table agent_runs drop constraint if exists agent_runs_status_check;
 alter table agent_runs
   add constraint agent_runs_status_check
-    check (status in ('queued', 'running', 'completed', 'failed', 'cancelled', 'budget_exhausted')),
-  add column max_cost_usd numeric check (max_cost_usd is null or max_cost_usd >= 0),
-  add column max_tokens   bigint check (max_tokens is null or max_tokens >= 0);
+    check (status in ('queued', 'running', 'completed', 'failed', 'cancelled', 'budget_exhausted'));
 
 -- A workspace's own prices (USD per million tokens), overriding the shipped table (core/prices.json).
 create table model_prices (
