@@ -252,3 +252,11 @@ test('POST /api/ag-ui: 401 without a token, 403 read-only, 400 for a body that i
   const big = await postAgUi({ ...input, messages: [{ id: 'u', role: 'user', content: 'x'.repeat(100_000) }] }, token);
   assert.equal(big.status, 413, 'bodies are capped');
 });
+
+test('a job without a model on a minimal harness fails with the reason', async () => {
+  const w = s.spawnWorker();
+  const { agentRunId } = await s.dispatch({ harnessAlias: 'code', model: undefined });
+  const run = await s.waitForStatus(agentRunId, 'failed');
+  assert.match(run.failure_reason, /names no model, and harness code runs the worker's own loop/);
+  await w.stop('SIGTERM');
+});
