@@ -1,0 +1,54 @@
+// The worker's AG-UI client on its own, against real loopback servers: a silent agent times out,
+// a redirect is refused (a key could follow it), events that do not validate are ignored, and a
+// header key goes only to a host its grant names.
+import assert from 'node:assert/strict';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { after, before, test } from 'node:test';
+import { EventType } from '@ag-ui/core';
+import { runAgUi } from '../worker/adapters/ag-ui-client.ts';
+import { remoteAgentModel } from '../worker/adapters/index.ts';
+import { builtinHarnesses } from '../worker/run/harnesses.ts';
+import { frame } from './support/ag-ui-agent.ts';
+
+let server: Server;
+let base: string;
+const input = { threadId: 't', runId: 'r', messages: [{ id: 'u', role: 'user' as const, content: 'hi' }], tools: [], context: [] };
+
+before(async () => {
+  server = createServer((req, res) => {
+    if (req.url === '/silent') return void res.writeHead(200, { 'content-type': 'text/event-stream' }).write(': waiting\n\n');
+    if (req.url === '/redirect') return void res.writeHead(307, { location: 'http://example.invalid/' }).end();
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    res.end(
+      frame({ type: EventType.RUN_STARTED, threadId: 't', runId: 'r' }) +
+      frame({ type: 'NOT_AN_EVENT', x: 1 }) +
+      'data: not json\n\n' +
+      frame({ type: EventType.TOOL_CALL_ARGS, toolCallId: 'never-started', delta: '{}' }) +
+      frame({ type: EventType.TEXT_MESSAGE_CONTENT, messageId: 'm', delta: 'hello' }) +
+      frame({ type: EventType.TOOL_CALL_START, toolCallId: 'open', toolCallName: 'grep' }) +
+      frame({ type: EventType.RUN_FINISHED, threadId: 't', runId: 'r' }),
+    );
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+});
+after(() => new Promise<void>((resolve) => (server.closeAllConnections(), server.close(() => resolve()))));
+
+test('a silent agent times out; a redirect is refused; junk events are ignored and an unfinished call dropped', async () => {
+  await assert.rejects(runAgUi({ url: `${base}/silent`, input, timeoutMs: 300 }), /did not finish within/);
+  await assert.rejects(runAgUi({ url: `${base}/redirect`, input, timeoutMs: 2000 }), /could not be reached/);
+  const result = await runAgUi({ url: `${base}/ok`, input, timeoutMs: 2000 });
+  assert.equal(result.text, 'hello');
+  assert.deepEqual(result.toolCalls, [], 'a call that never ended is not executed');
+});
+
+test('a header key goes only to a granted host', () => {
+  const harness = { ...builtinHarnesses({ WORKER_ALLOWED_COMMANDS: undefined } as never).code!, adapter: 'remote-ag-ui' as const,
+    endpointUrl: `${base}/ok`, keyEnvVar: 'AGENT_API_KEY' };
+  const env = { AGENT_API_KEY: 'sk-x' };
+  const args = { agentRunId: 'run', attempt: 1, history: () => [], env, keyVarGlobs: ['*_API_KEY'] };
+  assert.throws(() => remoteAgentModel(harness, args), /not granted/);
+  assert.throws(() => remoteAgentModel(harness, { ...args, keyGrant: { variable: 'AGENT_API_KEY', hosts: ['agents.example'] } }), /granted .* only for agents\.example/);
+  assert.ok(remoteAgentModel(harness, { ...args, keyGrant: { variable: 'AGENT_API_KEY', hosts: ['127.0.0.1'] } }).model);
+});
