@@ -1,5 +1,6 @@
 // The Storage page: the workspace's bytes in Postgres and git, its largest runs and convoys
 // first, and the retention policy and quota the stall detector's sweep applies.
+import type { RetentionPreview } from '../store/retention.ts';
 import type { RunBytes, StoragePolicy } from '../store/storage.ts';
 import { html, statusBadge, timeCell, type SafeHtml } from './html.ts';
 
@@ -9,6 +10,22 @@ export interface StorageView {
   runs: (RunBytes & { gitBytes: number | null })[];
   convoys: { convoyId: string; checkpointRows: number; bytes: number }[];
   policy: StoragePolicy;
+  /** What the policy would prune now (a dry run); absent without a retention policy. */
+  preview?: RetentionPreview;
+}
+
+function pruneNow(preview: RetentionPreview | undefined, csrf: string | undefined): SafeHtml {
+  if (!preview) return html``;
+  const what = html`<span data-testid="prune-preview" data-rows="${preview.rows}">${preview.rows} checkpoints of ${
+    preview.runs
+  } runs (${formatBytes(preview.bytes)})</span>`;
+  return html`<p>The policy would prune ${what} now.${
+    csrf && preview.rows
+      ? html` <form class="action" method="post" action="/storage/prune">
+<input type="hidden" name="_csrf" value="${csrf}">
+<button type="submit" data-testid="prune-now">Prune now</button></form>`
+      : ''
+  }</p>`;
 }
 
 const enc = encodeURIComponent;
@@ -40,7 +57,8 @@ function policyCard(p: StoragePolicy): SafeHtml {
 <code>quota set</code></div></div>`;
 }
 
-export function storageContent(v: StorageView): SafeHtml {
+/** `csrf`: the viewer may prune (absent for a read-only token). */
+export function storageContent(v: StorageView, csrf?: string): SafeHtml {
   const gitTotal = v.runs.reduce((n, r) => n + (r.gitBytes ?? 0), 0);
   const runs = v.runs.map(
     (r) => html`<tr data-run-id="${r.agentRunId}">
@@ -69,6 +87,7 @@ export function storageContent(v: StorageView): SafeHtml {
     <div class="muted">objects reachable only from each run's branch</div></div>
   ${policyCard(v.policy)}
 </section>
+${pruneNow(v.preview, csrf)}
 <h2>Largest runs</h2>
 ${v.runs.length ? html`<table data-testid="storage-runs"><thead><tr><th>Run</th><th>Status</th><th>Convoy</th>
 <th>Checkpoints</th>

@@ -9,6 +9,12 @@ import type { McEnv } from './context.ts';
 import { runGitBytes } from './git-bytes.ts';
 import { sendPage } from './layout.ts';
 import { storageContent, type StorageView } from './pages-storage.ts';
+import { applyStoragePolicy } from '../operator/storage-sweep.ts';
+import { retentionPreview } from '../store/retention.ts';
+import { isConfirmed, sendConfirmation } from './confirm.ts';
+import { isReadOnly, mayWrite, pageCsrfToken } from './routes-actions.ts';
+import type { McContext } from './context.ts';
+import { formatBytes } from './pages-storage.ts';
 
 /** Runs listed (and measured in git) per request: the largest, which are what an operator prunes. */
 const RUNS_SHOWN = 50;
@@ -18,12 +24,18 @@ export function mountStorageRoutes(app: Hono<McEnv>, deps: { db: Database; repoR
   const pages = requirePrincipal(deps.db.admin, { surface: 'html', need: 'workspace' });
 
   async function storageView(workspaceId: string): Promise<StorageView> {
-    const read = await withWorkspace(deps.db.app, workspaceId, async (tx) => ({
-      postgres: await workspacePostgresBytes(tx),
-      runs: await largestRuns(tx, RUNS_SHOWN),
-      convoys: await convoyBytes(tx, RUNS_SHOWN),
-      policy: await storagePolicy(tx),
-    }));
+    const read = await withWorkspace(deps.db.app, workspaceId, async (tx) => {
+      const policy = await storagePolicy(tx);
+      return {
+        postgres: await workspacePostgresBytes(tx),
+        runs: await largestRuns(tx, RUNS_SHOWN),
+        convoys: await convoyBytes(tx, RUNS_SHOWN),
+        policy,
+        preview: policy.keepLast === null
+          ? undefined
+          : await retentionPreview(tx, policy.keepLast, policy.keepDays ?? 0),
+      };
+    });
     const runs = await Promise.all(
       read.runs.map(async (run) => ({
         ...run,
@@ -50,8 +62,38 @@ export function mountStorageRoutes(app: Hono<McEnv>, deps: { db: Database; repoR
     });
   });
 
+  /** The Prune form carries the session's CSRF token; a read-only token gets none. */
+  const csrfOf = (c: McContext) => {
+    const csrf = pageCsrfToken(c);
+    return csrf && !isReadOnly(c.get('principal')) ? csrf : undefined;
+  };
+
+  // Prune now: the policy applied at once to this workspace, after a confirmation naming what goes.
+  app.post('/storage/prune', pages, mayWrite('html'), async (c) => {
+    const form = (await c.req.parseBody()) as Record<string, unknown>;
+    const workspaceId = workspaceOf(c);
+    if (!isConfirmed(form)) {
+      const view = await storageView(workspaceId);
+      const what = view.preview
+        ? `${view.preview.rows} checkpoints of ${view.preview.runs} runs ` +
+          `(${formatBytes(view.preview.bytes)} in Postgres)`
+        : 'nothing: no retention policy is set';
+      return sendConfirmation(c, `workspace ${workspaceId}`, {
+        title: 'Prune now?',
+        consequence: `This removes ${what}; each run keeps its last checkpoints and an anchor, ` +
+          'so its chain still verifies.',
+        action: '/storage/prune',
+        csrf: pageCsrfToken(c) ?? '',
+        back: '/storage',
+        button: 'Yes, prune',
+      });
+    }
+    await withWorkspace(deps.db.app, workspaceId, applyStoragePolicy);
+    return c.redirect('/storage', 303);
+  });
+
   app.get('/storage', pages, async (c) => {
-    const content = storageContent(await storageView(workspaceOf(c)));
+    const content = storageContent(await storageView(workspaceOf(c)), csrfOf(c));
     return sendPage(c, { title: 'Storage', who: `workspace ${workspaceOf(c)}`, content });
   });
 }

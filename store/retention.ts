@@ -71,8 +71,35 @@ export async function pruneRunToLast(tx: WorkspaceTx, agentRunId: string, keepLa
   if (!cut) return 0;
   await tx`insert into checkpoint_anchors (workspace_id, agent_run_id, anchor_seq, anchor_hash)
            values (${tx.workspaceId}, ${agentRunId}, ${cut.seq}, ${cut.hash})
-           on conflict (workspace_id, agent_run_id) do update set anchor_seq = excluded.anchor_seq, anchor_hash = excluded.anchor_hash, pruned_at = now()`;
+           on conflict (workspace_id, agent_run_id) do update
+              set anchor_seq = excluded.anchor_seq, anchor_hash = excluded.anchor_hash, pruned_at = now()`;
   const deleted = await tx`delete from worker_checkpoints
-                            where workspace_id = ${tx.workspaceId} and agent_run_id = ${agentRunId} and checkpoint_seq <= ${cut.seq}`;
+                            where workspace_id = ${tx.workspaceId} and agent_run_id = ${agentRunId}
+                              and checkpoint_seq <= ${cut.seq}`;
   return deleted.count;
+}
+
+export interface RetentionPreview {
+  runs: number;
+  rows: number;
+  bytes: number;
+}
+
+/** What a policy prune would remove now (a dry run): runs, checkpoint rows and their stored bytes. */
+export async function retentionPreview(
+  tx: WorkspaceTx,
+  keepLast: number,
+  keepDays: number,
+): Promise<RetentionPreview> {
+  const [row] = await tx<{ runs: number; rows: number; bytes: string }[]>`
+    select count(distinct c.agent_run_id)::int as runs, count(c.*)::int as rows,
+           coalesce(sum(pg_column_size(c.*)), 0)::bigint as bytes
+      from agent_runs r
+     cross join lateral (
+       select w.* from worker_checkpoints w
+        where w.workspace_id = r.workspace_id and w.agent_run_id = r.id
+        order by w.checkpoint_seq desc offset ${keepLast}) c
+     where r.workspace_id = ${tx.workspaceId} and r.status in ('completed', 'failed', 'cancelled')
+       and r.finished_at < now() - make_interval(days => ${keepDays})`;
+  return { runs: row!.runs, rows: row!.rows, bytes: Number(row!.bytes) };
 }

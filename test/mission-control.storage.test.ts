@@ -161,3 +161,23 @@ test('a workspace over its quota: dispatch refuses a new run with the reason', a
   const admitted = await dispatchJob(t.db, queue, job);
   assert.ok(admitted.agentRunId, 'under the quota again, the run is admitted');
 });
+
+test('Prune now on the Storage page previews what goes, asks, then applies the policy', async () => {
+  const [{ oid }] = await su`select base_oid as oid from agent_runs where id = ${RUN}` as unknown as [{ oid: string }];
+  await seedRun('run-extra', 7, 'echodo/extra', oid);
+  const page = await browser.newPage();
+  await page.goto(`${server.url}/login?next=%2Fstorage`);
+  await page.fill('#token', token);
+  await Promise.all([page.waitForURL(`${server.url}/storage`), page.click('button[type=submit]')]);
+  assert.equal(await page.getAttribute('[data-testid="prune-preview"]', 'data-rows'), '4', 'keep-last 3 of 7: 4 would go');
+  await page.click('[data-testid="prune-now"]');
+  await page.waitForSelector('[data-testid="confirm"]');
+  assert.match(await page.locator('[data-testid="confirm"]').innerText(), /removes 4 checkpoints of 1 runs/);
+  const [still] = await su`select count(*)::int as n from worker_checkpoints where agent_run_id = 'run-extra'`;
+  assert.equal(still!.n, 7, 'nothing goes before the confirmation');
+  await Promise.all([page.waitForURL(`${server.url}/storage`), page.click('[data-testid="confirm-yes"]')]);
+  const [left] = await su`select count(*)::int as n from worker_checkpoints where agent_run_id = 'run-extra'`;
+  assert.equal(left!.n, 3);
+  assert.equal(await page.getAttribute('[data-testid="prune-preview"]', 'data-rows'), '0');
+  await page.close();
+});
