@@ -124,6 +124,8 @@ test('with the key variable unset the call fails naming the variable, and sends 
       assert.ok(err instanceof MissingApiKeyError, 'err instanceof MissingApiKeyError');
       assert.ok(err instanceof EchodoError, 'err instanceof EchodoError');
       assert.ok(err.message.includes(KEY_VAR), err.message);
+      // It names the process whose environment lacks the key (here the test runner, not a worker).
+      assert.match(err.message, new RegExp(`environment of \\S+ \\(pid ${process.pid}\\)`));
       assert.ok(!err.message.includes(otherSecret), '!err.message.includes(otherSecret)');
       assert.ok(!/sk-/.test(inspect(err)), '!/sk-/.test(inspect(err))');
       return true;

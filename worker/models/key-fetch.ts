@@ -3,6 +3,7 @@
 // request's headers: no object here holds it, so logging a model leaks nothing. Only a variable
 // matching WORKER_PROVIDER_KEY_VARS is read (key-vars.ts), and only for a request to a host the
 // workspace's grant names (core/key-grants.ts); such a request never follows a redirect.
+import path from 'node:path';
 import { EchodoError } from '../../core/errors.ts';
 import { assertKeyVarAllowed } from '../../core/key-vars.ts';
 import { assertKeyGranted, type KeyGrant } from '../../core/key-grants.ts';
@@ -13,9 +14,18 @@ export type KeyHeader = 'bearer' | 'x-api-key';
 /** Headers a provider SDK may have set from its own key setting: always replaced. */
 const KEY_HEADERS = ['authorization', 'x-api-key'];
 
+/**
+ * Which process lacks the key: the worker, mission control (its model Test) or a CLI. Named by
+ * the script it runs, so an operator sets the variable where it is missing.
+ */
+function processName(): string {
+  const script = process.argv[1] ? path.basename(process.argv[1]).replace(/\.[cm]?[jt]s$/, '') : 'node';
+  return `${script} (pid ${process.pid})`;
+}
+
 export class MissingApiKeyError extends EchodoError {
   constructor(readonly variable: string) {
-    super('model_unknown', `the API key variable ${variable} is not set in the worker's environment`);
+    super('model_unknown', `the API key variable ${variable} is not set in the environment of ${processName()}`);
     this.name = 'MissingApiKeyError';
   }
 }
