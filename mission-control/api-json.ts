@@ -109,6 +109,9 @@ export function runOverviewJson(run: RunOverview, verdict: ChainVerdict, now = D
     stalled: run.stalled,
     brief: run.brief,
     harness: run.harnessAlias,
+    adapter: run.adapter,
+    // A remote agent's AG-UI thread is the run itself (worker/adapters/).
+    threadId: run.adapter === 'minimal' ? null : run.agentRunId,
     model: run.model,
     host: run.hostId,
     worktree: run.worktreePath,

@@ -12,6 +12,8 @@ export interface RunOverview {
   brief: string | null;
   model: string | null;
   harnessAlias: string | null;
+  /** The adapter its harness names now (minimal for the built-in harnesses). */
+  adapter: string;
   status: RunStatus;
   /** Running with its lease expired: the stall detector has not re-dispatched it yet. */
   stalled: boolean;
@@ -65,6 +67,8 @@ export interface TimelinePage {
 const RUN_OVERVIEW_SQL = `
 select r.id as agent_run_id, r.convoy_id, r.brief_id, r.job->>'brief' as brief, r.job->>'model' as model,
        r.harness_alias, r.status, (r.status = 'running' and r.lease_expires_at < now()) as stalled,
+       coalesce((select h.adapter from harness_providers h
+                  where h.workspace_id = r.workspace_id and h.alias = r.harness_alias), 'minimal') as adapter,
        r.attempt, r.step, r.worker_id, r.host_id, r.heartbeat_at, r.lease_expires_at, r.branch, r.worktree_path,
        r.failure_reason, r.created_at, r.started_at, r.finished_at,
        (select count(*)::int from worker_checkpoints c
@@ -89,6 +93,7 @@ export async function runOverview(tx: WorkspaceTx, agentRunId: string): Promise<
     brief: row.brief,
     model: row.model,
     harnessAlias: row.harness_alias,
+    adapter: row.adapter,
     status: row.status,
     stalled: row.stalled,
     attempt: row.attempt,

@@ -233,6 +233,9 @@ test('POST /api/ag-ui: HttpAgent dispatches a run and receives it as AG-UI event
   assert.equal((text.match(/"type":"STATE_SNAPSHOT"/g) ?? []).length, rows.length);
   assert.match(text, /"type":"RUN_FINISHED"/);
   assert.equal((await s.su`select count(*)::int as n from agent_runs where job->>'brief' = ${brief}`)[0]!.n, 1, 'no duplicate run');
+  const shown = await (await fetch(`${mc.url}/api/runs/${run!.id}`, { headers: { authorization: `Bearer ${token}` } })).json() as
+    { adapter: string; threadId: string };
+  assert.deepEqual([shown.adapter, shown.threadId], ['remote-ag-ui', run!.id], 'the run shows its adapter and thread');
   await w.stop('SIGTERM');
 });
 
