@@ -49,6 +49,10 @@ const schema = z.object({
   STALL_QUEUED_MS: int(100).default(60000),
   WORKER_RETENTION_SWEEP_MS: int(10).default(60000),
   MISSION_CONTROL_PORT: int(0).max(65535).default(4700),
+  // The worker's Prometheus /metrics on 127.0.0.1 (worker/metrics.ts); unset: off.
+  WORKER_METRICS_PORT: int(1).max(65535).optional(),
+  // A bearer token that lets a non-loopback scrape of mission control's /metrics in; unset: loopback only.
+  MISSION_CONTROL_METRICS_TOKEN: z.string().min(16, 'must be at least 16 characters').optional(),
   // Isolation (docs/security.md): how run_command is confined, and which variables a provider may name.
   WORKER_SANDBOX: z.enum(['bwrap', 'off']).default('bwrap'),
   // The sandbox's binary and limits (worker/sandbox/index.ts has the defaults).

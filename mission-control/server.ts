@@ -20,6 +20,7 @@ import { mountSettingsRoutes } from './routes-settings.ts';
 import { mountStorageRoutes } from './routes-storage.ts';
 import { mountAgUiRoutes } from './routes-ag-ui.ts';
 import { mountWorkspaceRoutes } from './routes-workspace.ts';
+import { mountMetricsRoute } from './routes-metrics.ts';
 import { ChangeHub } from './sse-hub.ts';
 import { isDatabaseUnreachable } from '../store/transient-retry.ts';
 import { outageGate } from './unavailable.ts';
@@ -85,6 +86,7 @@ export function createMissionControl({ db, config, logger, queue }: MissionContr
 
   app.use('*', outage.watch);
   app.get('/favicon.ico', (c) => c.body(null, 204));
+  mountMetricsRoute(app, { db, token: config.MISSION_CONTROL_METRICS_TOKEN });
   mountAdminRoutes(app, db, hub);
   mountWorkspaceRoutes(app, db, hub);
   const actions = mountActionRoutes(app, { db, config: config.WORKER_REPO_ROOT ? (config as Config) : undefined, queue, log });

@@ -4,6 +4,7 @@ import { openDatabase } from '../store/connection.ts';
 import { createLogger } from '../worker/log.ts';
 import { createQueue } from '../worker/queue/index.ts';
 import { WorkerDaemon } from '../worker/daemon.ts';
+import { startWorkerMetrics } from '../worker/metrics.ts';
 import { errorMessage } from '../core/errors.ts';
 import { guardDaemon } from '../worker/process-guards.ts';
 import { redactString } from '../core/redact.ts';
@@ -34,7 +35,7 @@ command({
     'WORKER_WORKTREE_BASE', 'WORKER_NOTES_REF', 'WORKER_BLPOP_TIMEOUT_S', 'WORKER_MAX_TOOL_STEPS',
     'WORKER_CHECKPOINT_EVERY_N_STEPS', 'WORKER_HEARTBEAT_MS', 'WORKER_LEASE_MS', 'WORKER_ALLOWED_COMMANDS',
     'WORKER_SANDBOX', 'WORKER_PROVIDER_KEY_VARS', 'WORKER_HOST_ID', 'WORKER_CHECKPOINT_REMOTE',
-    'WORKER_SPARE_WORKTREE', 'ECHODO_SUPERVISE', 'LOG_LEVEL',
+    'WORKER_SPARE_WORKTREE', 'WORKER_METRICS_PORT', 'ECHODO_SUPERVISE', 'LOG_LEVEL',
   ],
 });
 
@@ -72,8 +73,10 @@ try {
   if (config.WORKER_SANDBOX === 'bwrap' && sandbox.mode === 'bwrap' && sandbox.usable) log.info({ trees: treesLine }, 'trees confined');
   else log.warn({ trees: treesLine }, 'trees not confined');
   if (process.getuid?.() === 0) log.warn('running as root: run the worker as a dedicated user (docs/operations.md)');
-  log.info({ queue: queue.backend, secretsRegistered: registered }, 'worker started');
+  const metrics = config.WORKER_METRICS_PORT ? await startWorkerMetrics(config.WORKER_METRICS_PORT) : undefined;
+  log.info({ queue: queue.backend, secretsRegistered: registered, metricsPort: metrics?.port ?? null }, 'worker started');
   const code = await daemon.run();
+  await metrics?.close();
   log.info({ results: daemon.results, exitCode: code }, 'worker stopped');
   await queue.close();
   await db.close();

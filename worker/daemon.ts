@@ -13,6 +13,7 @@ import type { Logger } from './log.ts';
 import type { JobQueue } from './queue/types.ts';
 import { dropStandby, RemoteStandby } from './remote/standby.ts';
 import { executeDelivery, type JobResult } from './run/execute.ts';
+import { workerMetrics } from './metrics.ts';
 import { makeSpareWorktree, removeSpareWorktrees, SpareKeeper } from './worktrees/spare-keeper.ts';
 
 /** A spare taken by a run is made again this long after: not while the run starts its first round. */
@@ -121,6 +122,8 @@ export class WorkerDaemon {
         continue;
       }
       this.results[result]++;
+      workerMetrics.runsFinished.inc({ outcome: result });
+      if (result === 'lease_lost') workerMetrics.leaseLosses.inc();
       // Another process of this host (a worker, `npm run fork`) may have taken the spare: checked
       // (and made again if so) in the background, after the job.
       this.spares?.want(config.WORKER_REPO_ROOT, SPARE_REPLENISH_DELAY_MS);

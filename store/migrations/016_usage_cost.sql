@@ -61,3 +61,30 @@ begin
 end $$;
 
 create index worker_checkpoints_day on worker_checkpoints (workspace_id, occurred_at);
+
+-- Fleet metrics for mission control's /metrics: counts across workspaces, no row of any. The app
+-- role sees one workspace at a time under RLS; these answer aggregates only, hence SECURITY DEFINER.
+create function echodo_fleet_run_counts()
+returns table (workspace_id text, status text, runs bigint)
+language sql stable security definer set search_path = public as $$
+  select r.workspace_id, r.status, count(*) from agent_runs r group by 1, 2
+$$;
+
+create function echodo_fleet_queue()
+returns table (depth bigint, oldest_age_s double precision)
+language sql stable security definer set search_path = public as $$
+  select count(*), coalesce(extract(epoch from now() - min(r.queued_at)), 0)::float8
+    from agent_runs r where r.status = 'queued'
+$$;
+
+create function echodo_fleet_tokens()
+returns table (workspace_id text, model_id text, input bigint, output bigint, cache_read bigint, cache_write bigint,
+               reasoning bigint)
+language sql stable security definer set search_path = public as $$
+  select c.workspace_id, c.model_id, sum(c.input_tokens)::bigint, sum(c.output_tokens)::bigint,
+         sum(c.cache_read_tokens)::bigint, sum(c.cache_write_tokens)::bigint, sum(c.reasoning_tokens)::bigint
+    from worker_checkpoints c where c.model_id is not null group by 1, 2
+$$;
+
+revoke all on function echodo_fleet_run_counts(), echodo_fleet_queue(), echodo_fleet_tokens() from public;
+grant execute on function echodo_fleet_run_counts(), echodo_fleet_queue(), echodo_fleet_tokens() to echodo_app;

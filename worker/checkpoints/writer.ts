@@ -36,6 +36,7 @@ import type { RemotePusher } from '../remote/push.ts';
 import { redactString } from '../../core/redact.ts';
 import type { TouchTracker } from './tracker.ts';
 import { addUsage, type RoundUsage } from '../models/usage.ts';
+import { modelLabel, workerMetrics } from '../metrics.ts';
 
 /** Fail closed: a path the redactor cannot process is not stored. */
 function redactPath(p: string): string {
@@ -133,11 +134,16 @@ export class CheckpointWriter {
   /** A round's usage, recorded with the checkpoint that records the round. */
   noteUsage(usage: RoundUsage): void {
     this.pendingUsage = this.pendingUsage ? addUsage(this.pendingUsage, usage) : usage;
+    const labels = { workspace: this.deps.run.workspaceId, model: modelLabel(usage.modelId) };
+    const kinds = { input: usage.inputTokens, output: usage.outputTokens, cache_read: usage.cacheReadTokens,
+      cache_write: usage.cacheWriteTokens, reasoning: usage.reasoningTokens };
+    for (const [kind, n] of Object.entries(kinds)) if (n !== null) workerMetrics.tokens.inc({ ...labels, kind }, n);
   }
 
   /** Writes checkpoint seq+1 for the rounds done so far. Throws LeaseLostError when fenced off. */
   async write(): Promise<void> {
     const { run, tree, lease } = this.deps;
+    const started = performance.now();
     // The previous checkpoint counted, and its note was written while the model worked on this
     // round; it lands before this checkpoint, so only the latest checkpoint can ever lack its note.
     await this.counting;
@@ -204,7 +210,7 @@ export class CheckpointWriter {
       manifestCount: digest.count, prevHash, hash, usage: this.pendingUsage,
     };
     this.pendingUsage = undefined;
-    const counted = this.count({ row, payload, commit, changed, digest, manifest });
+    const counted = this.count({ row, payload, commit, changed, digest, manifest, started });
     if (!this.deps.remote || !commitOid) return counted;
     this.counting = counted;
     counted.catch(() => {}); // thrown by readyForTools, the next write and settleNotes
@@ -222,6 +228,7 @@ export class CheckpointWriter {
     changed: FileTouched[];
     digest: ManifestDigest;
     manifest: Map<string, string | null>;
+    started: number;
   }): Promise<void> {
     const { run, tree, lease, log, remote } = this.deps;
     const { row, payload, commit, changed, digest, manifest } = c;
@@ -231,6 +238,7 @@ export class CheckpointWriter {
       await remote.pusher.pushCheckpoint(commitOid);
       faultPoint('after-push');
     }
+    const rowStarted = performance.now();
     const inserted = await retryTransient(
       (attempt) =>
         withWorkspace(this.deps.sql, run.workspaceId, async (tx) => {
@@ -245,6 +253,9 @@ export class CheckpointWriter {
     );
     if (!inserted) throw new LeaseLostError(`run ${run.agentRunId}: fenced off at checkpoint ${seq} (lease epoch ${lease.epoch} is no longer current)`);
     lease.renewed();
+    workerMetrics.checkpointSeconds.observe({ phase: 'row' }, (performance.now() - rowStarted) / 1000);
+    workerMetrics.checkpointSeconds.observe({ phase: 'total' }, (performance.now() - c.started) / 1000);
+    workerMetrics.checkpoints.inc({ workspace: run.workspaceId });
     if (commit) {
       // Only now, with the row in (and never after a lost fence: the next holder owns the worktree).
       this.indexing = commit.indexNow().then(

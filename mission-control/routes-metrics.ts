@@ -1,0 +1,60 @@
+// GET /metrics: Prometheus text for the fleet (runs by status, queue depth and the age of the oldest
+// queued job, tokens by workspace and model), computed from Postgres at each scrape. Mission control
+// listens on 127.0.0.1, so a remote client reaches it only through a proxy: without
+// MISSION_CONTROL_METRICS_TOKEN a scrape is served only to a loopback peer that no proxy forwarded
+// (no Forwarded / X-Forwarded-For); with it, only to a bearer of that token.
+import { timingSafeEqual } from 'node:crypto';
+import type { Hono } from 'hono';
+import { Gauge, Registry } from 'prom-client';
+import type { Database } from '../store/connection.ts';
+import { fleetQueue, fleetRunCounts, fleetTokens } from '../store/fleet-metrics.ts';
+import { modelLabel } from '../worker/metrics.ts';
+import type { McEnv } from './context.ts';
+
+const LOOPBACK = new Set(['127.0.0.1', '::1', '::ffff:127.0.0.1']);
+
+function tokenMatches(header: string | undefined, token: string): boolean {
+  const given = Buffer.from(header?.startsWith('Bearer ') ? header.slice(7) : '');
+  const wanted = Buffer.from(token);
+  return given.length === wanted.length && timingSafeEqual(given, wanted);
+}
+
+/** The registry of one scrape: gauges set from the aggregates, so nothing can drift between scrapes. */
+async function scrape(db: Database): Promise<Registry> {
+  const registry = new Registry();
+  const runs = new Gauge({ name: 'echodo_runs', help: 'Runs by workspace and status', labelNames: ['workspace', 'status'],
+    registers: [registry] });
+  const depth = new Gauge({ name: 'echodo_queue_depth', help: 'Runs queued', registers: [registry] });
+  const age = new Gauge({ name: 'echodo_queue_oldest_age_seconds', help: 'Age of the oldest queued run',
+    registers: [registry] });
+  const tokens = new Gauge({ name: 'echodo_tokens', help: 'Tokens recorded on checkpoint rows, by kind',
+    labelNames: ['workspace', 'model', 'kind'], registers: [registry] });
+  const [counts, queue, usage] = await Promise.all([fleetRunCounts(db.app), fleetQueue(db.app), fleetTokens(db.app)]);
+  for (const r of counts) runs.set({ workspace: r.workspace_id, status: r.status }, r.runs);
+  depth.set(queue.depth);
+  age.set(queue.oldest_age_s);
+  for (const t of usage) {
+    const labels = { workspace: t.workspace_id, model: modelLabel(t.model_id) };
+    const kinds = { input: t.input, output: t.output, cache_read: t.cache_read, cache_write: t.cache_write,
+      reasoning: t.reasoning };
+    for (const [kind, n] of Object.entries(kinds)) if (n !== null) tokens.inc({ ...labels, kind }, n);
+  }
+  return registry;
+}
+
+export function mountMetricsRoute(app: Hono<McEnv>, deps: { db: Database; token?: string }): void {
+  app.get('/metrics', async (c) => {
+    if (deps.token) {
+      if (!tokenMatches(c.req.header('authorization'), deps.token)) return c.text('metrics token required\n', 401);
+    } else {
+      const peer = (c.env as { incoming?: { socket?: { remoteAddress?: string } } } | undefined)?.incoming?.socket
+        ?.remoteAddress;
+      const proxied = c.req.header('x-forwarded-for') !== undefined || c.req.header('forwarded') !== undefined;
+      if (!peer || !LOOPBACK.has(peer) || proxied) {
+        return c.text('metrics are served to loopback only (set MISSION_CONTROL_METRICS_TOKEN for remote scrapes)\n', 403);
+      }
+    }
+    const registry = await scrape(deps.db);
+    return c.body(await registry.metrics(), 200, { 'content-type': registry.contentType });
+  });
+}

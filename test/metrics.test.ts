@@ -1,0 +1,94 @@
+// Prometheus metrics, scraped and parsed with a real Prometheus text parser: the worker's own
+// /metrics (WORKER_METRICS_PORT) moves by exactly what a known run causes, and mission control's
+// /metrics shows the fleet; a scrape a proxy forwarded, or one without the metrics token, is refused.
+import assert from 'node:assert/strict';
+import { createServer } from 'node:net';
+import { after, before, test } from 'node:test';
+import parse from 'parse-prometheus-text-format';
+import { waitFor, type Child } from './support/child.ts';
+import { createScenario, type Scenario, type TranscriptStep } from './support/scenario.ts';
+import { createMissionControl, type RunningMissionControl } from '../mission-control/server.ts';
+import { createLogger } from '../worker/log.ts';
+
+const ROUNDS = 3;
+const STEPS = [
+  ...Array.from({ length: ROUNDS }, (_, i) => ({
+    toolCalls: [{ toolName: 'write_file', input: { path: `src/m${i}.ts`, content: `export const m = ${i};\n` } }],
+    usage: { inputTokens: 100 * (i + 1), outputTokens: 10 },
+  })),
+  { text: 'Done.' },
+] as unknown as TranscriptStep[];
+
+let s: Scenario;
+let worker: Child;
+let port: number;
+let agentRunId: string;
+
+const freePort = () => new Promise<number>((resolve) => {
+  const srv = createServer().listen(0, '127.0.0.1', () => {
+    const { port: p } = srv.address() as { port: number };
+    srv.close(() => resolve(p));
+  });
+});
+
+function sample(text: string, name: string, labels: Record<string, string> = {}) {
+  const family = parse(text).find((f) => f.name === name);
+  return family?.metrics.find((m) => Object.entries(labels).every(([k, v]) => m.labels?.[k] === v));
+}
+
+before(async () => {
+  s = await createScenario({ steps: STEPS, workspaceId: 'metered' });
+  port = await freePort();
+  worker = s.spawnWorker({ WORKER_METRICS_PORT: String(port) });
+  await worker.waitForLine(/"worker started"/);
+  ({ agentRunId } = await s.dispatch());
+  await waitFor(async () => ((await s.run(agentRunId)).status === 'completed' ? true : undefined),
+    { timeoutMs: 40_000, what: 'the run to complete' });
+});
+
+after(async () => {
+  await worker?.stop('SIGTERM', 5000);
+  await s?.close();
+});
+
+test('the worker\'s /metrics counts the checkpoints, tokens and runs a known run caused', async () => {
+  const text = await waitFor(async () => {
+    const body = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+    return sample(body, 'echodo_worker_runs_finished_total', { outcome: 'completed' }) ? body : undefined;
+  }, { timeoutMs: 10_000, what: 'the run to be counted' });
+  assert.equal(sample(text, 'echodo_checkpoints_written_total', { workspace: 'metered' })?.value, String(ROUNDS));
+  assert.equal(sample(text, 'echodo_worker_runs_finished_total', { outcome: 'completed' })?.value, '1');
+  assert.equal(sample(text, 'echodo_tokens_total', { workspace: 'metered', model: 'replay', kind: 'input' })?.value, '600');
+  assert.equal(sample(text, 'echodo_tokens_total', { kind: 'output' })?.value, '30');
+  assert.equal(sample(text, 'echodo_tokens_total', { kind: 'cache_read' }), undefined, 'unreported kinds are not counted');
+  // The parser folds a labelled histogram's series into one, so its counts are read from the text.
+  assert.ok(parse(text).some((f) => f.name === 'echodo_checkpoint_write_seconds' && f.type === 'HISTOGRAM'));
+  for (const phase of ['row', 'total']) {
+    assert.match(text, new RegExp(`^echodo_checkpoint_write_seconds_count\\{phase="${phase}"\\} ${ROUNDS}$`, 'm'));
+  }
+  assert.ok(!text.includes(agentRunId) && !text.includes(s.transcriptPath), 'no run id or path in any label');
+  assert.equal((await fetch(`http://127.0.0.1:${port}/other`)).status, 404);
+});
+
+test('mission control /metrics: the fleet to a loopback scrape; refused when proxied or without the token', async (t) => {
+  const log = createLogger({ level: 'silent' });
+  const open: RunningMissionControl = await createMissionControl({ db: s.t.db, config: s.config, logger: log }).start(0);
+  t.after(() => open.close());
+  const res = await fetch(`${open.url}/metrics`);
+  assert.equal(res.status, 200);
+  const text = await res.text();
+  assert.equal(sample(text, 'echodo_runs', { workspace: 'metered', status: 'completed' })?.value, '1');
+  assert.equal(sample(text, 'echodo_queue_depth')?.value, '0');
+  assert.equal(sample(text, 'echodo_tokens', { workspace: 'metered', model: 'replay', kind: 'input' })?.value, '600');
+  assert.equal((await fetch(`${open.url}/metrics`, { headers: { 'x-forwarded-for': '203.0.113.9' } })).status, 403);
+
+  const token = 'metrics-token-0123456789abcdef';
+  const guarded = await createMissionControl({ db: s.t.db, config: { ...s.config, MISSION_CONTROL_METRICS_TOKEN: token },
+    logger: log }).start(0);
+  t.after(() => guarded.close());
+  assert.equal((await fetch(`${guarded.url}/metrics`)).status, 401);
+  assert.equal((await fetch(`${guarded.url}/metrics`, { headers: { authorization: 'Bearer wrong-token-0123456789ab' } })).status, 401);
+  const ok = await fetch(`${guarded.url}/metrics`, { headers: { authorization: `Bearer ${token}`, 'x-forwarded-for': '203.0.113.9' } });
+  assert.equal(ok.status, 200);
+  assert.ok(sample(await ok.text(), 'echodo_runs', { workspace: 'metered', status: 'completed' }));
+});
