@@ -39,7 +39,9 @@ export function mountAgUiRoutes(
   let made: JobQueue | undefined;
   // Dispatch needs the worker configuration (the queue, WORKER_REPO_ROOT); the queue is made on first use.
   const queueOf = (): JobQueue | undefined => deps.queue ?? (deps.config?.WORKER_REPO_ROOT
-    ? (made ??= createQueue({ config: deps.config as Config, db: deps.db, workerId: `mission-control-ag-ui-${process.pid}` }))
+    ? (made ??= createQueue({
+        config: deps.config as Config, db: deps.db, workerId: `mission-control-ag-ui-${process.pid}`,
+      }))
     : undefined);
   const api = requirePrincipal(deps.db.admin, { surface: 'api', need: 'workspace' });
   const bad = (message: string) => ({ error: 'bad_request', message: redactString(message).slice(0, 2000) });
@@ -53,7 +55,10 @@ export function mountAgUiRoutes(
       return c.json(bad('the body is not JSON'), 400);
     }
     const parsed = RunAgentInputSchema.safeParse(body);
-    if (!parsed.success) return c.json(bad(`not a RunAgentInput: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`), 400);
+    if (!parsed.success) {
+      const issues = parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ');
+      return c.json(bad(`not a RunAgentInput: ${issues}`), 400);
+    }
     const input = parsed.data;
     const user = [...input.messages].reverse().find((m) => m.role === 'user');
     const brief = !user ? '' : typeof user.content === 'string' ? user.content
@@ -70,11 +75,14 @@ export function mountAgUiRoutes(
     const existing = await withWorkspace(deps.db.app, workspaceId, (tx) => progressRun(tx, agentRunId));
     if (!existing) {
       const queue = queueOf();
-      if (!queue || !deps.config?.WORKER_REPO_ROOT) return c.json({ error: 'unavailable', message: 'dispatch needs the worker configuration' }, 503);
+      if (!queue || !deps.config?.WORKER_REPO_ROOT) {
+        return c.json({ error: 'unavailable', message: 'dispatch needs the worker configuration' }, 503);
+      }
       try {
         await dispatchJob(deps.db, queue, {
           workspaceId, agentRunId, roleId: 'ag-ui', baseRef: 'main', brief,
-          convoyId: `agui-${digest(workspaceId, input.threadId).slice(0, 24)}`, briefId: `agui-${digest(input.runId).slice(0, 16)}`,
+          convoyId: `agui-${digest(workspaceId, input.threadId).slice(0, 24)}`,
+          briefId: `agui-${digest(input.runId).slice(0, 16)}`,
           ...chosen,
         }, { defaultRepoPath: deps.config.WORKER_REPO_ROOT });
       } catch (err) {

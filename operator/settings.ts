@@ -104,12 +104,15 @@ function adapterInput(
 ): { adapter: HarnessAdapter; endpointUrl: string | null; keyEnvVar: string | null } {
   const adapter = (input.adapter?.trim() || 'minimal') as HarnessAdapter;
   if (!HARNESS_ADAPTERS.includes(adapter)) {
-    throw new SettingRefusedError(`adapter: unknown ${JSON.stringify(adapter)} (known: ${HARNESS_ADAPTERS.join(', ')})`);
+    const known = HARNESS_ADAPTERS.join(', ');
+    throw new SettingRefusedError(`adapter: unknown ${JSON.stringify(adapter)} (known: ${known})`);
   }
   const rawUrl = input.url?.trim() || null;
   const keyEnvVar = input.keyEnv?.trim() || null;
   if (adapter === 'minimal') {
-    if (rawUrl || keyEnvVar) throw new SettingRefusedError('url and key variable: only a remote adapter has an endpoint');
+    if (rawUrl || keyEnvVar) {
+      throw new SettingRefusedError('url and key variable: only a remote adapter has an endpoint');
+    }
     return { adapter, endpointUrl: null, keyEnvVar: null };
   }
   if (!rawUrl) throw new SettingRefusedError(`url: the ${adapter} adapter needs the agent's AG-UI endpoint (--url)`);
@@ -119,9 +122,15 @@ function adapterInput(
   } catch {
     throw new SettingRefusedError(`url: ${JSON.stringify(redactString(rawUrl))} is not a URL`);
   }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new SettingRefusedError(`url: must be http or https, not ${url.protocol}`);
-  if (url.username || url.password) throw new SettingRefusedError('url: must not carry credentials; name a key variable instead');
-  if (keyEnvVar && !/^[A-Za-z_][A-Za-z0-9_]*$/.test(keyEnvVar)) throw new SettingRefusedError(`key variable: ${JSON.stringify(keyEnvVar)} is not a variable name`);
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') {
+    throw new SettingRefusedError(`url: must be http or https, not ${url.protocol}`);
+  }
+  if (url.username || url.password) {
+    throw new SettingRefusedError('url: must not carry credentials; name a key variable instead');
+  }
+  if (keyEnvVar && !/^[A-Za-z_][A-Za-z0-9_]*$/.test(keyEnvVar)) {
+    throw new SettingRefusedError(`key variable: ${JSON.stringify(keyEnvVar)} is not a variable name`);
+  }
   try {
     assertKeyVarAllowed(keyEnvVar, keyVarGlobs);
   } catch (err) {

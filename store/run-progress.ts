@@ -27,7 +27,11 @@ export async function progressRun(tx: WorkspaceTx, agentRunId: string): Promise<
   return row;
 }
 
-export async function checkpointsAfter(tx: WorkspaceTx, agentRunId: string, seq: number): Promise<ProgressCheckpoint[]> {
+export async function checkpointsAfter(
+  tx: WorkspaceTx,
+  agentRunId: string,
+  seq: number,
+): Promise<ProgressCheckpoint[]> {
   return tx<ProgressCheckpoint[]>`
     select checkpoint_seq, step, tool_history, files_touched, commit_oid, hash from worker_checkpoints
      where workspace_id = ${tx.workspaceId} and agent_run_id = ${agentRunId} and checkpoint_seq > ${seq}

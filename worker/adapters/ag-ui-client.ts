@@ -96,14 +96,17 @@ async function foldEvents(body: ReadableStream<Uint8Array>, req: AgUiRequest): P
         if (open.size + result.toolCalls.length >= MAX_TOOL_CALLS) {
           throw new RemoteAgentError(`the agent asked for more than ${MAX_TOOL_CALLS} tool calls in one round`);
         }
-        open.set(event.toolCallId, { id: event.toolCallId.slice(0, 200), name: event.toolCallName.slice(0, 200), args: '' });
+        const id = event.toolCallId.slice(0, 200);
+        open.set(event.toolCallId, { id, name: event.toolCallName.slice(0, 200), args: '' });
         break;
       }
       case EventType.TOOL_CALL_ARGS: {
         const call = open.get(event.toolCallId);
         if (!call) break; // arguments of a call never started: ignored
         call.args += event.delta;
-        if (call.args.length > maxArgs) throw new RemoteAgentError(`the arguments of one tool call exceeded ${maxArgs} characters`);
+        if (call.args.length > maxArgs) {
+          throw new RemoteAgentError(`the arguments of one tool call exceeded ${maxArgs} characters`);
+        }
         break;
       }
       case EventType.TOOL_CALL_END: {
@@ -120,7 +123,9 @@ async function foldEvents(body: ReadableStream<Uint8Array>, req: AgUiRequest): P
         break;
       }
       case EventType.RUN_ERROR:
-        throw new RemoteAgentError(safeReason(`the agent reported an error: ${event.message}${event.code ? ` (${event.code})` : ''}`));
+        throw new RemoteAgentError(
+          safeReason(`the agent reported an error: ${event.message}${event.code ? ` (${event.code})` : ''}`),
+        );
       case EventType.RUN_FINISHED:
         finished = true;
         break;

@@ -78,7 +78,9 @@ export class AgUiModel implements LanguageModelV3 {
     const content = contentOf(result);
     return {
       content,
-      finishReason: result.toolCalls.length ? { unified: 'tool-calls', raw: 'tool-calls' } : { unified: 'stop', raw: 'stop' },
+      finishReason: result.toolCalls.length
+        ? { unified: 'tool-calls', raw: 'tool-calls' }
+        : { unified: 'stop', raw: 'stop' },
       usage: NO_USAGE,
       warnings: [],
       response: { id: runId, modelId: this.modelId },
@@ -90,7 +92,11 @@ export class AgUiModel implements LanguageModelV3 {
     const parts: LanguageModelV3StreamPart[] = [{ type: 'stream-start', warnings: [] }];
     for (const part of content) {
       if (part.type === 'text') {
-        parts.push({ type: 'text-start', id: 't' }, { type: 'text-delta', id: 't', delta: part.text }, { type: 'text-end', id: 't' });
+        parts.push(
+          { type: 'text-start', id: 't' },
+          { type: 'text-delta', id: 't', delta: part.text },
+          { type: 'text-end', id: 't' },
+        );
       } else if (part.type === 'tool-call') parts.push(part);
     }
     parts.push({ type: 'finish', usage: NO_USAGE, finishReason });

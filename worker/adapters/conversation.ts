@@ -65,10 +65,19 @@ export function promptAsMessages(prompt: LanguageModelV3Prompt, prior: Message[]
         const text = message.content.map((p) => (p.type === 'text' ? p.text : '')).join('');
         const toolCalls = message.content.flatMap((p) =>
           p.type === 'tool-call'
-            ? [{ id: p.toolCallId, type: 'function' as const, function: { name: p.toolName, arguments: JSON.stringify(p.input ?? {}) } }]
+            ? [{
+                id: p.toolCallId,
+                type: 'function' as const,
+                function: { name: p.toolName, arguments: JSON.stringify(p.input ?? {}) },
+              }]
             : [],
         );
-        out.push({ id: id('assistant'), role: 'assistant', ...(text ? { content: text } : {}), ...(toolCalls.length ? { toolCalls } : {}) });
+        out.push({
+          id: id('assistant'),
+          role: 'assistant',
+          ...(text ? { content: text } : {}),
+          ...(toolCalls.length ? { toolCalls } : {}),
+        });
         break;
       }
       case 'tool':
@@ -95,7 +104,10 @@ function resultText(output: LanguageModelV3ToolResultOutput): { content: string;
     case 'error-text':
       return { content: bound(output.value), error: bound(output.value).slice(0, 2000) };
     case 'error-json':
-      return { content: bound(JSON.stringify(output.value)), error: bound(JSON.stringify(output.value)).slice(0, 2000) };
+      return {
+        content: bound(JSON.stringify(output.value)),
+        error: bound(JSON.stringify(output.value)).slice(0, 2000),
+      };
     case 'execution-denied':
       return { content: 'execution denied', error: 'execution denied' };
     default:

@@ -22,7 +22,10 @@ export class RemoteAgentError extends EchodoError {
 }
 
 /** Each SSE event's data, JSON-parsed (an event whose data is not JSON yields `undefined`). */
-export async function* readSseJson(body: ReadableStream<Uint8Array>, limits: SseLimits = DEFAULT_SSE_LIMITS): AsyncGenerator<unknown> {
+export async function* readSseJson(
+  body: ReadableStream<Uint8Array>,
+  limits: SseLimits = DEFAULT_SSE_LIMITS,
+): AsyncGenerator<unknown> {
   const decoder = new TextDecoder();
   let buffer = '';
   let bytes = 0;
@@ -43,19 +46,25 @@ export async function* readSseJson(body: ReadableStream<Uint8Array>, limits: Sse
         buffer = buffer.slice(newline + 1);
         if (line === '') {
           if (!data.length) continue;
-          if (++events > limits.maxEvents) throw new RemoteAgentError(`the agent sent more than ${limits.maxEvents} events in one response`);
+          if (++events > limits.maxEvents) {
+            throw new RemoteAgentError(`the agent sent more than ${limits.maxEvents} events in one response`);
+          }
           yield parseJson(data.join('\n'));
           data = [];
           dataChars = 0;
         } else if (line.startsWith('data:')) {
           const part = line.slice(line.startsWith('data: ') ? 6 : 5);
           dataChars += part.length;
-          if (dataChars > limits.maxEventChars) throw new RemoteAgentError(`an event of the agent exceeded ${limits.maxEventChars} characters`);
+          if (dataChars > limits.maxEventChars) {
+            throw new RemoteAgentError(`an event of the agent exceeded ${limits.maxEventChars} characters`);
+          }
           data.push(part);
         }
         // Comments, `event:`, `id:` and `retry:` lines carry nothing AG-UI needs.
       }
-      if (buffer.length > limits.maxEventChars) throw new RemoteAgentError(`a line of the agent exceeded ${limits.maxEventChars} characters`);
+      if (buffer.length > limits.maxEventChars) {
+        throw new RemoteAgentError(`a line of the agent exceeded ${limits.maxEventChars} characters`);
+      }
     }
     if (data.length || buffer.trim()) throw new RemoteAgentError('the agent\'s stream ended in the middle of an event');
   } finally {
