@@ -17,6 +17,9 @@ import { messageContent } from './pages-admin.ts';
 import { runListContent } from './pages-runs.ts';
 import { convoyDetailContent, convoyListContent, runTimelineContent, type RunPageView } from './pages-workspace.ts';
 import { parseRunQuery } from './run-query.ts';
+import { checkpointCosts, runCost, type CostTotal } from '../store/cost.ts';
+import { runUsageContent } from './pages-usage.ts';
+import { html } from './html.ts';
 import { isReadOnly, pageCsrfToken } from './routes-actions.ts';
 import type { ChangeHub } from './sse-hub.ts';
 
@@ -45,6 +48,16 @@ async function runPageView(tx: WorkspaceTx, agentRunId: string, before: number |
   return { run, page, events, verdict: await chainVerdict(tx, agentRunId), before };
 }
 
+/** A run's usage totals and cost for GET /api/runs/:id; costUsd null when any checkpoint is unpriced. */
+function usageJson(cost: CostTotal) {
+  const { inputTokens, outputTokens, cacheReadTokens, cacheWriteTokens, reasoningTokens } = cost;
+  return {
+    usage: { inputTokens, outputTokens, cacheReadTokens, cacheWriteTokens, reasoningTokens },
+    costUsd: cost.costUsd,
+    unpricedCheckpoints: cost.unpricedCheckpoints,
+  };
+}
+
 export function mountWorkspaceRoutes(app: Hono<McEnv>, db: Database, hub: ChangeHub): void {
   const api = requirePrincipal(db.admin, { surface: 'api', need: 'workspace' });
   const pages = requirePrincipal(db.admin, { surface: 'html', need: 'workspace' });
@@ -69,9 +82,11 @@ export function mountWorkspaceRoutes(app: Hono<McEnv>, db: Database, hub: Change
   app.get('/api/runs/:agentRunId', api, async (c) => {
     const found = await read(c, async (tx) => {
       const run = await runOverview(tx, c.req.param('agentRunId'));
-      return run && { run, verdict: await chainVerdict(tx, run.agentRunId) };
+      if (!run) return undefined;
+      return { run, verdict: await chainVerdict(tx, run.agentRunId), cost: await runCost(tx, run.agentRunId) };
     });
-    return found ? c.json(runOverviewJson(found.run, found.verdict)) : c.json(NOT_FOUND.run, 404);
+    if (!found) return c.json(NOT_FOUND.run, 404);
+    return c.json({ ...runOverviewJson(found.run, found.verdict), ...usageJson(found.cost) });
   });
 
   app.get('/api/convoys/:convoyId', api, async (c) => {
@@ -117,11 +132,16 @@ export function mountWorkspaceRoutes(app: Hono<McEnv>, db: Database, hub: Change
     const before = beforeText && /^[1-9][0-9]{0,9}$/.test(beforeText) ? Number(beforeText) : null;
     const view = await read(c, (tx) => runPageView(tx, c.req.param('agentRunId'), before));
     if (!view) return sendPage(c, { title: 'Not found', who: who(c), content: messageContent('Not found', NOT_FOUND.run.message) }, 404);
+    const seqs = view.page.checkpoints.map((cp) => cp.seq);
+    // The costs of the checkpoints this page shows, not of the whole run.
+    const shown = seqs.length ? { from: Math.min(...seqs), to: Math.max(...seqs) } : { from: 1, to: 0 };
+    const [total, costs] = await read(c, (tx) => Promise.all([runCost(tx, view.run.agentRunId),
+      checkpointCosts(tx, view.run.agentRunId, shown)]));
     return sendPage(c, {
       title: `run ${view.run.agentRunId}`,
       who: who(c),
       live: { events: '/api/events', run: view.run.agentRunId },
-      content: runTimelineContent(view, actionView(c)),
+      content: html`${runTimelineContent(view, actionView(c))}${runUsageContent(total, costs.reverse())}`,
     });
   });
 }

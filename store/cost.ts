@@ -81,9 +81,14 @@ function toTotal(r: Row | undefined): CostTotal {
   };
 }
 
-/** Each checkpoint of a run with its usage and cost, in seq order. */
-export async function checkpointCosts(tx: WorkspaceTx, agentRunId: string): Promise<CheckpointCost[]> {
-  const rows = await tx`${costed(tx, tx`c.agent_run_id = ${agentRunId}`)}
+/** Checkpoints of a run (seqs from..to, default all) with their usage and cost, in seq order. */
+export async function checkpointCosts(
+  tx: WorkspaceTx,
+  agentRunId: string,
+  range: { from: number; to: number } = { from: 1, to: 2 ** 31 - 1 },
+): Promise<CheckpointCost[]> {
+  const where = tx`c.agent_run_id = ${agentRunId} and c.checkpoint_seq between ${range.from} and ${range.to}`;
+  const rows = await tx`${costed(tx, where)}
     select checkpoint_seq, model_id, input_tokens::float8, output_tokens::float8, cache_read_tokens::float8,
            cache_write_tokens::float8, reasoning_tokens::float8, cost_usd::float8 from costed order by checkpoint_seq`;
   return rows.map((r) => ({

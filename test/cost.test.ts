@@ -8,6 +8,9 @@ import { createScenario, type Scenario, type TranscriptStep } from './support/sc
 import { checkpointCosts, convoyCost, runCost, workspaceDayCost } from '../store/cost.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { SHIPPED_PRICES, SHIPPED_PRICES_AS_OF } from '../core/prices.ts';
+import { createMissionControl } from '../mission-control/server.ts';
+import { createWorkspaceToken } from '../store/tokens.ts';
+import { createLogger } from '../worker/log.ts';
 
 const write = (path: string) => ({ toolName: 'write_file', input: { path, content: `// ${path}\n` } });
 const STEPS = [
@@ -94,4 +97,31 @@ test('price and budget input is refused with exit 2 and nothing written', async 
   assert.equal((await cli(['budget', 'set', '--workspace', s.workspaceId, '--daily-usd', '2.5'])).code, 0);
   assert.deepEqual((await s.su`select workspace_id, daily_usd::float8 as d from workspace_budgets`).map((r) => [r.workspace_id, r.d]),
     [[s.workspaceId, 2.5]]);
+});
+
+test('GET /api/runs/:id and the run page show tokens and cost: unpriced until a price is set, per checkpoint and total', async (t) => {
+  const server = await createMissionControl({ db: s.t.db, config: s.config, logger: createLogger({ level: 'silent' }) })
+    .start(0);
+  t.after(() => server.close());
+  const token = await createWorkspaceToken(s.t.db.app, s.workspaceId);
+  const api = async () => (await fetch(`${server.url}/api/runs/${agentRunId}`, {
+    headers: { authorization: `Bearer ${token}` },
+  })).json() as Promise<Record<string, any>>;
+  const page = async () => (await fetch(`${server.url}/runs/${agentRunId}`, { headers: { cookie: `emc_token=${token}` } })).text();
+
+  const unpriced = await api();
+  assert.equal(unpriced.costUsd, null);
+  assert.deepEqual(unpriced.usage, { inputTokens: 3000, outputTokens: 150, cacheReadTokens: 400, cacheWriteTokens: null,
+    reasoningTokens: null });
+  assert.match(await page(), /<tr data-usage-total>.*?<th class="num" data-cost>unpriced<\/th>/s);
+
+  const set = await cli(['price', 'set', '--workspace', s.workspaceId, '--model', s.transcriptPath, '--input-per-mtok', '3',
+    '--output-per-mtok', '15', '--cache-read-per-mtok', '0.3']);
+  assert.equal(set.code, 0, set.err);
+  close((await api()).costUsd, 0.01017);
+  const html = await page();
+  assert.match(html, /<tr data-usage-seq="1">.*?data-cost>\$0\.00342<\/td>/s);
+  assert.match(html, /<tr data-usage-seq="2">.*?data-cost>\$0\.00675<\/td>/s);
+  assert.match(html, /<tr data-usage-total>.*?data-cost>\$0\.0102<\/th>/s);
+  assert.equal((await cli(['price', 'rm', '--workspace', s.workspaceId, '--model', s.transcriptPath])).code, 0);
 });

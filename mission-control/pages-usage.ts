@@ -1,0 +1,31 @@
+// Tokens and cost on the run page: the run's totals and each checkpoint of the page shown. A cost
+// that cannot be computed (no usage reported, or no price for the model) reads "unpriced", never 0.
+import type { CheckpointCost, CostTotal, UsageTotals } from '../store/cost.ts';
+import { html, type SafeHtml } from './html.ts';
+
+export function formatUsd(usd: number | null): string {
+  if (usd === null) return 'unpriced';
+  // Cents for dollars; three significant figures for the fractions of a cent a round often costs.
+  return `$${usd >= 1 || usd === 0 ? usd.toFixed(2) : Number(usd.toPrecision(3)).toString()}`;
+}
+
+const count = (n: number | null) => (n === null ? '—' : n.toLocaleString('en-US'));
+
+function tokenCells(u: UsageTotals): SafeHtml {
+  return html`<td class="num">${count(u.inputTokens)}</td><td class="num">${count(u.outputTokens)}</td>
+<td class="num">${count(u.cacheReadTokens)}</td><td class="num">${count(u.cacheWriteTokens)}</td>
+<td class="num">${count(u.reasoningTokens)}</td>`;
+}
+
+export function runUsageContent(total: CostTotal, checkpoints: CheckpointCost[]): SafeHtml {
+  const rows = checkpoints.map((c) => html`<tr data-usage-seq="${c.seq}"><td>${c.seq}</td><td class="mono">${c.modelId ?? '—'}</td>
+${tokenCells(c)}<td class="num" data-cost>${formatUsd(c.costUsd)}</td></tr>`);
+  return html`<section data-run-usage>
+<h2>Tokens and cost</h2>
+<table><thead><tr><th>Checkpoint</th><th>Model</th><th>Input</th><th>Output</th><th>Cache read</th><th>Cache write</th>
+<th>Reasoning</th><th>Cost</th></tr></thead>
+<tbody>${rows}</tbody>
+<tfoot><tr data-usage-total><th>Total</th><th>${total.checkpoints} checkpoint(s)</th>${tokenCells(total)}
+<th class="num" data-cost>${formatUsd(total.costUsd)}</th></tr></tfoot></table>
+</section>`;
+}
