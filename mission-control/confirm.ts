@@ -15,6 +15,8 @@ export interface Confirmation {
   /** Where "Keep it" goes back to. */
   back: string;
   button: string;
+  /** What the action would change, shown under the consequence (the fork preview's files). */
+  details?: SafeHtml;
   /** Other form fields the action needs, posted again as they came. */
   fields?: Record<string, string>;
 }
@@ -26,7 +28,7 @@ export function isConfirmed(form: Record<string, unknown>): boolean {
 
 function confirmContent(k: Confirmation): SafeHtml {
   return html`<h1>${k.title}</h1>
-<div class="confirm" data-testid="confirm"><p>${k.consequence}</p>
+<div class="confirm" data-testid="confirm"><p>${k.consequence}</p>${k.details ?? ''}
 <form class="action" method="post" action="${k.action}"><input type="hidden" name="_csrf" value="${k.csrf}">
 <input type="hidden" name="confirmed" value="yes">${Object.entries(k.fields ?? {}).map(
     ([name, value]) => html`<input type="hidden" name="${name}" value="${value}">`,

@@ -2,6 +2,7 @@
 // needed) carrying the session's CSRF token; the server answers with a redirect. A read-only
 // token gets no forms at all (and 403 if it posts anyway).
 import type { CheckpointDiff } from './checkpoint-diff.ts';
+import type { ForkPreview } from './fork-preview.ts';
 import { html, shortOid, type SafeHtml } from './html.ts';
 
 /** What the page may offer: absent when the viewer may not act (read-only token, bearer page). */
@@ -79,4 +80,23 @@ function lineClass(line: string): string {
   if (line.startsWith('-')) return 'del';
   if (line.startsWith('@@')) return 'hunk';
   return '';
+}
+
+/** The files a fork at N starts without (a rewind leaves them behind), and that the source branch stays. */
+export function forkPreviewContent(p: ForkPreview, rewind: boolean): SafeHtml {
+  const files = p.files === null
+    ? html`<div class="muted">The files that differ could not be read from git.</div>`
+    : p.files.length
+      ? html`<ul class="diff-files" data-testid="fork-preview-files">${p.files.map(
+        (f) => html`<li><span class="mono">${f.status}</span> <code>${f.path}</code></li>`,
+      )}</ul>`
+      : html`<div class="muted" data-testid="fork-preview-files">No file differs: checkpoint ${p.seq} is the tip.
+</div>`;
+  return html`<div data-testid="fork-preview"><p>Files that differ between checkpoint ${p.seq} and the newest,
+checkpoint ${p.tipSeq} (the new run starts without these changes${
+    rewind ? '; the rewind discards them' : ''
+  }):</p>${files}
+<p data-testid="fork-preview-branch">The source branch <code>${p.branch ?? '—'}</code> is kept${
+    rewind ? ', and the source run is cancelled' : ''
+  }.</p></div>`;
 }

@@ -20,11 +20,12 @@ import { createQueue, type JobQueue } from '../worker/queue/index.ts';
 import { presentedToken, requirePrincipal, workspaceOf } from './auth.ts';
 import { runOverview } from '../store/run-timeline.ts';
 import { isConfirmed, sendConfirmation } from './confirm.ts';
+import { forkPreview, loadForkPoint } from './fork-preview.ts';
 import type { McContext, McEnv } from './context.ts';
 import { checkpointDiff, loadDiffSource } from './checkpoint-diff.ts';
 import { sendPage } from './layout.ts';
 import { messageContent } from './pages-admin.ts';
-import { diffPageContent } from './pages-actions.ts';
+import { diffPageContent, forkPreviewContent } from './pages-actions.ts';
 
 const MAX_BODY_BYTES = 64 * 1024;
 const NOT_FOUND = { error: 'not_found', message: 'run not found' } as const;
@@ -212,13 +213,46 @@ export function mountActionRoutes(app: Hono<McEnv>, deps: ActionDeps): { close()
         button: 'Yes, cancel the run',
       });
     }
-    const outcome = await act(c, action, form, 'panel');
+    if (action === 'fork' && !isConfirmed(form)) {
+      const preview = await previewFork(c, runId, form);
+      if (preview) return preview;
+    }
+    // The confirmation's own field is not the action's: a fork refuses fields it does not know.
+    const { confirmed: _confirmed, ...fields } = form;
+    const outcome = await act(c, action, fields, 'panel');
     if (outcome.status !== 200) {
       return sendPage(c, { title: 'Refused', who: `workspace ${workspaceOf(c)}`, content: messageContent(`${action} refused`, String(outcome.body.message)) }, outcome.status);
     }
     const target = action === 'fork' ? String(outcome.body.agentRunId) : runId;
     return c.redirect(`/runs/${encodeURIComponent(target)}`, 303);
   });
+
+  /** The fork's confirmation: what differs between checkpoint `at` and the tip; undefined when `at` is not there. */
+  async function previewFork(
+    c: McContext,
+    runId: string,
+    form: Record<string, unknown>,
+  ): Promise<Response | undefined> {
+    const at = Number(form.at);
+    if (!Number.isInteger(at) || at < 1) return undefined; // the action itself answers with the reason
+    const repoRoot = deps.config?.WORKER_REPO_ROOT;
+    const point = await withWorkspace(db.app, workspaceOf(c), (tx) => loadForkPoint(tx, runId, at, repoRoot));
+    if (!point) return undefined;
+    const fields: Record<string, string> = {};
+    for (const name of ['at', 'brief', 'model', 'cancelSource']) {
+      if (typeof form[name] === 'string') fields[name] = form[name];
+    }
+    return sendConfirmation(c, `workspace ${workspaceOf(c)}`, {
+      title: `Fork run ${runId} at checkpoint ${at}?`,
+      consequence: `A new run starts from checkpoint ${at} on its own branch and worktree.`,
+      details: forkPreviewContent(await forkPreview(point), form.cancelSource === 'true'),
+      action: `/runs/${encodeURIComponent(runId)}/actions/fork`,
+      csrf: pageCsrfToken(c) ?? '',
+      back: `/runs/${encodeURIComponent(runId)}`,
+      button: 'Yes, fork',
+      fields,
+    });
+  }
 
   async function loadDiff(c: McContext) {
     const seq = Number(c.req.param('seq'));

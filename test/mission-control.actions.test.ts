@@ -157,13 +157,17 @@ test('cookie-authenticated writes need the CSRF token and the same origin', asyn
   assert.equal((await post(at, { at: 1, model: quickModel }, { ...cookie, 'x-csrf-token': csrf })).status, 403, 'no origin at all');
   const ok = await post(at, { at: 1, model: quickModel }, { ...cookie, ...origin, 'x-csrf-token': csrf });
   assert.equal(ok.status, 200);
-  // The page's form: same token, form-encoded, answered with a redirect to the new run.
-  const form = await fetch(`${server.url}/runs/${agentRunId}/actions/fork`, {
+  // The page's form: same token, form-encoded; first a preview, then, confirmed, a redirect to the new run.
+  const formPost = (extra: Record<string, string>) => fetch(`${server.url}/runs/${agentRunId}/actions/fork`, {
     method: 'POST',
     headers: { ...cookie, ...origin, 'content-type': 'application/x-www-form-urlencoded' },
-    body: new URLSearchParams({ _csrf: csrf, at: '1', model: quickModel }),
+    body: new URLSearchParams({ _csrf: csrf, at: '1', model: quickModel, ...extra }),
     redirect: 'manual',
   });
+  const preview = await formPost({});
+  assert.equal(preview.status, 200);
+  assert.match(await preview.text(), /data-testid="fork-preview"/);
+  const form = await formPost({ confirmed: 'yes' });
   assert.equal(form.status, 303);
   assert.match(form.headers.get('location') ?? '', /^\/runs\//);
   const page = await (await fetch(`${server.url}/runs/${agentRunId}`, { headers: cookie })).text();
@@ -207,7 +211,14 @@ test('in Chromium: sign in, open a run, open the diff of checkpoint 2, fork from
     await page.goBack();
 
     const runsBefore = (await s.su`select count(*)::int as n from agent_runs where forked_from_run = ${source}`)[0]!.n;
-    await Promise.all([page.waitForURL((u) => u.pathname.startsWith('/runs/') && !u.pathname.includes(source)), page.click('[data-testid="fork-2"]')]);
+    await page.click('[data-testid="fork-2"]');
+    // The preview: what differs between checkpoint 2 and the tip (checkpoint 3 wrote src/c.ts), the branch kept.
+    await page.waitForSelector('[data-testid="fork-preview"]');
+    assert.match(await page.locator('[data-testid="fork-preview-files"]').innerText(), /A\s+src\/c\.ts/);
+    assert.match(await page.locator('[data-testid="fork-preview-branch"]').innerText(), /is kept/);
+    const [srcCount] = await s.su`select count(*)::int as n from agent_runs where forked_from_run = ${source}`;
+    assert.equal(srcCount!.n, runsBefore, 'the preview forks nothing');
+    await Promise.all([page.waitForURL((u) => u.pathname.startsWith('/runs/') && !u.pathname.includes(source)), page.click('[data-testid="confirm-yes"]')]);
     const forkId = decodeURIComponent(new URL(page.url()).pathname.split('/')[2]!);
     assert.equal((await s.run(forkId)).forked_from_run, source, 'the page of the new run');
     await page.waitForSelector('[data-testid="live-status"][data-state="live"]');
