@@ -58,3 +58,14 @@ export function toEchodoError(err: unknown): EchodoError {
 export function errorMessage(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }
+
+/** The error and its causes, a few deep (a refused connection is in the cause of a fetch failure). */
+export function errorWithCauses(err: unknown): string {
+  const parts = [errorMessage(err)];
+  let cause = (err as { cause?: unknown }).cause;
+  for (let i = 0; cause && i < 3; i++) {
+    parts.push(errorMessage(cause));
+    cause = (cause as { cause?: unknown }).cause;
+  }
+  return parts.join(': ');
+}

@@ -6,7 +6,7 @@ import { generateText } from 'ai';
 import { HARNESS_ADAPTERS, type HarnessAdapter, type HarnessRow, type ModelProviderRow } from '../store/workspace-config.ts';
 import type { RouteRow } from '../store/workspace-settings.ts';
 import { redactString } from '../core/redact.ts';
-import { EchodoError, errorMessage } from '../core/errors.ts';
+import { EchodoError, errorMessage, errorWithCauses } from '../core/errors.ts';
 import { assertKeyVarAllowed } from '../core/key-vars.ts';
 import { createOpenAICompatibleModel } from '../worker/models/openai-compatible.ts';
 import { createNativeModel } from '../worker/models/native.ts';
@@ -170,21 +170,11 @@ export async function testModelProvider(
     return { ok: true, latencyMs: latency(), model: row.model };
   } catch (err) {
     const timedOut = (err as Error).name === 'TimeoutError' || (err as Error).name === 'AbortError';
-    const text = timedOut ? `no answer within ${(options.timeoutMs ?? MODEL_TEST_TIMEOUT_MS) / 1000} s` : describe(err);
+    const text = timedOut ? `no answer within ${(options.timeoutMs ?? MODEL_TEST_TIMEOUT_MS) / 1000} s` : errorWithCauses(err);
     return { ok: false, latencyMs: latency(), error: redactString(text).slice(0, 500) };
   }
 }
 
-/** The error and its cause (a refused connection is in the cause of a fetch failure). */
-function describe(err: unknown): string {
-  const parts = [errorMessage(err)];
-  let cause = (err as { cause?: unknown }).cause;
-  for (let i = 0; cause && i < 3; i++) {
-    parts.push(errorMessage(cause));
-    cause = (cause as { cause?: unknown }).cause;
-  }
-  return parts.join(': ');
-}
 
 export type HarnessTestResult = ProbeResult & { adapter: string };
 

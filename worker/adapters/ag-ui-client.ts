@@ -6,7 +6,7 @@
 import { EventType, type RunAgentInput } from '@ag-ui/core';
 import { EventSchemas } from '@ag-ui/core/schemas';
 import { redactString } from '../../core/redact.ts';
-import { errorMessage } from '../../core/errors.ts';
+import { errorWithCauses } from '../../core/errors.ts';
 import { DEFAULT_SSE_LIMITS, readSseJson, RemoteAgentError, type SseLimits } from './sse.ts';
 
 export interface AgUiToolCall {
@@ -70,7 +70,7 @@ export async function runAgUi(req: AgUiRequest): Promise<AgUiRunResult> {
       throw new RemoteAgentError(`the agent did not finish within ${Math.round(req.timeoutMs / 1000)} s`);
     }
     if (err instanceof RemoteAgentError || req.signal?.aborted) throw err;
-    throw new RemoteAgentError(safeReason(`the agent could not be reached: ${describe(err)}`), { cause: err });
+    throw new RemoteAgentError(safeReason(`the agent could not be reached: ${errorWithCauses(err)}`), { cause: err });
   }
 }
 
@@ -139,12 +139,3 @@ async function foldEvents(body: ReadableStream<Uint8Array>, req: AgUiRequest): P
   return result;
 }
 
-function describe(err: unknown): string {
-  const parts = [errorMessage(err)];
-  let cause = (err as { cause?: unknown }).cause;
-  for (let i = 0; cause && i < 3; i++) {
-    parts.push(errorMessage(cause));
-    cause = (cause as { cause?: unknown }).cause;
-  }
-  return parts.join(': ');
-}
