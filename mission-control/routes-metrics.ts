@@ -1,5 +1,5 @@
 // GET /metrics: Prometheus text for the fleet (runs by status, queue depth and the age of the oldest
-// queued job, tokens by workspace and model), computed from Postgres at each scrape. Mission control
+// queued job, tokens and cost by workspace and model), computed from Postgres at each scrape. Mission control
 // listens on 127.0.0.1, so a remote client reaches it only through a proxy: without
 // MISSION_CONTROL_METRICS_TOKEN a scrape is served only to a loopback peer that no proxy forwarded
 // (no Forwarded / X-Forwarded-For); with it, only to a bearer of that token.
@@ -7,7 +7,7 @@ import { timingSafeEqual } from 'node:crypto';
 import type { Hono } from 'hono';
 import { Gauge, Registry } from 'prom-client';
 import type { Database } from '../store/connection.ts';
-import { fleetQueue, fleetRunCounts, fleetTokens } from '../store/fleet-metrics.ts';
+import { fleetCost, fleetQueue, fleetRunCounts, fleetTokens } from '../store/fleet-metrics.ts';
 import { modelLabel } from '../worker/metrics.ts';
 import type { McEnv } from './context.ts';
 
@@ -29,7 +29,17 @@ async function scrape(db: Database): Promise<Registry> {
     registers: [registry] });
   const tokens = new Gauge({ name: 'echodo_tokens', help: 'Tokens recorded on checkpoint rows, by kind',
     labelNames: ['workspace', 'model', 'kind'], registers: [registry] });
-  const [counts, queue, usage] = await Promise.all([fleetRunCounts(db.app), fleetQueue(db.app), fleetTokens(db.app)]);
+  const cost = new Gauge({ name: 'echodo_cost_usd', help: 'Priced cost of the checkpoint rows (USD)',
+    labelNames: ['workspace', 'model'], registers: [registry] });
+  const unpriced = new Gauge({ name: 'echodo_unpriced_checkpoints', help: 'Checkpoint rows without a price or usage',
+    labelNames: ['workspace', 'model'], registers: [registry] });
+  const [counts, queue, usage, costs] = await Promise.all([fleetRunCounts(db.app), fleetQueue(db.app),
+    fleetTokens(db.app), fleetCost(db.app)]);
+  for (const r of costs) {
+    const labels = { workspace: r.workspace_id, model: modelLabel(r.model_id) };
+    cost.inc(labels, r.cost_usd);
+    unpriced.inc(labels, r.unpriced);
+  }
   for (const r of counts) runs.set({ workspace: r.workspace_id, status: r.status }, r.runs);
   depth.set(queue.depth);
   age.set(queue.oldest_age_s);

@@ -80,6 +80,14 @@ test('mission control /metrics: the fleet to a loopback scrape; refused when pro
   assert.equal(sample(text, 'echodo_runs', { workspace: 'metered', status: 'completed' })?.value, '1');
   assert.equal(sample(text, 'echodo_queue_depth')?.value, '0');
   assert.equal(sample(text, 'echodo_tokens', { workspace: 'metered', model: 'replay', kind: 'input' })?.value, '600');
+  assert.equal(sample(text, 'echodo_cost_usd', { workspace: 'metered', model: 'replay' })?.value, '0');
+  assert.equal(sample(text, 'echodo_unpriced_checkpoints', { workspace: 'metered', model: 'replay' })?.value, String(ROUNDS));
+  await s.su`insert into model_prices (workspace_id, model, input_per_mtok, output_per_mtok)
+             values ('metered', ${s.transcriptPath}, 1000, 10000)`;
+  const priced = await (await fetch(`${open.url}/metrics`)).text();
+  // 600 input tokens at $1,000 and 30 output tokens at $10,000 per million.
+  assert.equal(Number(sample(priced, 'echodo_cost_usd', { workspace: 'metered', model: 'replay' })?.value), 0.9);
+  assert.equal(sample(priced, 'echodo_unpriced_checkpoints', { workspace: 'metered', model: 'replay' })?.value, '0');
   assert.equal((await fetch(`${open.url}/metrics`, { headers: { 'x-forwarded-for': '203.0.113.9' } })).status, 403);
 
   const token = 'metrics-token-0123456789abcdef';

@@ -86,5 +86,41 @@ language sql stable security definer set search_path = public as $$
     from worker_checkpoints c where c.model_id is not null group by 1, 2
 $$;
 
-revoke all on function echodo_fleet_run_counts(), echodo_fleet_queue(), echodo_fleet_tokens() from public;
-grant execute on function echodo_fleet_run_counts(), echodo_fleet_queue(), echodo_fleet_tokens() to echodo_app;
+-- Cost by workspace and model, priced as store/cost.ts prices one workspace's rows (keep the two in step): the
+-- workspace's own price of the longest matching name, else the shipped one (passed in: it is data in the code).
+create function echodo_fleet_cost(p_shipped jsonb)
+returns table (workspace_id text, model_id text, cost_usd double precision, unpriced bigint)
+language sql stable security definer set search_path = public as $$
+  with shipped as (
+    select s.model, s."inputPerMtok" as i, s."outputPerMtok" as o, s."cacheReadPerMtok" as cr, s."cacheWritePerMtok" as cw
+      from jsonb_to_recordset(p_shipped) as s(model text, "inputPerMtok" numeric, "outputPerMtok" numeric,
+           "cacheReadPerMtok" numeric, "cacheWritePerMtok" numeric)
+  ), costed as (
+    select c.workspace_id, c.model_id,
+           case when p.model is null or c.input_tokens is null or c.output_tokens is null then null
+           else (greatest(c.input_tokens - coalesce(c.cache_read_tokens, 0) - coalesce(c.cache_write_tokens, 0), 0) * p.i
+                 + coalesce(c.cache_read_tokens, 0) * coalesce(p.cr, p.i)
+                 + coalesce(c.cache_write_tokens, 0) * coalesce(p.cw, p.i)
+                 + c.output_tokens * p.o) / 1000000 end as cost
+      from worker_checkpoints c
+      left join lateral (
+        select * from (
+          select m.model, m.input_per_mtok as i, m.output_per_mtok as o, m.cache_read_per_mtok as cr,
+                 m.cache_write_per_mtok as cw, 0 as rank
+            from model_prices m where m.workspace_id = c.workspace_id
+          union all
+          select s.model, s.i, s.o, s.cr, s.cw, 1 from shipped s
+        ) p
+         where c.model_id = p.model or left(c.model_id, length(p.model) + 1) = p.model || '-'
+         order by length(p.model) desc, p.rank limit 1
+      ) p on true
+     where c.model_id is not null
+  )
+  select workspace_id, model_id, coalesce(sum(cost), 0)::float8, count(*) filter (where cost is null)
+    from costed group by 1, 2
+$$;
+
+revoke all on function echodo_fleet_run_counts(), echodo_fleet_queue(), echodo_fleet_tokens(), echodo_fleet_cost(jsonb)
+  from public;
+grant execute on function echodo_fleet_run_counts(), echodo_fleet_queue(), echodo_fleet_tokens(), echodo_fleet_cost(jsonb)
+  to echodo_app;
