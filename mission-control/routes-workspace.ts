@@ -17,8 +17,9 @@ import { messageContent } from './pages-admin.ts';
 import { runListContent } from './pages-runs.ts';
 import { convoyDetailContent, convoyListContent, runTimelineContent, type RunPageView } from './pages-workspace.ts';
 import { parseRunQuery } from './run-query.ts';
-import { checkpointCosts, runCost, type CostTotal } from '../store/cost.ts';
-import { runUsageContent } from './pages-usage.ts';
+import { checkpointCosts, convoyCost, runCost, workspaceDayCost, type CostTotal } from '../store/cost.ts';
+import { dailyBudget } from '../store/budget.ts';
+import { convoyUsageContent, runUsageContent, spendTodayContent } from './pages-usage.ts';
 import { html } from './html.ts';
 import { isReadOnly, pageCsrfToken } from './routes-actions.ts';
 import type { ChangeHub } from './sse-hub.ts';
@@ -90,8 +91,11 @@ export function mountWorkspaceRoutes(app: Hono<McEnv>, db: Database, hub: Change
   });
 
   app.get('/api/convoys/:convoyId', api, async (c) => {
-    const convoy = await read(c, (tx) => convoyDetail(tx, c.req.param('convoyId')));
-    return convoy ? c.json(convoyJson(convoy)) : c.json(NOT_FOUND.convoy, 404);
+    const found = await read(c, async (tx) => {
+      const convoy = await convoyDetail(tx, c.req.param('convoyId'));
+      return convoy && { convoy, cost: await convoyCost(tx, convoy.convoyId) };
+    });
+    return found ? c.json({ ...convoyJson(found.convoy), ...usageJson(found.cost) }) : c.json(NOT_FOUND.convoy, 404);
   });
 
   app.get('/api/runs/:agentRunId/checkpoints', api, async (c) => {
@@ -104,8 +108,10 @@ export function mountWorkspaceRoutes(app: Hono<McEnv>, db: Database, hub: Change
   // ------------------------------------------------------------------ pages
   app.get('/', pages, async (c) => {
     const cursor = c.req.query('cursor') ?? null;
-    const page = await read(c, (tx) => listConvoys(tx, cursor));
-    return sendPage(c, { title: 'Convoys', who: who(c), live: { events: '/api/events' }, content: convoyListContent(page, cursor) });
+    const [page, today, cap] = await read(c, (tx) => Promise.all([listConvoys(tx, cursor), workspaceDayCost(tx),
+      dailyBudget(tx)]));
+    const content = html`${spendTodayContent(today, cap)}${convoyListContent(page, cursor)}`;
+    return sendPage(c, { title: 'Convoys', who: who(c), live: { events: '/api/events' }, content });
   });
 
   app.get('/runs', pages, async (c) => {
@@ -117,13 +123,17 @@ export function mountWorkspaceRoutes(app: Hono<McEnv>, db: Database, hub: Change
   });
 
   app.get('/convoys/:convoyId', pages, async (c) => {
-    const convoy = await read(c, (tx) => convoyDetail(tx, c.req.param('convoyId')));
-    if (!convoy) return sendPage(c, { title: 'Not found', who: who(c), content: messageContent('Not found', NOT_FOUND.convoy.message) }, 404);
+    const found = await read(c, async (tx) => {
+      const detail = await convoyDetail(tx, c.req.param('convoyId'));
+      return detail && { detail, cost: await convoyCost(tx, detail.convoyId) };
+    });
+    if (!found) return sendPage(c, { title: 'Not found', who: who(c), content: messageContent('Not found', NOT_FOUND.convoy.message) }, 404);
+    const convoy = found.detail;
     return sendPage(c, {
       title: convoy.convoyId,
       who: who(c),
       live: { events: '/api/events', json: `/api/convoys/${enc(convoy.convoyId)}`, convoy: convoy.convoyId },
-      content: convoyDetailContent(convoy),
+      content: html`${convoyDetailContent(convoy)}${convoyUsageContent(found.cost)}`,
     });
   });
 

@@ -123,5 +123,16 @@ test('GET /api/runs/:id and the run page show tokens and cost: unpriced until a 
   assert.match(html, /<tr data-usage-seq="1">.*?data-cost>\$0\.00342<\/td>/s);
   assert.match(html, /<tr data-usage-seq="2">.*?data-cost>\$0\.00675<\/td>/s);
   assert.match(html, /<tr data-usage-total>.*?data-cost>\$0\.0102<\/th>/s);
+
+  // The convoy (its API and page) and the workspace's spend today against its cap (set above: $2.50).
+  const convoy = await (await fetch(`${server.url}/api/convoys/convoy-1`, { headers: { authorization: `Bearer ${token}` } }))
+    .json() as Record<string, any>;
+  close(convoy.costUsd, 0.01017);
+  assert.equal(convoy.usage.outputTokens, 150);
+  const cookie = { cookie: `emc_token=${token}` };
+  assert.match(await (await fetch(`${server.url}/convoys/convoy-1`, { headers: cookie })).text(),
+    /<section data-convoy-usage>.*?data-cost>\$0\.0102<\/td>/s);
+  assert.match(await (await fetch(`${server.url}/`, { headers: cookie })).text(),
+    /Spent today: <strong>\$0\.0102<\/strong>,\s*of a daily cap of \$2\.50\./);
   assert.equal((await cli(['price', 'rm', '--workspace', s.workspaceId, '--model', s.transcriptPath])).code, 0);
 });
