@@ -58,6 +58,7 @@ test('the worker\'s /metrics counts the checkpoints, tokens and runs a known run
   }, { timeoutMs: 10_000, what: 'the run to be counted' });
   assert.equal(sample(text, 'echodo_checkpoints_written_total', { workspace: 'metered' })?.value, String(ROUNDS));
   assert.equal(sample(text, 'echodo_worker_runs_finished_total', { outcome: 'completed' })?.value, '1');
+  assert.equal(sample(text, 'echodo_tool_calls_total', { tool: 'write_file', outcome: 'ok' })?.value, String(ROUNDS));
   assert.equal(sample(text, 'echodo_tokens_total', { workspace: 'metered', model: 'replay', kind: 'input' })?.value, '600');
   assert.equal(sample(text, 'echodo_tokens_total', { kind: 'output' })?.value, '30');
   assert.equal(sample(text, 'echodo_tokens_total', { kind: 'cache_read' }), undefined, 'unreported kinds are not counted');

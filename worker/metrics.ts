@@ -33,6 +33,12 @@ export const workerMetrics = {
     labelNames: ['workspace', 'model', 'kind'] as const,
     registers: [workerRegistry],
   }),
+  toolCalls: new Counter({
+    name: 'echodo_tool_calls_total',
+    help: 'Tool calls of the model, by tool and outcome (ok, or error: refused or failed)',
+    labelNames: ['tool', 'outcome'] as const,
+    registers: [workerRegistry],
+  }),
   leaseLosses: new Counter({
     name: 'echodo_lease_losses_total',
     help: 'Run attempts that lost their lease to another holder',

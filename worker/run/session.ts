@@ -19,6 +19,7 @@ import { withTree } from '../tree/registry.ts';
 import type { CommandSandbox } from '../sandbox/index.ts';
 import { isTransientDbError } from '../../store/transient-retry.ts';
 import { roundUsage } from '../models/usage.ts';
+import { workerMetrics } from '../metrics.ts';
 import type { BudgetExhausted, BudgetGuard } from './budget.ts';
 import { cachedSystem, cachedUser, withNewestCached } from '../models/prompt-cache.ts';
 
@@ -186,6 +187,9 @@ export async function runSession(d: SessionDeps): Promise<SessionOutcome> {
     if (!calls.length || fatal) return;
     const round = state.step + 1;
     for (const part of calls) {
+      // A name the model made up is not a label (it could be anything, any number of times).
+      const tool = Object.hasOwn(tools, part.toolName) ? part.toolName : 'unknown';
+      workerMetrics.toolCalls.inc({ tool, outcome: part.type === 'tool-result' ? 'ok' : 'error' });
       state.history.push(
         part.type === 'tool-result'
           ? recordToolCall({ round, tool: part.toolName, input: part.input, output: part.output })
