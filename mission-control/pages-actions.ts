@@ -17,11 +17,12 @@ function actionForm(runId: string, action: 'fork' | 'retry' | 'cancel', view: Ac
 <input type="hidden" name="_csrf" value="${view.csrf}">${fields}<button type="submit" data-testid="${testid}">${label}</button></form>`;
 }
 
-/** Retry (a failed or stalled run) and Cancel (a queued or running one), where they apply. */
+/** Retry (a failed, stalled or budget_exhausted run) and Cancel (a queued or running one), where they apply. */
 export function runActions(run: { agentRunId: string; status: string; stalled?: boolean }, view: ActionView | undefined): SafeHtml {
   if (!view) return html``;
   const canCancel = run.status === 'queued' || run.status === 'running';
-  const canRetry = run.status === 'failed' || (run.status === 'running' && run.stalled === true);
+  const canRetry = run.status === 'failed' || run.status === 'budget_exhausted'
+    || (run.status === 'running' && run.stalled === true);
   if (!canCancel && !canRetry) return html``;
   return html`<div class="actions" data-testid="run-actions">${canRetry ? actionForm(run.agentRunId, 'retry', view, 'Retry', '', 'retry') : ''}${
     canCancel ? actionForm(run.agentRunId, 'cancel', view, 'Cancel', '', 'cancel') : ''

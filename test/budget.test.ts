@@ -9,6 +9,9 @@ import { createScenario, type Scenario, type TranscriptStep } from './support/sc
 import { withWorkspace } from '../store/workspace.ts';
 import { createWorkspace } from '../store/runs.ts';
 import { parseJob } from '../core/job.ts';
+import { createMissionControl } from '../mission-control/server.ts';
+import { createWorkspaceToken } from '../store/tokens.ts';
+import { createLogger } from '../worker/log.ts';
 
 const ROUNDS = 5;
 // Each round reports a million input tokens: one dollar at the price set below.
@@ -65,6 +68,21 @@ test('a run whose third round would pass maxCostUsd stops at checkpoint 2; a ret
     { ...event!.metadata },
     { limit: 'maxCostUsd', limitValue: 2.5, amount: 2, nextRoundEstimate: 1, seq: 2, step: 2 },
   );
+
+  // The panel offers Retry for it, and the run list finds it by its status.
+  const server = await createMissionControl({ db: s.t.db, config: s.config, logger: createLogger({ level: 'silent' }) })
+    .start(0);
+  try {
+    const token = await createWorkspaceToken(s.t.db.app, s.workspaceId);
+    const page = await (await fetch(`${server.url}/runs/${agentRunId}`, { headers: { cookie: `emc_token=${token}` } })).text();
+    assert.match(page, /data-testid="run-actions"[^]*?Retry/);
+    const listed = await (await fetch(`${server.url}/api/runs?status=budget_exhausted`, {
+      headers: { authorization: `Bearer ${token}` },
+    })).json() as { runs: { agentRunId: string }[] };
+    assert.deepEqual(listed.runs.map((r) => r.agentRunId), [agentRunId]);
+  } finally {
+    await server.close();
+  }
 
   const retry = await cli('scripts/retry.ts', ['--workspace', s.workspaceId, '--run', agentRunId, '--max-cost-usd', '10']);
   assert.equal(retry.code, 0, retry.err);
