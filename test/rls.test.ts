@@ -43,6 +43,9 @@ const fixtures: Record<string, (tx: WorkspaceTx, ws: string, n: number) => Promi
   checkpoint_manifest: (tx, ws, n) =>
     tx`insert into checkpoint_manifest (workspace_id, agent_run_id, path, sha256, seq)
        values (${ws}, ${`${ws}-run-0`}, ${`src/file-${n}.ts`}, null, 1)`,
+  model_prices: (tx, ws, n) =>
+    tx`insert into model_prices (workspace_id, model, input_per_mtok, output_per_mtok) values (${ws}, ${`model-${n}`}, 1, 2)`,
+  workspace_budgets: (tx, ws) => tx`insert into workspace_budgets (workspace_id, daily_usd) values (${ws}, 5)`,
   // Operator grants: the app role only reads them (written over the owner's connection, see before()).
   key_grants: (tx, ws, n) => tx`insert into key_grants (workspace_id, env_var) values (${ws}, ${`GRANT_${n}_API_KEY`})`,
   repo_grants: (tx, ws, n) => tx`insert into repo_grants (workspace_id, path) values (${ws}, ${`/srv/${ws}/repo-${n}`})`,
