@@ -76,7 +76,7 @@ export async function sweepStalledRuns(deps: SweepDeps): Promise<SweepResult> {
         log.warn({ workspaceId: row.workspace_id, agentRunId: failed.id, attempt: row.attempt }, reason);
         return;
       }
-      // The same SQL as a requested re-dispatch (worker/run/redispatch.ts), from 'running' only.
+      // The same SQL as a requested re-dispatch (worker/run/admission.ts), from 'running' only.
       const run = await redispatchRun(tx, { agentRunId: row.agent_run_id, leaseEpoch: row.lease_epoch, from: ['running'] });
       if (!run) return; // another detector (or the worker itself) got there first
       await appendEvent(tx, { convoyId: run.convoy_id, agentRunId: run.id, type: 'run_redispatched', metadata: { attempt: run.attempt, reason: why } });

@@ -1,5 +1,5 @@
 // npm run dispatch -- --job FILE: validate a job file, record the run, enqueue it (the spec below
-// is its help). A job naming an existing agentRunId re-dispatches that run (worker/run/redispatch.ts).
+// is its help). A job naming an existing agentRunId re-dispatches that run (worker/run/admission.ts).
 import { readFileSync } from 'node:fs';
 import { loadConfigOrExit } from '../core/config.ts';
 import { openDatabase, type Database } from '../store/connection.ts';

@@ -180,7 +180,7 @@ export async function requeueRun(
 /** A run as a re-dispatch decision sees it: locked, with its lease judged by the database's clock. */
 export type LockedRun = RunRow & { lease_live: boolean };
 
-/** Locks a run of this workspace by id for a re-dispatch decision (worker/run/redispatch.ts). */
+/** Locks a run of this workspace by id for a re-dispatch decision (worker/run/admission.ts). */
 export async function lockRunById(tx: WorkspaceTx, agentRunId: string): Promise<LockedRun | undefined> {
   const [row] = await tx<LockedRun[]>`
     select *, coalesce(lease_expires_at > now(), false) as lease_live from agent_runs
