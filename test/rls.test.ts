@@ -46,6 +46,10 @@ const fixtures: Record<string, (tx: WorkspaceTx, ws: string, n: number) => Promi
   model_prices: (tx, ws, n) =>
     tx`insert into model_prices (workspace_id, model, input_per_mtok, output_per_mtok) values (${ws}, ${`model-${n}`}, 1, 2)`,
   workspace_budgets: (tx, ws) => tx`insert into workspace_budgets (workspace_id, daily_usd) values (${ws}, 5)`,
+  checkpoint_chain_verdicts: (tx, ws) =>
+    tx`insert into checkpoint_chain_verdicts (workspace_id, agent_run_id, verified_seq) values (${ws}, ${`${ws}-run-0`}, 1)`,
+  workspace_storage_policies: (tx, ws) =>
+    tx`insert into workspace_storage_policies (workspace_id, keep_last) values (${ws}, 3)`,
   // Operator grants: the app role only reads them (written over the owner's connection, see before()).
   key_grants: (tx, ws, n) => tx`insert into key_grants (workspace_id, env_var) values (${ws}, ${`GRANT_${n}_API_KEY`})`,
   repo_grants: (tx, ws, n) => tx`insert into repo_grants (workspace_id, path) values (${ws}, ${`/srv/${ws}/repo-${n}`})`,
