@@ -10,7 +10,13 @@ import path from 'node:path';
 import { appendCheckpoint } from '../store/checkpoints.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { commitTouchedPaths } from '../worker/checkpoints/content.ts';
-import { checkpointHash, DELTA_FORMAT, ManifestDigest, type CheckpointPayload, type FileTouched } from '../core/checkpoint-hash.ts';
+import {
+  checkpointHash,
+  DELTA_FORMAT,
+  ManifestDigest,
+  type CheckpointPayload,
+  type FileTouched,
+} from '../core/checkpoint-hash.ts';
 import { boundHistory } from '../worker/checkpoints/history.ts';
 import { writeCheckpointNote } from '../worker/checkpoints/notes.ts';
 import { redactOrDrop } from '../core/redact.ts';
@@ -53,7 +59,12 @@ type WithMirror = { mirroring: Promise<void> };
  * (fence, drain, content commit, describe + hash, row, state update, note); a change there
  * must be mirrored here, and the sum of parts is reported next to the total to catch drift.
  */
-export async function writeCheckpointInParts(env: BenchEnv, f: RunFixture, s: Samples, key: string): Promise<RowPayload> {
+export async function writeCheckpointInParts(
+  env: BenchEnv,
+  f: RunFixture,
+  s: Samples,
+  key: string,
+): Promise<RowPayload> {
   const state = f.writer.state;
   const ident = f.identity;
   const start = performance.now();
@@ -64,13 +75,21 @@ export async function writeCheckpointInParts(env: BenchEnv, f: RunFixture, s: Sa
   const manifest = state.manifest ?? new Map<string, string | null>();
   state.manifest = manifest;
   const { commitOid, treeOid, files, indexNow } = await s.time(`${key}.content`, () =>
-    commitTouchedPaths({ worktree: f.worktree, branch: f.branch, parentOid: state.headOid!, paths, message: `echodo checkpoint ${seq} (run ${ident.agentRunId} of workspace ${ident.workspaceId})` }),
+    commitTouchedPaths({
+      worktree: f.worktree,
+      branch: f.branch,
+      parentOid: state.headOid!,
+      paths,
+      message: `echodo checkpoint ${seq} (run ${ident.agentRunId} of workspace ${ident.workspaceId})`,
+    }),
   );
   const hashStart = performance.now();
   // The writer's running digest, continued as the writer does (O(changed) per checkpoint): the
   // whole and replayed checkpoints alternate on one run, so both must fold every change.
   const writer = f.writer as unknown as WithDigest;
-  const digest = (writer.digest ?? ManifestDigest.of([...manifest].map(([p, sha256]) => ({ path: p, sha256 })))).clone();
+  const digest = (
+    writer.digest ?? ManifestDigest.of([...manifest].map(([p, sha256]) => ({ path: p, sha256 })))
+  ).clone();
   const changed: FileTouched[] = [];
   for (const file of files) {
     const sha256 = file.deleted ? null : file.sha256;
@@ -104,7 +123,21 @@ export async function writeCheckpointInParts(env: BenchEnv, f: RunFixture, s: Sa
     withWorkspace(env.db.app, ident.workspaceId, (tx) =>
       appendCheckpoint(
         tx,
-        { ...ident, checkpointSeq: seq, step: safe.step, toolHistory: safe.toolHistory, filesTouched: safe.filesTouched, branch: safe.branch, worktreePath: safe.worktreePath, commitOid, treeOid, manifestDigest: digest.hex(), manifestCount: digest.count, prevHash, hash },
+        {
+          ...ident,
+          checkpointSeq: seq,
+          step: safe.step,
+          toolHistory: safe.toolHistory,
+          filesTouched: safe.filesTouched,
+          branch: safe.branch,
+          worktreePath: safe.worktreePath,
+          commitOid,
+          treeOid,
+          manifestDigest: digest.hex(),
+          manifestCount: digest.count,
+          prevHash,
+          hash,
+        },
         { leaseEpoch: f.lease.epoch, leaseMs: 3_600_000 },
       ),
     ),
@@ -135,12 +168,19 @@ export async function writeCheckpointInParts(env: BenchEnv, f: RunFixture, s: Sa
   s.add(`${key}.partsSum`, performance.now() - start - indexBehind);
   // What the round waits for if the note (a mirror, never fatal) were written off the critical path.
   s.add(`${key}.withoutNote`, noteStart - start - indexBehind);
-  const bytes = Buffer.byteLength(JSON.stringify(safe.toolHistory)) + Buffer.byteLength(JSON.stringify(safe.filesTouched));
+  const bytes =
+    Buffer.byteLength(JSON.stringify(safe.toolHistory)) + Buffer.byteLength(JSON.stringify(safe.filesTouched));
   return { toolHistory: safe.toolHistory, filesTouched: safe.filesTouched, bytes };
 }
 
 /** The bare git floor: the same change, `git add <paths>` + `git commit -q -m x`. */
-async function bareGitCommit(floor: FloorWorktree, paths: string[], round: number, s: Samples, key: string): Promise<void> {
+async function bareGitCommit(
+  floor: FloorWorktree,
+  paths: string[],
+  round: number,
+  s: Samples,
+  key: string,
+): Promise<void> {
   await Promise.all(paths.map((p) => writeFile(path.join(floor.path, p), `${fileContent(round, round)}// ${p}\n`)));
   await s.time(`${key}.floorGit`, async () => {
     await runGit(floor.path, ['add', '--', ...paths]);
@@ -150,7 +190,9 @@ async function bareGitCommit(floor: FloorWorktree, paths: string[], round: numbe
 
 async function bareInsert(env: BenchEnv, payload: RowPayload, s: Samples, key: string): Promise<void> {
   const value = { tool_history: payload.toolHistory, files_touched: payload.filesTouched };
-  await s.time(`${key}.floorInsert`, () => env.su.begin((tx) => tx`insert into bench_floor_insert (payload) values (${tx.json(value as never)})`));
+  await s.time(`${key}.floorInsert`, () =>
+    env.su.begin((tx) => tx`insert into bench_floor_insert (payload) values (${tx.json(value as never)})`),
+  );
 }
 
 export interface CheckpointCostResult {
@@ -165,7 +207,16 @@ export interface CheckpointCostResult {
  * `samples` checkpoints timed whole and `samples` in parts, with both floors each round, on
  * fixture `f` touching `paths` every round. Samples land in `s` under `key`.
  */
-export async function measureCheckpointCost(env: BenchEnv, f: RunFixture, floor: FloorWorktree, paths: string[], samples: number, s: Samples, key: string, peers?: GitPeers): Promise<CheckpointCostResult> {
+export async function measureCheckpointCost(
+  env: BenchEnv,
+  f: RunFixture,
+  floor: FloorWorktree,
+  paths: string[],
+  samples: number,
+  s: Samples,
+  key: string,
+  peers?: GitPeers,
+): Promise<CheckpointCostResult> {
   const warm = new Samples();
   let payload: RowPayload | undefined;
   // Warm-up: caches, pools, JIT; not recorded.
@@ -184,7 +235,9 @@ export async function measureCheckpointCost(env: BenchEnv, f: RunFixture, floor:
     await s.time(`${key}.total`, () => f.writer.write());
     // The note and the index are brought up behind the run (while the model thinks): timed apart,
     // and never during a floor's timing.
-    await s.time(`${key}.behind`, () => Promise.all([(f.writer as unknown as WithMirror).mirroring, f.writer.readyForTools()]));
+    await s.time(`${key}.behind`, () =>
+      Promise.all([(f.writer as unknown as WithMirror).mirroring, f.writer.readyForTools()]),
+    );
     await bareGitCommit(floor, paths, f.round, s, key);
     // The peers snapshot the floor worktree, which now holds the same change (their own index
     // and object store: the floor's commit is invisible to them).
@@ -204,18 +257,35 @@ export async function measureCheckpointCost(env: BenchEnv, f: RunFixture, floor:
  * the two lookups the note write does before its fast-import. The commits made here move the
  * branch and the writer's head like a checkpoint's would; no row is written for them.
  */
-export async function profileGitParts(env: BenchEnv, f: RunFixture, paths: string[], samples: number, s: Samples, key: string): Promise<void> {
+export async function profileGitParts(
+  env: BenchEnv,
+  f: RunFixture,
+  paths: string[],
+  samples: number,
+  s: Samples,
+  key: string,
+): Promise<void> {
   const state = f.writer.state;
   for (let i = 0; i < samples; i++) {
     await f.playRound(paths);
     const drained = await f.tracker.drain();
-    await s.time(`${key}.git.updateIndex`, () => runGit(f.worktree, ['update-index', '--add', '--remove', '-z', '--stdin'], { input: drained.join('\0') }));
+    await s.time(`${key}.git.updateIndex`, () =>
+      runGit(f.worktree, ['update-index', '--add', '--remove', '-z', '--stdin'], { input: drained.join('\0') }),
+    );
     const tree = (await s.time(`${key}.git.writeTree`, () => runGit(f.worktree, ['write-tree']))).stdout.trim();
-    const commit = (await s.time(`${key}.git.commitTree`, () => runGit(f.worktree, ['commit-tree', tree, '-p', state.headOid!, '-m', 'profile']))).stdout.trim();
-    await s.time(`${key}.git.updateRef`, () => runGit(f.worktree, ['update-ref', `refs/heads/${f.branch}`, commit, state.headOid!]));
+    const commit = (
+      await s.time(`${key}.git.commitTree`, () =>
+        runGit(f.worktree, ['commit-tree', tree, '-p', state.headOid!, '-m', 'profile']),
+      )
+    ).stdout.trim();
+    await s.time(`${key}.git.updateRef`, () =>
+      runGit(f.worktree, ['update-ref', `refs/heads/${f.branch}`, commit, state.headOid!]),
+    );
     state.headOid = commit;
     await s.time(`${key}.git.noteCommonDir`, () => runGit(f.worktree, ['rev-parse', '--git-common-dir']));
-    await s.time(`${key}.git.noteRefLookup`, () => runGit(f.worktree, ['rev-parse', '--verify', '--quiet', env.config.WORKER_NOTES_REF], { allowExitCodes: [1] }));
+    await s.time(`${key}.git.noteRefLookup`, () =>
+      runGit(f.worktree, ['rev-parse', '--verify', '--quiet', env.config.WORKER_NOTES_REF], { allowExitCodes: [1] }),
+    );
   }
   // The tracker's next drain must not replay these paths: the profile commits hold them.
   await f.tracker.drain();

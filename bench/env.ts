@@ -108,7 +108,9 @@ export async function openBenchEnv(log: (line: string) => void): Promise<BenchEn
     started.home = home;
     const start = performance.now();
     url = (await ensureEmbeddedPostgres(home)).url;
-    log(`database: fresh embedded PostgreSQL under ${home} (started in ${((performance.now() - start) / 1000).toFixed(1)} s)`);
+    log(
+      `database: fresh embedded PostgreSQL under ${home} (started in ${((performance.now() - start) / 1000).toFixed(1)} s)`,
+    );
   }
   const childEnv: Record<string, string> = {
     DATABASE_URL: url,

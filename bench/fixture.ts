@@ -55,11 +55,17 @@ export function benchJob(env: BenchEnv, repo: string, overrides: Partial<Record<
   return parsed.job;
 }
 
-export async function createRunFixture(env: BenchEnv, repo: string, options: { historyRounds?: number; model?: string } = {}): Promise<RunFixture> {
+export async function createRunFixture(
+  env: BenchEnv,
+  repo: string,
+  options: { historyRounds?: number; model?: string } = {},
+): Promise<RunFixture> {
   const job = benchJob(env, repo, { model: options.model ?? 'replay:/dev/null' });
   const scoped = <T>(fn: Parameters<typeof withWorkspace<T>>[2]) => withWorkspace<T>(env.db.app, env.workspaceId, fn);
   const { agentRunId } = await scoped((tx) => recordRun(tx, job));
-  const run = await scoped((tx) => claimRun(tx, { agentRunId, workerId: `bench-${process.pid}`, leaseMs: BENCH_LEASE_MS }));
+  const run = await scoped((tx) =>
+    claimRun(tx, { agentRunId, workerId: `bench-${process.pid}`, leaseMs: BENCH_LEASE_MS }),
+  );
   if (!run) throw new Error(`bench run ${agentRunId} could not be claimed`);
   const wt = await prepareWorktree({
     repoPath: repo,
@@ -70,16 +76,36 @@ export async function createRunFixture(env: BenchEnv, repo: string, options: { h
     baseRef: 'main',
     log: silentLog,
   });
-  await scoped((tx) => setRunWorkspace(tx, { agentRunId: run.id, leaseEpoch: run.lease_epoch, harnessAlias: 'code', branch: wt.branch, worktreePath: wt.path, baseOid: wt.baseOid }));
-  const lease = new Lease(env.db.app, run.workspace_id, run.id, run.lease_epoch, { heartbeatMs: 1000, leaseMs: BENCH_LEASE_MS, log: silentLog });
+  await scoped((tx) =>
+    setRunWorkspace(tx, {
+      agentRunId: run.id,
+      leaseEpoch: run.lease_epoch,
+      harnessAlias: 'code',
+      branch: wt.branch,
+      worktreePath: wt.path,
+      baseOid: wt.baseOid,
+    }),
+  );
+  const lease = new Lease(env.db.app, run.workspace_id, run.id, run.lease_epoch, {
+    heartbeatMs: 1000,
+    leaseMs: BENCH_LEASE_MS,
+    log: silentLog,
+  });
   // As a run attempt does: its tree process is started once and kept, never restarted between rounds.
   const tree = await acquireTree(wt.path);
   const tracker = new TouchTracker(wt.path);
   const state = stateFromRow(undefined, wt.baseOid);
   // A run in its steady state: the bounded history is already full, as it is after 50 rounds.
-  for (let r = 1; r <= (options.historyRounds ?? env.config.WORKER_CHECKPOINT_HISTORY_LIMIT); r++) state.history.push(historyRecord(r, [`src/earlier-${r}.ts`]));
+  for (let r = 1; r <= (options.historyRounds ?? env.config.WORKER_CHECKPOINT_HISTORY_LIMIT); r++)
+    state.history.push(historyRecord(r, [`src/earlier-${r}.ts`]));
   state.step = state.history.length;
-  const identity: RunIdentity = { workspaceId: run.workspace_id, agentRunId: run.id, convoyId: run.convoy_id, briefId: run.brief_id, attempt: run.attempt };
+  const identity: RunIdentity = {
+    workspaceId: run.workspace_id,
+    agentRunId: run.id,
+    convoyId: run.convoy_id,
+    briefId: run.brief_id,
+    attempt: run.attempt,
+  };
   const writer = checkpointWriterFor(
     env.config,
     {
@@ -107,7 +133,9 @@ export async function createRunFixture(env: BenchEnv, repo: string, options: { h
     async playRound(paths) {
       await writer.readyForTools(); // as the session's tools do: the last checkpoint's index work first
       fixture.round++;
-      await Promise.all(paths.map((p) => writeFile(path.join(wt.path, p), `${fileContent(fixture.round, fixture.round)}// ${p}\n`)));
+      await Promise.all(
+        paths.map((p) => writeFile(path.join(wt.path, p), `${fileContent(fixture.round, fixture.round)}// ${p}\n`)),
+      );
       for (const p of paths) tracker.note(p);
       state.step++;
       state.history.push(historyRecord(state.step, paths));
@@ -120,7 +148,12 @@ export async function createRunFixture(env: BenchEnv, repo: string, options: { h
 function historyRecord(round: number, paths: string[]) {
   if (paths.length === 1) {
     const content = fileContent(round);
-    return recordToolCall({ round, tool: 'write_file', input: { path: paths[0], content }, output: { path: paths[0], bytes: content.length, sha256: 'f'.repeat(64) } });
+    return recordToolCall({
+      round,
+      tool: 'write_file',
+      input: { path: paths[0], content },
+      output: { path: paths[0], bytes: content.length, sha256: 'f'.repeat(64) },
+    });
   }
   return recordToolCall({
     round,

@@ -43,8 +43,12 @@ export async function measureGitFloors(
     const floors: GitFloor[] = [];
     for (const v of VARIANTS) {
       const withRun = await repackedCopy(gitDir, path.join(scratch, 'with'), v.args, []);
-      const without = await repackedCopy(gitDir, path.join(scratch, 'without'), v.args, [`refs/heads/${run.branch}`, run.notesRef]);
-      const growth = (await bytesOf(path.join(withRun.dir, 'objects'))) - (await bytesOf(path.join(without.dir, 'objects')));
+      const without = await repackedCopy(gitDir, path.join(scratch, 'without'), v.args, [
+        `refs/heads/${run.branch}`,
+        run.notesRef,
+      ]);
+      const growth =
+        (await bytesOf(path.join(withRun.dir, 'objects'))) - (await bytesOf(path.join(without.dir, 'objects')));
       const own = await objectsOf(withRun.dir);
       const objectsAndNotes = own.bytes + 28 * own.count;
       floors.push({
@@ -68,7 +72,12 @@ export async function measureGitFloors(
  * A copy of the git dir without the `drop` refs, repacked whole with `repack` and pruned. The
  * worktrees' admin folders are left out: their HEADs and indexes would keep the run reachable.
  */
-async function repackedCopy(gitDir: string, dir: string, repack: string[], drop: string[]): Promise<{ dir: string; seconds: number }> {
+async function repackedCopy(
+  gitDir: string,
+  dir: string,
+  repack: string[],
+  drop: string[],
+): Promise<{ dir: string; seconds: number }> {
   await cp(gitDir, dir, { recursive: true, filter: (src) => path.relative(gitDir, src) !== 'worktrees' });
   for (const ref of drop) await runGit(dir, ['update-ref', '-d', ref]);
   await runGit(dir, ['reflog', 'expire', '--expire=now', '--all']);

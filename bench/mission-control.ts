@@ -46,8 +46,15 @@ async function seedTimelineRun(env: BenchEnv, payload: RowPayload, count: number
     for (let seq = 1; seq <= count; seq++) {
       const commitOid = seq.toString(16).padStart(40, '0');
       const row = {
-        workspaceId: ws, agentRunId: runId, checkpointSeq: seq, step: seq, toolHistory: payload.toolHistory,
-        filesTouched: payload.filesTouched as FileTouched[], branch: 'echodo/bench', worktreePath: '/tmp/bench', commitOid,
+        workspaceId: ws,
+        agentRunId: runId,
+        checkpointSeq: seq,
+        step: seq,
+        toolHistory: payload.toolHistory,
+        filesTouched: payload.filesTouched as FileTouched[],
+        branch: 'echodo/bench',
+        worktreePath: '/tmp/bench',
+        commitOid,
       };
       const hash = checkpointHash(prev, row);
       await tx`insert into worker_checkpoints (workspace_id, agent_run_id, convoy_id, brief_id, checkpoint_seq, step, attempt,
@@ -84,8 +91,15 @@ async function seedTarget(env: BenchEnv, payload: RowPayload): Promise<string> {
       for (let seq = 1; seq <= CHECKPOINTS_PER_RUN; seq++) {
         const commitOid = seq.toString(16).padStart(40, '0');
         const row = {
-          workspaceId: ws, agentRunId: runId, checkpointSeq: seq, step: seq, toolHistory: payload.toolHistory,
-          filesTouched: payload.filesTouched as FileTouched[], branch: 'echodo/bench', worktreePath: '/tmp/bench', commitOid,
+          workspaceId: ws,
+          agentRunId: runId,
+          checkpointSeq: seq,
+          step: seq,
+          toolHistory: payload.toolHistory,
+          filesTouched: payload.filesTouched as FileTouched[],
+          branch: 'echodo/bench',
+          worktreePath: '/tmp/bench',
+          commitOid,
         };
         const hash = checkpointHash(prev, row);
         await tx`insert into worker_checkpoints (workspace_id, agent_run_id, convoy_id, brief_id, checkpoint_seq, step, attempt, lease_epoch,
@@ -134,12 +148,21 @@ async function loadBackground(su: Sql, ws: string, fromRun: number, toRun: numbe
   }
 }
 
-export async function measureMissionControl(env: BenchEnv, levels: number[], samples: number, payload: RowPayload, s: Samples, log: (line: string) => void): Promise<MissionControlLevel[]> {
+export async function measureMissionControl(
+  env: BenchEnv,
+  levels: number[],
+  samples: number,
+  payload: RowPayload,
+  s: Samples,
+  log: (line: string) => void,
+): Promise<MissionControlLevel[]> {
   const ws = env.workspaceId;
   const targetRun = await seedTarget(env, payload);
   const shortRun = await seedTimelineRun(env, payload, TIMELINE_RUNS.short);
   const longRun = await seedTimelineRun(env, payload, TIMELINE_RUNS.long);
-  const [{ n: existing }] = (await env.su<{ n: number }[]>`select count(*)::int as n from worker_checkpoints`) as unknown as [{ n: number }];
+  const [{ n: existing }] = (await env.su<
+    { n: number }[]
+  >`select count(*)::int as n from worker_checkpoints`) as unknown as [{ n: number }];
   let backgroundRuns = 0;
   const out: MissionControlLevel[] = [];
   for (const rows of levels) {
@@ -150,8 +173,12 @@ export async function measureMissionControl(env: BenchEnv, levels: number[], sam
     await env.su.unsafe('vacuum (analyze) worker_checkpoints, agent_runs, convoys, briefs, convoy_events');
     const loadSeconds = (performance.now() - start) / 1000;
     const [{ n, bytes }] = (await env.su<{ n: number; bytes: string }[]>`
-      select count(*)::int as n, pg_total_relation_size('worker_checkpoints')::text as bytes from worker_checkpoints`) as unknown as [{ n: number; bytes: string }];
-    log(`  ${n} checkpoint rows (${(Number(bytes) / 2 ** 20).toFixed(0)} MiB with indexes), loaded in ${loadSeconds.toFixed(1)} s`);
+      select count(*)::int as n, pg_total_relation_size('worker_checkpoints')::text as bytes from worker_checkpoints`) as unknown as [
+      { n: number; bytes: string },
+    ];
+    log(
+      `  ${n} checkpoint rows (${(Number(bytes) / 2 ** 20).toFixed(0)} MiB with indexes), loaded in ${loadSeconds.toFixed(1)} s`,
+    );
     const key = `mc.${rows}`;
     const detail = () => withWorkspace(env.db.app, ws, (tx) => convoyDetail(tx, TARGET_CONVOY));
     const history = () => withWorkspace(env.db.app, ws, (tx) => runHistory(tx, targetRun));
@@ -163,7 +190,8 @@ export async function measureMissionControl(env: BenchEnv, levels: number[], sam
     for (let i = 0; i < samples; i++) {
       const d = await s.time(`${key}.convoyDetail`, detail);
       const h = await s.time(`${key}.runHistory`, history);
-      if (!d || d.runs.length !== RUNS_PER_CONVOY || !h?.chain.ok) throw new Error(`mission control read came back wrong at ${n} rows`);
+      if (!d || d.runs.length !== RUNS_PER_CONVOY || !h?.chain.ok)
+        throw new Error(`mission control read came back wrong at ${n} rows`);
       checkpointsRead = h.checkpoints.length;
       // The first and the last page of the long run, and the only page of the short one.
       await s.time(`${key}.timelineShort`, () => timelinePage(env, shortRun, null));
@@ -171,9 +199,20 @@ export async function measureMissionControl(env: BenchEnv, levels: number[], sam
       await s.time(`${key}.timelineLongLast`, () => timelinePage(env, longRun, TIMELINE_PAGE + 1));
     }
     // The plan, as the app role sees it (RLS on), for the record.
-    const plan = await withWorkspace(env.db.app, ws, (tx) => tx.unsafe(`explain (analyze, format json) ${CONVOY_DETAIL_SQL}`, [ws, TARGET_CONVOY]));
-    const root = (plan[0] as unknown as { 'QUERY PLAN': [{ Plan: unknown; 'Execution Time': number }] })['QUERY PLAN'][0];
-    out.push({ rows: n, loadSeconds: Math.round(loadSeconds * 10) / 10, tableMiB: Math.round(Number(bytes) / 2 ** 20), convoyDetailPlan: scansOf(root.Plan).join('; '), convoyDetailExecMs: root['Execution Time'], runHistoryCheckpoints: checkpointsRead });
+    const plan = await withWorkspace(env.db.app, ws, (tx) =>
+      tx.unsafe(`explain (analyze, format json) ${CONVOY_DETAIL_SQL}`, [ws, TARGET_CONVOY]),
+    );
+    const root = (plan[0] as unknown as { 'QUERY PLAN': [{ Plan: unknown; 'Execution Time': number }] })[
+      'QUERY PLAN'
+    ][0];
+    out.push({
+      rows: n,
+      loadSeconds: Math.round(loadSeconds * 10) / 10,
+      tableMiB: Math.round(Number(bytes) / 2 ** 20),
+      convoyDetailPlan: scansOf(root.Plan).join('; '),
+      convoyDetailExecMs: root['Execution Time'],
+      runHistoryCheckpoints: checkpointsRead,
+    });
   }
   return out;
 }
@@ -181,7 +220,8 @@ export async function measureMissionControl(env: BenchEnv, levels: number[], sam
 /** The scans a plan does, e.g. "Index Only Scan using worker_checkpoints_convoy on worker_checkpoints". */
 function scansOf(node: unknown, acc: string[] = []): string[] {
   const n = node as { 'Node Type': string; 'Index Name'?: string; 'Relation Name'?: string; Plans?: unknown[] };
-  if (n['Relation Name']) acc.push(`${n['Node Type']}${n['Index Name'] ? ` using ${n['Index Name']}` : ''} on ${n['Relation Name']}`);
+  if (n['Relation Name'])
+    acc.push(`${n['Node Type']}${n['Index Name'] ? ` using ${n['Index Name']}` : ''} on ${n['Relation Name']}`);
   for (const child of n.Plans ?? []) scansOf(child, acc);
   return acc;
 }

@@ -68,10 +68,17 @@ export async function measureOutageRecovery(
   // Long enough that the run is still in flight after the outage.
   await writeFile(transcriptPath, JSON.stringify(transcript(60, 200)));
   const env: Record<string, string> = {
-    DATABASE_URL: server.url, ECHODO_HOME: path.join(home, 'echodo'),
-    WORKER_WORKTREE_BASE: path.join(home, 'worktrees'), WORKER_REPO_ROOT: repo, WORKER_REPLAY_DIR: home,
-    WORKER_LEASE_MS: String(leaseMs), WORKER_HEARTBEAT_MS: String(heartbeatMs),
-    WORKER_BLPOP_TIMEOUT_S: '1', WORKER_MAX_TOOL_STEPS: '100', LOG_LEVEL: 'warn', ECHODO_SUPERVISE: '1',
+    DATABASE_URL: server.url,
+    ECHODO_HOME: path.join(home, 'echodo'),
+    WORKER_WORKTREE_BASE: path.join(home, 'worktrees'),
+    WORKER_REPO_ROOT: repo,
+    WORKER_REPLAY_DIR: home,
+    WORKER_LEASE_MS: String(leaseMs),
+    WORKER_HEARTBEAT_MS: String(heartbeatMs),
+    WORKER_BLPOP_TIMEOUT_S: '1',
+    WORKER_MAX_TOOL_STEPS: '100',
+    LOG_LEVEL: 'warn',
+    ECHODO_SUPERVISE: '1',
   };
   const config = parseConfig(env);
   const db = await openDatabase(config);
@@ -80,7 +87,9 @@ export async function measureOutageRecovery(
   const procs: ChildProcess[] = [];
   const start = (script: string, extra: Record<string, string> = {}) => {
     const child = spawn(process.execPath, ['--import', TSX_LOADER, path.join(PROJECT_ROOT, 'scripts', script)], {
-      cwd: PROJECT_ROOT, env: { ...process.env, ...env, ...extra }, stdio: 'ignore',
+      cwd: PROJECT_ROOT,
+      env: { ...process.env, ...env, ...extra },
+      stdio: 'ignore',
     });
     procs.push(child);
   };
@@ -93,35 +102,54 @@ export async function measureOutageRecovery(
       const ids: string[] = [];
       for (let i = 0; i < workers; i++) {
         const job = {
-          workspaceId: 'bench', convoyId: 'outage', briefId: `outage-${sample}-${i}`,
-          roleId: 'coder', harnessAlias: 'code', repoPath: repo, baseRef: 'main', brief: 'Write files.',
+          workspaceId: 'bench',
+          convoyId: 'outage',
+          briefId: `outage-${sample}-${i}`,
+          roleId: 'coder',
+          harnessAlias: 'code',
+          repoPath: repo,
+          baseRef: 'main',
+          brief: 'Write files.',
           model: `replay:${transcriptPath}`,
         };
         ids.push((await dispatchJob(db, queue, job)).agentRunId);
       }
-      await until(async () => {
-        const rows = await su`select r.id from agent_runs r where r.id = any(${ids}) and r.status = 'running'
+      await until(
+        async () => {
+          const rows = await su`select r.id from agent_runs r where r.id = any(${ids}) and r.status = 'running'
                               and (select count(*) from worker_checkpoints c where c.agent_run_id = r.id) >= 2`;
-        return rows.length === ids.length;
-      }, 60_000, 'runs in flight on every worker');
+          return rows.length === ids.length;
+        },
+        60_000,
+        'runs in flight on every worker',
+      );
       const attempts = await su`select id, attempt from agent_runs where id = any(${ids})`;
       const before = new Map(attempts.map((r) => [r.id as string, r.attempt as number]));
       await stopEmbeddedPostgres(home);
       await sleep(outageMs);
       await ensureEmbeddedPostgres(home);
       const answered = performance.now();
-      await until(async () => {
-        const rows = await su`select id, status, attempt from agent_runs where id = any(${ids})`;
-        return rows.every((r) => r.status === 'running' && (r.attempt as number) > before.get(r.id as string)!);
-      }, 120_000, 'every lapsed run running again', 20);
+      await until(
+        async () => {
+          const rows = await su`select id, status, attempt from agent_runs where id = any(${ids})`;
+          return rows.every((r) => r.status === 'running' && (r.attempt as number) > before.get(r.id as string)!);
+        },
+        120_000,
+        'every lapsed run running again',
+        20,
+      );
       const ms = performance.now() - answered;
       samples.push(ms);
       const which = `${sample + 1}/${options.samples}`;
       log(`outage ${which}: lapsed runs running again ${ms.toFixed(0)} ms after Postgres answered (lease ${leaseMs})`);
-      await until(async () => {
-        const rows = await su`select status from agent_runs where id = any(${ids})`;
-        return rows.every((r) => r.status !== 'running' && r.status !== 'queued');
-      }, 180_000, 'the runs to finish');
+      await until(
+        async () => {
+          const rows = await su`select status from agent_runs where id = any(${ids})`;
+          return rows.every((r) => r.status !== 'running' && r.status !== 'queued');
+        },
+        180_000,
+        'the runs to finish',
+      );
     }
   } finally {
     for (const p of procs) if (p.exitCode === null) p.kill('SIGTERM');
@@ -136,8 +164,15 @@ export async function measureOutageRecovery(
   }
   const recovery = summarize(samples);
   return {
-    leaseMs, heartbeatMs, stallCheckMs: config.STALL_CHECK_MS, outageMs, workers, samples: samples.length, recovery,
-    recoveryOverLease: round(recovery.median / leaseMs), recoveryOverLeaseMax: round(Math.max(...samples) / leaseMs),
+    leaseMs,
+    heartbeatMs,
+    stallCheckMs: config.STALL_CHECK_MS,
+    outageMs,
+    workers,
+    samples: samples.length,
+    recovery,
+    recoveryOverLease: round(recovery.median / leaseMs),
+    recoveryOverLeaseMax: round(Math.max(...samples) / leaseMs),
   };
 }
 

@@ -29,7 +29,8 @@ async function seedShadow(repo: string, gitDir: string, workTree: string): Promi
   // Packs are immutable: a hardlink is a copy that costs nothing.
   const packs = path.join(repo, '.git', 'objects', 'pack');
   for (const name of await readdir(packs)) {
-    if (name.endsWith('.pack') || name.endsWith('.idx')) await link(path.join(packs, name), path.join(gitDir, 'objects', 'pack', name));
+    if (name.endsWith('.pack') || name.endsWith('.idx'))
+      await link(path.join(packs, name), path.join(gitDir, 'objects', 'pack', name));
   }
   const tip = (await runGit(repo, ['rev-parse', 'main'])).stdout.trim();
   const env = { GIT_DIR: gitDir, GIT_WORK_TREE: workTree };

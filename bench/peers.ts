@@ -28,13 +28,24 @@ type Contender = { name: string; write: (i: number) => Promise<unknown> };
 /** The installed version of a package, from node_modules (exports maps may hide package.json). */
 export function packageVersion(name: string): string {
   try {
-    return (JSON.parse(readFileSync(path.join(PROJECT_ROOT, 'node_modules', name, 'package.json'), 'utf8')) as { version: string }).version;
+    return (
+      JSON.parse(readFileSync(path.join(PROJECT_ROOT, 'node_modules', name, 'package.json'), 'utf8')) as {
+        version: string;
+      }
+    ).version;
   } catch {
     return 'not installed';
   }
 }
 
-export async function measurePeers(env: BenchEnv, f: RunFixture, payload: RowPayload, samples: number, s: Samples, log: (line: string) => void): Promise<PeersResult> {
+export async function measurePeers(
+  env: BenchEnv,
+  f: RunFixture,
+  payload: RowPayload,
+  samples: number,
+  s: Samples,
+  log: (line: string) => void,
+): Promise<PeersResult> {
   const value = { tool_history: payload.toolHistory, files_touched: payload.filesTouched };
   let seq = f.writer.state.seq + 1000; // clear of the writer's own rows on this run
   const ours: Contender = {
@@ -43,7 +54,21 @@ export async function measurePeers(env: BenchEnv, f: RunFixture, payload: RowPay
       withWorkspace(env.db.app, env.workspaceId, (tx) =>
         appendCheckpoint(
           tx,
-          { ...f.identity, checkpointSeq: ++seq, step: seq, toolHistory: payload.toolHistory, filesTouched: payload.filesTouched as FileTouched[], branch: f.branch, worktreePath: f.worktree, commitOid: 'c'.repeat(40), treeOid: 'd'.repeat(40), manifestDigest: 'e'.repeat(64), manifestCount: 1, prevHash: 'a'.repeat(64), hash: 'b'.repeat(64) },
+          {
+            ...f.identity,
+            checkpointSeq: ++seq,
+            step: seq,
+            toolHistory: payload.toolHistory,
+            filesTouched: payload.filesTouched as FileTouched[],
+            branch: f.branch,
+            worktreePath: f.worktree,
+            commitOid: 'c'.repeat(40),
+            treeOid: 'd'.repeat(40),
+            manifestDigest: 'e'.repeat(64),
+            manifestCount: 1,
+            prevHash: 'a'.repeat(64),
+            hash: 'b'.repeat(64),
+          },
           { leaseEpoch: f.lease.epoch, leaseMs: 3_600_000 },
         ),
       ).then((row) => {
@@ -61,9 +86,21 @@ export async function measurePeers(env: BenchEnv, f: RunFixture, payload: RowPay
   const langgraph: Contender = {
     name: 'langgraphPut',
     write: async (i) => {
-      const checkpoint: Checkpoint = { ...emptyCheckpoint(), id: uuid6(-1), ts: new Date().toISOString(), channel_values: { agent_state: value }, channel_versions: { agent_state: i + 1 } };
+      const checkpoint: Checkpoint = {
+        ...emptyCheckpoint(),
+        id: uuid6(-1),
+        ts: new Date().toISOString(),
+        channel_values: { agent_state: value },
+        channel_versions: { agent_state: i + 1 },
+      };
       const next = await saver.put(
-        { configurable: { thread_id: `bench-${f.run.id}`, checkpoint_ns: '', ...(parent ? { checkpoint_id: parent } : {}) } },
+        {
+          configurable: {
+            thread_id: `bench-${f.run.id}`,
+            checkpoint_ns: '',
+            ...(parent ? { checkpoint_id: parent } : {}),
+          },
+        },
         checkpoint,
         { source: 'loop', step: i, parents: {} },
         { agent_state: i + 1 },
@@ -80,10 +117,14 @@ export async function measurePeers(env: BenchEnv, f: RunFixture, payload: RowPay
     {
       name: 'profile.insertOnly',
       write: () =>
-        scoped((tx) => tx`insert into worker_checkpoints (workspace_id, agent_run_id, convoy_id, brief_id, checkpoint_seq, step, attempt, lease_epoch,
+        scoped(
+          (
+            tx,
+          ) => tx`insert into worker_checkpoints (workspace_id, agent_run_id, convoy_id, brief_id, checkpoint_seq, step, attempt, lease_epoch,
                              tool_history, files_touched, branch, worktree_path, commit_oid, prev_hash, hash)
                           values (${env.workspaceId}, ${f.run.id}, ${f.identity.convoyId}, ${f.identity.briefId}, ${++seq}, ${seq}, 1, ${f.lease.epoch},
-                             ${tx.json(payload.toolHistory as never)}, ${tx.json(payload.filesTouched as never)}, ${f.branch}, ${f.worktree}, ${'c'.repeat(40)}, ${'a'.repeat(64)}, ${'b'.repeat(64)})`),
+                             ${tx.json(payload.toolHistory as never)}, ${tx.json(payload.filesTouched as never)}, ${f.branch}, ${f.worktree}, ${'c'.repeat(40)}, ${'a'.repeat(64)}, ${'b'.repeat(64)})`,
+        ),
     },
     {
       // The fix proposed in docs/benchmarks.md: fence by locking the run row FOR SHARE (a
@@ -91,7 +132,8 @@ export async function measurePeers(env: BenchEnv, f: RunFixture, payload: RowPay
       // left to the heartbeat, so agent_runs gets no new row version per checkpoint.
       name: 'profile.fencedInsertForShare',
       write: () =>
-        scoped((tx) => tx`with lease as (
+        scoped((tx) =>
+          tx`with lease as (
                              select id from agent_runs where id = ${f.run.id} and lease_epoch = ${f.lease.epoch} and status = 'running' for share)
                            insert into worker_checkpoints (workspace_id, agent_run_id, convoy_id, brief_id, checkpoint_seq, step, attempt, lease_epoch,
                              tool_history, files_touched, branch, worktree_path, commit_oid, prev_hash, hash)
@@ -99,14 +141,19 @@ export async function measurePeers(env: BenchEnv, f: RunFixture, payload: RowPay
                              ${tx.json(payload.toolHistory as never)}, ${tx.json(payload.filesTouched as never)}, ${f.branch}, ${f.worktree}, ${'c'.repeat(40)}, ${'a'.repeat(64)}, ${'b'.repeat(64)}
                              from lease
                            returning id`.then((rows) => {
-          if (!rows.length) throw new Error('peer bench: the FOR SHARE variant was fenced off');
-        })),
+            if (!rows.length) throw new Error('peer bench: the FOR SHARE variant was fenced off');
+          }),
+        ),
     },
     {
       name: 'profile.leaseUpdateOnly',
       write: () =>
-        scoped((tx) => tx`update agent_runs set heartbeat_at = now(), lease_expires_at = now() + interval '1 hour', step = ${seq}
-                           where id = ${f.run.id} and lease_epoch = ${f.lease.epoch} and status = 'running'`),
+        scoped(
+          (
+            tx,
+          ) => tx`update agent_runs set heartbeat_at = now(), lease_expires_at = now() + interval '1 hour', step = ${seq}
+                           where id = ${f.run.id} and lease_epoch = ${f.lease.epoch} and status = 'running'`,
+        ),
     },
   ];
   const contenders: Contender[] = [ours, floor, langgraph, ...profile];
@@ -122,7 +169,14 @@ export async function measurePeers(env: BenchEnv, f: RunFixture, payload: RowPay
     // The round loop runs inside one durable workflow, so each DBOS.runStep records a step.
     workflow = DBOS.registerWorkflow(
       async (n: number) => {
-        await roundRobin(n, [...contenders, { name: 'dbosStep', write: (i) => DBOS.runStep(async () => ({ i, ...value }), { name: 'tool-round' }) }], sink);
+        await roundRobin(
+          n,
+          [
+            ...contenders,
+            { name: 'dbosStep', write: (i) => DBOS.runStep(async () => ({ i, ...value }), { name: 'tool-round' }) },
+          ],
+          sink,
+        );
       },
       { name: 'benchRounds' },
     );
@@ -148,7 +202,11 @@ export async function measurePeers(env: BenchEnv, f: RunFixture, payload: RowPay
     await dbos?.shutdown().catch(() => {});
     process.noDeprecation = quiet;
   }
-  return { payloadBytes: payload.bytes, dbos: dbosStatus, langgraphVersion: packageVersion('@langchain/langgraph-checkpoint-postgres') };
+  return {
+    payloadBytes: payload.bytes,
+    dbos: dbosStatus,
+    langgraphVersion: packageVersion('@langchain/langgraph-checkpoint-postgres'),
+  };
 }
 
 async function roundRobin(rounds: number, contenders: Contender[], s: Samples): Promise<void> {

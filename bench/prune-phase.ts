@@ -95,8 +95,16 @@ async function vacuum(env: BenchEnv, full: boolean): Promise<void> {
   }
 }
 
-export async function measurePrune(env: BenchEnv, f: RunFixture, objects: string, checkpoints: number, log: (line: string) => void): Promise<PruneResult> {
-  const done = await withWorkspace(env.db.app, f.run.workspace_id, (tx) => completeRun(tx, { agentRunId: f.run.id, leaseEpoch: f.run.lease_epoch }));
+export async function measurePrune(
+  env: BenchEnv,
+  f: RunFixture,
+  objects: string,
+  checkpoints: number,
+  log: (line: string) => void,
+): Promise<PruneResult> {
+  const done = await withWorkspace(env.db.app, f.run.workspace_id, (tx) =>
+    completeRun(tx, { agentRunId: f.run.id, leaseEpoch: f.run.lease_epoch }),
+  );
   if (!done) throw new Error(`long run ${f.run.id} could not be completed`);
   await env.su`vacuum analyze worker_checkpoints`; // the run's own dead tuples are not the prune's
   const pgBefore = await postgresBytes(env);
@@ -104,7 +112,13 @@ export async function measurePrune(env: BenchEnv, f: RunFixture, objects: string
 
   // What `npm run prune -- --older-than 0d` runs: every finished run, its rows and its worktree.
   const prune = (deleteBranches: boolean) =>
-    pruneFinishedRuns(env.db, { olderThanDays: 0, dryRun: false, log: silentLog, notesRef: env.config.WORKER_NOTES_REF, deleteBranches });
+    pruneFinishedRuns(env.db, {
+      olderThanDays: 0,
+      dryRun: false,
+      log: silentLog,
+      notesRef: env.config.WORKER_NOTES_REF,
+      deleteBranches,
+    });
   const report = await prune(false);
   const pgAfterDelete = await postgresBytes(env);
   await vacuum(env, false);
@@ -114,7 +128,9 @@ export async function measurePrune(env: BenchEnv, f: RunFixture, objects: string
   const [av] = await env.su<{ on: string; threshold: string; scale: string }[]>`
     select current_setting('autovacuum') as on, current_setting('autovacuum_vacuum_threshold') as threshold,
            current_setting('autovacuum_vacuum_scale_factor') as scale`;
-  log(`  prune: ${report.rowsDeleted} rows deleted; Postgres ${pgBefore.total} → ${pgAfterDelete.total} (delete) → ${pgAfterVacuum.total} (vacuum) → ${pgAfterVacuumFull.total} (vacuum full)`);
+  log(
+    `  prune: ${report.rowsDeleted} rows deleted; Postgres ${pgBefore.total} → ${pgAfterDelete.total} (delete) → ${pgAfterVacuum.total} (vacuum) → ${pgAfterVacuumFull.total} (vacuum full)`,
+  );
 
   const gitAfterPrune = await gitBytes(objects);
   let t = performance.now();
@@ -125,20 +141,35 @@ export async function measurePrune(env: BenchEnv, f: RunFixture, objects: string
   await runGit(f.repo, ['gc', '--quiet', '--prune=now']);
   const gcPruneNowSeconds = (performance.now() - t) / 1000;
   const gitAfterGcPruneNow = await gitBytes(objects);
-  log(`  prune: git ${gitBefore.total} → ${gitAfterPrune.total} (prune) → ${gitAfterGc.total} (gc) → ${gitAfterGcPruneNow.total} (gc --prune=now)`);
+  log(
+    `  prune: git ${gitBefore.total} → ${gitAfterPrune.total} (prune) → ${gitAfterGc.total} (gc) → ${gitAfterGcPruneNow.total} (gc --prune=now)`,
+  );
 
   // The operator's call: the branch goes too, and with it the last checkpoint's commit and note.
   await prune(true);
   await runGit(f.repo, ['gc', '--quiet', '--prune=now']);
   const afterDeleteBranches = await gitBytes(objects);
-  log(`  prune --delete-branches, then gc --prune=now: git ${afterDeleteBranches.total} bytes (${checkpoints} checkpoints)`);
+  log(
+    `  prune --delete-branches, then gc --prune=now: git ${afterDeleteBranches.total} bytes (${checkpoints} checkpoints)`,
+  );
 
   return {
     rowsDeleted: report.rowsDeleted,
     worktreeRemoved: report.worktreesRemoved.length > 0,
-    postgres: { before: pgBefore, afterDelete: pgAfterDelete, afterVacuum: pgAfterVacuum, afterVacuumFull: pgAfterVacuumFull },
+    postgres: {
+      before: pgBefore,
+      afterDelete: pgAfterDelete,
+      afterVacuum: pgAfterVacuum,
+      afterVacuumFull: pgAfterVacuumFull,
+    },
     autovacuum: `autovacuum=${av!.on}, vacuum threshold ${av!.threshold} + ${av!.scale} × rows`,
-    git: { before: gitBefore, afterPrune: gitAfterPrune, afterGc: gitAfterGc, afterGcPruneNow: gitAfterGcPruneNow, afterDeleteBranches },
+    git: {
+      before: gitBefore,
+      afterPrune: gitAfterPrune,
+      afterGc: gitAfterGc,
+      afterGcPruneNow: gitAfterGcPruneNow,
+      afterDeleteBranches,
+    },
     gcSeconds: { gc: Math.round(gcSeconds * 10) / 10, gcPruneNow: Math.round(gcPruneNowSeconds * 10) / 10 },
   };
 }

@@ -89,15 +89,23 @@ const mp = (s: Summary) => `${ms(s.median)} / ${ms(s.p99)}`;
 const x = (r: number) => (Number.isNaN(r) ? 'n/a' : `${r.toFixed(2)}×`);
 /** The floor's median (fetch + checkout) and the most a resume that fetches at the claim could gain over a clone. */
 const floorOf = (f: RemoteFigure) =>
-  f.floorFetch && f.floorCheckout ? { ms: f.floorFetch.median + f.floorCheckout.median, speedup: f.cloneGit.median / (f.floorFetch.median + f.floorCheckout.median) } : undefined;
+  f.floorFetch && f.floorCheckout
+    ? {
+        ms: f.floorFetch.median + f.floorCheckout.median,
+        speedup: f.cloneGit.median / (f.floorFetch.median + f.floorCheckout.median),
+      }
+    : undefined;
 const floorNote = (f: RemoteFigure) => {
   const floor = floorOf(f);
   return floor ? ` (floor: fetch + spare checkout ${ms(floor.ms)} ms, at most ${x(floor.speedup)})` : '';
 };
 const fetchNote = (f: RemoteFigure) =>
-  f.crossHostResumeFetch ? ` (with the standby; fetching at the claim ${ms(f.crossHostResumeFetch.median)} ms = ${x(f.speedupFetchVsClone ?? NaN)})` : floorNote(f);
+  f.crossHostResumeFetch
+    ? ` (with the standby; fetching at the claim ${ms(f.crossHostResumeFetch.median)} ms = ${x(f.speedupFetchVsClone ?? NaN)})`
+    : floorNote(f);
 const scheme = (f: RemoteFigure) => (f.transport === 'http' ? 'http://' : 'git://');
-const served = (r: RemoteFigure[]) => (r[0]?.transport === 'http' ? 'git http-backend behind an HTTP server' : 'git daemon');
+const served = (r: RemoteFigure[]) =>
+  r[0]?.transport === 'http' ? 'git http-backend behind an HTTP server' : 'git daemon';
 const kib = (b: number) => (b >= 1024 * 1024 ? `${(b / 1024 / 1024).toFixed(1)} MiB` : `${(b / 1024).toFixed(1)} KiB`);
 
 export function remoteTargets(figures: RemoteFigure[] | undefined): Target[] {
@@ -107,20 +115,38 @@ export function remoteTargets(figures: RemoteFigure[] | undefined): Target[] {
     {
       name: 'checkpoint with the remote',
       goal: `checkpoint with WORKER_CHECKPOINT_REMOTE ≤ 1.5 × without it (on the round), loopback ${served(r)}, every size`,
-      measured: r.length ? r.map((f) => `${f.files}: ${ms(f.checkpointOn.median)} vs ${ms(f.checkpointOff.median)} ms = ${x(f.checkpointRatio)}`).join(', ') : 'not measured',
+      measured: r.length
+        ? r
+            .map(
+              (f) =>
+                `${f.files}: ${ms(f.checkpointOn.median)} vs ${ms(f.checkpointOff.median)} ms = ${x(f.checkpointRatio)}`,
+            )
+            .join(', ')
+        : 'not measured',
       met: r.length ? r.every((f) => f.checkpointRatio <= 1.5) : null,
     },
     {
       name: 'cross-host resume vs clone',
       goal: 'cross-host resume (claim → first tool call) ≥ 10× faster than a full git clone of the remote, at 10k files and up',
-      measured: large.length ? large.map((f) => `${f.files}: ${ms(f.crossHostResume.median)} vs ${ms(f.cloneGit.median)} ms (${scheme(f)}) = ${x(f.speedupVsClone)}${fetchNote(f)}`).join(', ') : 'not measured',
+      measured: large.length
+        ? large
+            .map(
+              (f) =>
+                `${f.files}: ${ms(f.crossHostResume.median)} vs ${ms(f.cloneGit.median)} ms (${scheme(f)}) = ${x(f.speedupVsClone)}${fetchNote(f)}`,
+            )
+            .join(', ')
+        : 'not measured',
       met: large.length ? large.every((f) => f.speedupVsClone >= 10) : null,
     },
   ];
 }
 
 function table(head: string[], rows: (string | number)[][]): string {
-  return [`| ${head.join(' | ')} |`, `| ${head.map(() => '---').join(' | ')} |`, ...rows.map((row) => `| ${row.join(' | ')} |`)].join('\n');
+  return [
+    `| ${head.join(' | ')} |`,
+    `| ${head.map(() => '---').join(' | ')} |`,
+    ...rows.map((row) => `| ${row.join(' | ')} |`),
+  ].join('\n');
 }
 
 export function renderRemote(r: RemoteFigure[]): string {
@@ -129,43 +155,154 @@ export function renderRemote(r: RemoteFigure[]): string {
   const clone = `git clone ${r[0] ? scheme(r[0]) : 'git://'}`;
   const model = r.find((f) => f.modelMs !== undefined)?.modelMs;
   if (model !== undefined) {
-    out.push(`"On the round": write() plus what the next tool call still waits for after a ${model} ms model call; "counted after": write() start → the row in (after the push with the remote) and the index in step.`);
+    out.push(
+      `"On the round": write() plus what the next tool call still waits for after a ${model} ms model call; "counted after": write() start → the row in (after the push with the remote) and the index in step.`,
+    );
   }
-  out.push(table(
-    ['files', 'touched', 'on the round, remote off', 'on the round, remote on', 'on / off', 'counted after, off', 'counted after, on', 'the push'],
-    r.map((f) => [
-      f.files, f.touched, mp(f.checkpointOff), mp(f.checkpointOn), x(f.checkpointRatio),
-      f.countedOff ? mp(f.countedOff) : 'n/a', f.countedOn ? mp(f.countedOn) : 'n/a', mp(f.push),
-    ]),
-  ));
-  out.push(table(
-    ['files', 'cross-host resume: claim → first tool call (standby + spare aimed)', 'standby + spare at HEAD', 'standby behind: fetch at the claim (spare)', 'cold host (no spare, no standby)', clone, 'git clone --no-local (path)', 'partial clone --filter=blob:none', 'speed-up vs clone', 'spare at HEAD vs clone', 'fetching vs clone', 'cold vs clone', 'vs --no-local', 'vs partial'],
-    r.map((f) => [
-      f.files, mp(f.crossHostResume), f.crossHostResumeUnaimed ? mp(f.crossHostResumeUnaimed) : 'n/a', f.crossHostResumeFetch ? mp(f.crossHostResumeFetch) : 'n/a', f.crossHostResumeCold ? mp(f.crossHostResumeCold) : 'n/a',
-      mp(f.cloneGit), mp(f.cloneFile), mp(f.partialClone),
-      x(f.speedupVsClone), x(f.speedupUnaimedVsClone ?? NaN), x(f.speedupFetchVsClone ?? NaN), x(f.speedupColdVsClone ?? NaN), x(f.speedupVsCloneFile), x(f.speedupVsPartial),
-    ]),
-  ));
-  out.push(table(
-    ['files', 'repository (packed)', 'resume fetched (median)', 'fetched / repository', 'full clone objects', 'partial clone objects'],
-    r.map((f) => [f.files, kib(f.repoPackedBytes), kib(f.fetchedBytes.median), `${(f.fetchedShareOfRepo * 100).toFixed(2)}%`, kib(f.cloneGitBytes), kib(f.partialCloneBytes)]),
-  ));
+  out.push(
+    table(
+      [
+        'files',
+        'touched',
+        'on the round, remote off',
+        'on the round, remote on',
+        'on / off',
+        'counted after, off',
+        'counted after, on',
+        'the push',
+      ],
+      r.map((f) => [
+        f.files,
+        f.touched,
+        mp(f.checkpointOff),
+        mp(f.checkpointOn),
+        x(f.checkpointRatio),
+        f.countedOff ? mp(f.countedOff) : 'n/a',
+        f.countedOn ? mp(f.countedOn) : 'n/a',
+        mp(f.push),
+      ]),
+    ),
+  );
+  out.push(
+    table(
+      [
+        'files',
+        'cross-host resume: claim → first tool call (standby + spare aimed)',
+        'standby + spare at HEAD',
+        'standby behind: fetch at the claim (spare)',
+        'cold host (no spare, no standby)',
+        clone,
+        'git clone --no-local (path)',
+        'partial clone --filter=blob:none',
+        'speed-up vs clone',
+        'spare at HEAD vs clone',
+        'fetching vs clone',
+        'cold vs clone',
+        'vs --no-local',
+        'vs partial',
+      ],
+      r.map((f) => [
+        f.files,
+        mp(f.crossHostResume),
+        f.crossHostResumeUnaimed ? mp(f.crossHostResumeUnaimed) : 'n/a',
+        f.crossHostResumeFetch ? mp(f.crossHostResumeFetch) : 'n/a',
+        f.crossHostResumeCold ? mp(f.crossHostResumeCold) : 'n/a',
+        mp(f.cloneGit),
+        mp(f.cloneFile),
+        mp(f.partialClone),
+        x(f.speedupVsClone),
+        x(f.speedupUnaimedVsClone ?? NaN),
+        x(f.speedupFetchVsClone ?? NaN),
+        x(f.speedupColdVsClone ?? NaN),
+        x(f.speedupVsCloneFile),
+        x(f.speedupVsPartial),
+      ]),
+    ),
+  );
+  out.push(
+    table(
+      [
+        'files',
+        'repository (packed)',
+        'resume fetched (median)',
+        'fetched / repository',
+        'full clone objects',
+        'partial clone objects',
+      ],
+      r.map((f) => [
+        f.files,
+        kib(f.repoPackedBytes),
+        kib(f.fetchedBytes.median),
+        `${(f.fetchedShareOfRepo * 100).toFixed(2)}%`,
+        kib(f.cloneGitBytes),
+        kib(f.partialCloneBytes),
+      ]),
+    ),
+  );
   if (r.some((f) => floorOf(f))) {
-    out.push('The floor of a resume that fetches at the claim: on a fresh host B, bare, the worker\'s fetch of the run\'s branch and notes, then the spare\'s `read-tree -m -u` at the checkpoint (no Postgres, no verification). A clone divided by it is the most such a resume could gain.');
-    out.push(table(
-      ['files', 'fetch', 'spare checkout', 'floor (sum of medians)', clone, 'clone / floor', 'cross-host resume fetching at the claim', 'resume / floor'],
-      r.filter((f) => floorOf(f)).map((f) => {
-        const floor = floorOf(f)!;
-        const fetching = f.crossHostResumeFetch ?? f.crossHostResume;
-        return [f.files, mp(f.floorFetch!), mp(f.floorCheckout!), ms(floor.ms), ms(f.cloneGit.median), x(floor.speedup), ms(fetching.median), x(fetching.median / floor.ms)];
-      }),
-    ));
+    out.push(
+      "The floor of a resume that fetches at the claim: on a fresh host B, bare, the worker's fetch of the run's branch and notes, then the spare's `read-tree -m -u` at the checkpoint (no Postgres, no verification). A clone divided by it is the most such a resume could gain.",
+    );
+    out.push(
+      table(
+        [
+          'files',
+          'fetch',
+          'spare checkout',
+          'floor (sum of medians)',
+          clone,
+          'clone / floor',
+          'cross-host resume fetching at the claim',
+          'resume / floor',
+        ],
+        r
+          .filter((f) => floorOf(f))
+          .map((f) => {
+            const floor = floorOf(f)!;
+            const fetching = f.crossHostResumeFetch ?? f.crossHostResume;
+            return [
+              f.files,
+              mp(f.floorFetch!),
+              mp(f.floorCheckout!),
+              ms(floor.ms),
+              ms(f.cloneGit.median),
+              x(floor.speedup),
+              ms(fetching.median),
+              x(fetching.median / floor.ms),
+            ];
+          }),
+      ),
+    );
   }
-  out.push('How the timed cross-host resumes ended: ' + r.map((f) => `${f.files} files: ${Object.entries(f.outcomes).map(([k, n]) => `${n} ${k}`).join(', ')}`).join('; '));
+  out.push(
+    'How the timed cross-host resumes ended: ' +
+      r
+        .map(
+          (f) =>
+            `${f.files} files: ${Object.entries(f.outcomes)
+              .map(([k, n]) => `${n} ${k}`)
+              .join(', ')}`,
+        )
+        .join('; '),
+  );
   const trace = (t: { msAfterClaim: number; msg: string }[]) => t.map((e) => `${e.msAfterClaim} ${e.msg}`).join(' → ');
-  for (const f of r) if (f.timeline.length) out.push(`Traced cross-host resume (standby + spare aimed) at ${f.files} files (ms after claim): ${trace(f.timeline)}`);
-  for (const f of r) if (f.timelineUnaimed?.length) out.push(`Traced cross-host resume (standby + spare at HEAD) at ${f.files} files (ms after claim): ${trace(f.timelineUnaimed)}`);
-  for (const f of r) if (f.timelineFetch?.length) out.push(`Traced cross-host resume fetching at the claim at ${f.files} files (ms after claim): ${trace(f.timelineFetch)}`);
-  for (const f of r) if (f.timelineCold?.length) out.push(`Traced cold cross-host resume at ${f.files} files (ms after claim): ${trace(f.timelineCold)}`);
+  for (const f of r)
+    if (f.timeline.length)
+      out.push(
+        `Traced cross-host resume (standby + spare aimed) at ${f.files} files (ms after claim): ${trace(f.timeline)}`,
+      );
+  for (const f of r)
+    if (f.timelineUnaimed?.length)
+      out.push(
+        `Traced cross-host resume (standby + spare at HEAD) at ${f.files} files (ms after claim): ${trace(f.timelineUnaimed)}`,
+      );
+  for (const f of r)
+    if (f.timelineFetch?.length)
+      out.push(
+        `Traced cross-host resume fetching at the claim at ${f.files} files (ms after claim): ${trace(f.timelineFetch)}`,
+      );
+  for (const f of r)
+    if (f.timelineCold?.length)
+      out.push(`Traced cold cross-host resume at ${f.files} files (ms after claim): ${trace(f.timelineCold)}`);
   return out.join('\n\n');
 }

@@ -47,7 +47,13 @@ import { Samples } from './stats.ts';
 const FIRST_CALL_FILE = 'bench-first-resumed-call-on-host-b.txt';
 
 /** The queue is not consulted by a run that completes; a stub keeps the bench off Redis. */
-const noQueue: JobQueue = { backend: 'postgres', enqueue: async () => {}, take: async () => null, deadLetter: async () => {}, close: async () => {} };
+const noQueue: JobQueue = {
+  backend: 'postgres',
+  enqueue: async () => {},
+  take: async () => null,
+  deadLetter: async () => {},
+  close: async () => {},
+};
 
 /** What host B had ready at the claim (see the top of this file). */
 type HostState = 'standby' | 'unaimed' | 'fetch' | 'cold';
@@ -64,13 +70,21 @@ export interface CrossHostResult {
   timelineCold: { msAfterClaim: number; msg: string }[];
 }
 
-export async function measureCrossHostResume(env: BenchEnv, setup: RemoteSetup, samples: number, s: Samples, key: string): Promise<CrossHostResult> {
+export async function measureCrossHostResume(
+  env: BenchEnv,
+  setup: RemoteSetup,
+  samples: number,
+  s: Samples,
+  key: string,
+): Promise<CrossHostResult> {
   const dir = path.join(env.workDir, 'remote', `resume-${setup.files}`);
   await mkdir(dir, { recursive: true });
   const transcriptPath = path.join(dir, 'transcript.json');
   const roundPaths = spreadPaths(setup.files, RESUME_ROUNDS);
   const steps = [
-    ...roundPaths.map((p, r) => ({ toolCalls: [{ toolName: 'write_file', input: { path: p, content: fileContent(r, 1) } }] })),
+    ...roundPaths.map((p, r) => ({
+      toolCalls: [{ toolName: 'write_file', input: { path: p, content: fileContent(r, 1) } }],
+    })),
     { toolCalls: [{ toolName: 'write_file', input: { path: FIRST_CALL_FILE, content: 'resumed on host b\n' } }] },
     { text: 'done' },
   ];
@@ -129,8 +143,23 @@ export async function measureCrossHostResume(env: BenchEnv, setup: RemoteSetup, 
     if (state === 'standby' || state === 'unaimed') {
       const { WORKER_CHECKPOINT_REMOTE: remote, WORKER_HOST_ID: hostId, WORKER_REMOTE_TIMEOUT_MS: timeoutMs } = config;
       // As the daemon wires it (worker/daemon.ts), for the default host state.
-      const aim = state === 'standby' ? { aimSpare: (aim: string | null) => makeSpareWorktree({ repoPath: hostB, worktreeBase: base, aim, log: silentLog }) } : {};
-      const standby = new RemoteStandby({ repoPath: hostB, remote: remote!, hostId, intervalMs: 1000, timeoutMs, admin: env.db.admin, ...aim, log: silentLog });
+      const aim =
+        state === 'standby'
+          ? {
+              aimSpare: (aim: string | null) =>
+                makeSpareWorktree({ repoPath: hostB, worktreeBase: base, aim, log: silentLog }),
+            }
+          : {};
+      const standby = new RemoteStandby({
+        repoPath: hostB,
+        remote: remote!,
+        hostId,
+        intervalMs: 1000,
+        timeoutMs,
+        admin: env.db.admin,
+        ...aim,
+        log: silentLog,
+      });
       const swept = await standby.sweepOnce();
       if (!swept?.fetched) throw new Error(`host B's standby fetched nothing for the run: ${JSON.stringify(swept)}`);
     }
@@ -139,9 +168,14 @@ export async function measureCrossHostResume(env: BenchEnv, setup: RemoteSetup, 
   };
 
   /** One resume on host B; ms from claim to the first tool call touching host B's worktree. */
-  const resumeOnce = async (state: HostState, log: Logger = silentLog): Promise<{ ms: number | null; result: string; claimedAt: number; fetchedBytes: number | null }> => {
+  const resumeOnce = async (
+    state: HostState,
+    log: Logger = silentLog,
+  ): Promise<{ ms: number | null; result: string; claimedAt: number; fetchedBytes: number | null }> => {
     const { config, worktree } = await crash(state);
-    const [{ job }] = (await env.su<{ job: Job }[]>`select job from agent_runs where id = ${f.run.id}`) as unknown as [{ job: Job }];
+    const [{ job }] = (await env.su<{ job: Job }[]>`select job from agent_runs where id = ${f.run.id}`) as unknown as [
+      { job: Job },
+    ];
     let claimedAt = 0;
     let firstCallAt = 0;
     let inner: FSWatcher | undefined;
@@ -163,12 +197,25 @@ export async function measureCrossHostResume(env: BenchEnv, setup: RemoteSetup, 
     let timer: NodeJS.Timeout | undefined;
     try {
       let result = await Promise.race([
-        executeDelivery({ config, db: env.db, queue: noQueue, workerId: `bench-host-b-${process.pid}`, log, shutdown: new AbortController().signal }, delivery).catch((err) => `threw: ${(err as Error).message.slice(0, 160)}`),
+        executeDelivery(
+          {
+            config,
+            db: env.db,
+            queue: noQueue,
+            workerId: `bench-host-b-${process.pid}`,
+            log,
+            shutdown: new AbortController().signal,
+          },
+          delivery,
+        ).catch((err) => `threw: ${(err as Error).message.slice(0, 160)}`),
         new Promise<string>((resolve) => (timer = setTimeout(() => resolve('hung (no result in 180 s)'), 180_000))),
       ]);
-      if (uncaught) result = `process would have crashed: ${(uncaught as Error).message?.slice(0, 120) ?? String(uncaught)}`;
+      if (uncaught)
+        result = `process would have crashed: ${(uncaught as Error).message?.slice(0, 120) ?? String(uncaught)}`;
       if (!claimedAt) throw new Error(`cross-host resume saw no claim (result ${result})`);
-      const [event] = await env.su<{ metadata: { fetchedBytes?: number; toHost?: string; standby?: boolean; aimedSpare?: boolean } }[]>`
+      const [event] = await env.su<
+        { metadata: { fetchedBytes?: number; toHost?: string; standby?: boolean; aimedSpare?: boolean } }[]
+      >`
         select metadata from convoy_events where agent_run_id = ${f.run.id} and type = 'run_resumed' order by id desc limit 1`;
       const fetchedBytes = event?.metadata.toHost === 'host-b' ? (event.metadata.fetchedBytes ?? null) : null;
       const fromStandby = state === 'standby' || state === 'unaimed';
@@ -194,8 +241,12 @@ export async function measureCrossHostResume(env: BenchEnv, setup: RemoteSetup, 
     const n = clones++;
     const into = (kind: string) => path.join(dir, `${kind}-${n}`);
     await s.time(`${key}.cloneGit`, () => runGit(dir, ['clone', '-q', setup.url, into('clone-git')]));
-    await s.time(`${key}.partialClone`, () => runGit(dir, ['clone', '-q', '--filter=blob:none', setup.url, into('partial')]));
-    await s.time(`${key}.cloneFile`, () => runGit(dir, ['clone', '-q', '--no-local', pathToFileURL(setup.remoteDir).href, into('clone-file')]));
+    await s.time(`${key}.partialClone`, () =>
+      runGit(dir, ['clone', '-q', '--filter=blob:none', setup.url, into('partial')]),
+    );
+    await s.time(`${key}.cloneFile`, () =>
+      runGit(dir, ['clone', '-q', '--no-local', pathToFileURL(setup.remoteDir).href, into('clone-file')]),
+    );
     await measureFloor(into('floor'));
     if (n === 0) {
       bytes.cloneGit = await objectStoreBytes(into('clone-git'));
@@ -212,9 +263,14 @@ export async function measureCrossHostResume(env: BenchEnv, setup: RemoteSetup, 
     await runGit(setup.remoteDir, ['update-ref', notesRef, remoteNotes]);
     await runGit(dir, ['clone', '-q', '--no-checkout', setup.pristine, hostB]);
     await runGit(hostB, ['config', 'gc.auto', '0']);
-    const spare = (await makeSpareWorktree({ repoPath: hostB, worktreeBase: `${hostB}-worktrees`, log: silentLog })).path!;
-    await s.time(`${key}.floorFetch`, () => fetchRun({ repoPath: hostB, remote: setup.url, branch: f.branch, notesRef }));
-    await s.time(`${key}.floorCheckout`, () => runGit(spare, [...TAKE_INDEX_CONFIG, 'read-tree', '-m', '-u', 'HEAD', target]));
+    const spare = (await makeSpareWorktree({ repoPath: hostB, worktreeBase: `${hostB}-worktrees`, log: silentLog }))
+      .path!;
+    await s.time(`${key}.floorFetch`, () =>
+      fetchRun({ repoPath: hostB, remote: setup.url, branch: f.branch, notesRef }),
+    );
+    await s.time(`${key}.floorCheckout`, () =>
+      runGit(spare, [...TAKE_INDEX_CONFIG, 'read-tree', '-m', '-u', 'HEAD', target]),
+    );
   };
 
   const outcomes: Record<string, number> = {};
@@ -228,7 +284,12 @@ export async function measureCrossHostResume(env: BenchEnv, setup: RemoteSetup, 
     await startOver();
     // Interleaved: a sample is a resume of each kind, and the clones.
     for (let tries = 0, ok = 0; ok < samples && tries < samples + 10; tries++) {
-      const [standby, unaimed, fetch, cold] = [await resumeOnce('standby'), await resumeOnce('unaimed'), await resumeOnce('fetch'), await resumeOnce('cold')];
+      const [standby, unaimed, fetch, cold] = [
+        await resumeOnce('standby'),
+        await resumeOnce('unaimed'),
+        await resumeOnce('fetch'),
+        await resumeOnce('cold'),
+      ];
       for (const r of [standby, unaimed, fetch, cold]) outcomes[r.result] = (outcomes[r.result] ?? 0) + 1;
       if (standby.ms === null || unaimed.ms === null || fetch.ms === null || cold.ms === null) continue;
       ok++;
@@ -242,12 +303,21 @@ export async function measureCrossHostResume(env: BenchEnv, setup: RemoteSetup, 
     const traceOf = async (state: HostState) => {
       const trace = stampingLogger();
       const traced = await resumeOnce(state, trace.log);
-      return resumeTimeline(trace.lines, traced, '(first resumed tool call touches host B\'s worktree)');
+      return resumeTimeline(trace.lines, traced, "(first resumed tool call touches host B's worktree)");
     };
     const [timeline, timelineUnaimed] = [await traceOf('standby'), await traceOf('unaimed')];
     const [timelineFetch, timelineCold] = [await traceOf('fetch'), await traceOf('cold')];
     const { cloneGit: cloneGitBytes, partialClone: partialCloneBytes } = bytes;
-    return { rounds: RESUME_ROUNDS, outcomes, cloneGitBytes, partialCloneBytes, timeline, timelineUnaimed, timelineFetch, timelineCold };
+    return {
+      rounds: RESUME_ROUNDS,
+      outcomes,
+      cloneGitBytes,
+      partialCloneBytes,
+      timeline,
+      timelineUnaimed,
+      timelineFetch,
+      timelineCold,
+    };
   } finally {
     await rm(dir, { recursive: true, force: true });
   }

@@ -21,9 +21,21 @@ export interface RemoteSetup {
  * The run's writer with the remote, built as worker/run/execute.ts builds it; the fixture's own writer (no
  * remote) is left unused. `onPush` wraps each push (to time it).
  */
-export function remoteWriter(env: BenchEnv, f: RunFixture, url: string, onPush?: (push: () => Promise<void>) => Promise<void>): CheckpointWriter {
+export function remoteWriter(
+  env: BenchEnv,
+  f: RunFixture,
+  url: string,
+  onPush?: (push: () => Promise<void>) => Promise<void>,
+): CheckpointWriter {
   const notesRef = runNotesRef(f.identity.workspaceId, f.identity.agentRunId);
-  const pusher = new RemotePusher({ cwd: f.worktree, remote: url, branch: f.branch, notesRef, assertHeld: () => f.lease.assertHeld(), log: silentLog });
+  const pusher = new RemotePusher({
+    cwd: f.worktree,
+    remote: url,
+    branch: f.branch,
+    notesRef,
+    assertHeld: () => f.lease.assertHeld(),
+    log: silentLog,
+  });
   if (onPush) {
     const push = pusher.pushCheckpoint.bind(pusher);
     pusher.pushCheckpoint = (oid) => onPush(() => push(oid));
@@ -44,4 +56,3 @@ export function remoteWriter(env: BenchEnv, f: RunFixture, url: string, onPush?:
     f.writer.state,
   );
 }
-

@@ -38,7 +38,13 @@ interface RemoteServer {
   stop(): Promise<void>;
 }
 
-async function setUp(env: BenchEnv, server: RemoteServer, base: string, files: number, log: (line: string) => void): Promise<RemoteSetup> {
+async function setUp(
+  env: BenchEnv,
+  server: RemoteServer,
+  base: string,
+  files: number,
+  log: (line: string) => void,
+): Promise<RemoteSetup> {
   const pristine = await ensurePristineRepo(files, log);
   const name = `files-${files}.git`;
   const remoteDir = path.join(base, name);
@@ -76,7 +82,13 @@ async function timedCheckpoint(s: Samples, key: string, writer: CheckpointWriter
 }
 
 /** `samples` checkpoints of each kind, alternating, after the same kind of round. */
-async function measureCheckpoints(env: BenchEnv, setup: RemoteSetup, samples: number, s: Samples, key: string): Promise<void> {
+async function measureCheckpoints(
+  env: BenchEnv,
+  setup: RemoteSetup,
+  samples: number,
+  s: Samples,
+  key: string,
+): Promise<void> {
   const off = await createRunFixture(env, setup.hostA);
   const onFixture = await createRunFixture(env, setup.hostA);
   let pushing = false;
@@ -119,8 +131,16 @@ export async function measureRemote(
       await measureCheckpoints(env, setup, plan.samples, s, key);
       const off = s.summary(`${key}.off`);
       const on = s.summary(`${key}.on`);
-      log(`remote ${files} files: checkpoint ${on.median.toFixed(1)} ms on the round with the remote vs ${off.median.toFixed(1)} ms without; counted after ${s.summary(`${key}.onCounted`).median.toFixed(1)} vs ${s.summary(`${key}.offCounted`).median.toFixed(1)} ms (${since()})`);
-      const r = await measureCrossHostResume(env, setup, Math.min(plan.samples, plan.remoteResumeSamples, RESUME_SAMPLES_AT[files] ?? Infinity), s, key);
+      log(
+        `remote ${files} files: checkpoint ${on.median.toFixed(1)} ms on the round with the remote vs ${off.median.toFixed(1)} ms without; counted after ${s.summary(`${key}.onCounted`).median.toFixed(1)} vs ${s.summary(`${key}.offCounted`).median.toFixed(1)} ms (${since()})`,
+      );
+      const r = await measureCrossHostResume(
+        env,
+        setup,
+        Math.min(plan.samples, plan.remoteResumeSamples, RESUME_SAMPLES_AT[files] ?? Infinity),
+        s,
+        key,
+      );
       const resume = s.summary(`${key}.resume`);
       const resumeUnaimed = s.summary(`${key}.resumeUnaimed`);
       const resumeFetch = s.summary(`${key}.resumeFetch`);
@@ -165,7 +185,9 @@ export async function measureRemote(
         timelineCold: r.timelineCold,
       };
       figures.push(fig);
-      log(`remote ${files} files: cross-host resume ${resume.median.toFixed(1)} ms with the standby (${resumeUnaimed.median.toFixed(1)} unaimed), ${resumeFetch.median.toFixed(1)} ms fetching, ${resumeCold.median.toFixed(1)} ms cold (fetched ${fetched.median} B) vs clone ${fig.cloneGit.median.toFixed(1)} ms, partial ${fig.partialClone.median.toFixed(1)} ms (${since()})`);
+      log(
+        `remote ${files} files: cross-host resume ${resume.median.toFixed(1)} ms with the standby (${resumeUnaimed.median.toFixed(1)} unaimed), ${resumeFetch.median.toFixed(1)} ms fetching, ${resumeCold.median.toFixed(1)} ms cold (fetched ${fetched.median} B) vs clone ${fig.cloneGit.median.toFixed(1)} ms, partial ${fig.partialClone.median.toFixed(1)} ms (${since()})`,
+      );
     }
   } finally {
     await server.stop();

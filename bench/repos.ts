@@ -32,7 +32,8 @@ export function filePath(i: number): string {
 /** ~400 bytes of plausible source, unique per file (so every blob is distinct). */
 export function fileContent(i: number, revision = 0): string {
   const lines = [`// generated file ${i}, revision ${revision}`, `export const id${i} = ${i};`];
-  for (let k = 0; k < 8; k++) lines.push(`export function f${i}_${k}(x: number): number { return x * ${k + 1} + ${i % 97}; }`);
+  for (let k = 0; k < 8; k++)
+    lines.push(`export function f${i}_${k}(x: number): number { return x * ${k + 1} + ${i % 97}; }`);
   return lines.join('\n') + '\n';
 }
 
@@ -51,16 +52,22 @@ const MALLOC_TUNABLES = { GLIBC_TUNABLES: 'glibc.malloc.top_pad=268435456:glibc.
 
 /** Streams the whole history into `git fast-import` in `dir`: one commit of every file, then the history. */
 async function importHistory(dir: string, files: number, history: number): Promise<void> {
-  const child = spawn('git', ['fast-import', '--quiet', '--done'], { cwd: dir, env: { ...(await safeGitEnv(dir)), ...MALLOC_TUNABLES }, stdio: ['pipe', 'ignore', 'pipe'] });
+  const child = spawn('git', ['fast-import', '--quiet', '--done'], {
+    cwd: dir,
+    env: { ...(await safeGitEnv(dir)), ...MALLOC_TUNABLES },
+    stdio: ['pipe', 'ignore', 'pipe'],
+  });
   const errors: Buffer[] = [];
   child.stderr.on('data', (d: Buffer) => errors.push(d));
   const exited = new Promise<number>((resolve, reject) => {
     child.on('error', reject);
     child.on('close', (code) => resolve(code ?? -1));
   });
-  const write = (text: string) => (child.stdin.write(text) ? Promise.resolve() : new Promise<void>((r) => child.stdin.once('drain', () => r())));
+  const write = (text: string) =>
+    child.stdin.write(text) ? Promise.resolve() : new Promise<void>((r) => child.stdin.once('drain', () => r()));
   const t0 = 1_600_000_000;
-  const commit = (n: number, message: string) => `commit refs/heads/main\ncommitter bench <bench@localhost> ${t0 + n * 600} +0000\ndata ${Buffer.byteLength(message)}\n${message}\n`;
+  const commit = (n: number, message: string) =>
+    `commit refs/heads/main\ncommitter bench <bench@localhost> ${t0 + n * 600} +0000\ndata ${Buffer.byteLength(message)}\n${message}\n`;
   const file = (p: string, content: string) => `M 100644 inline ${p}\ndata ${Buffer.byteLength(content)}\n${content}\n`;
   let chunk = commit(0, `generated ${files} files`) + file('README.md', `# generated repo, ${files} files\n`);
   for (let i = 0; i < files; i++) {
@@ -85,14 +92,19 @@ async function importHistory(dir: string, files: number, history: number): Promi
   await write(chunk + 'done\n');
   child.stdin.end();
   const code = await exited;
-  if (code !== 0) throw new Error(`git fast-import failed (exit ${code}): ${Buffer.concat(errors).toString().slice(0, 500)}`);
+  if (code !== 0)
+    throw new Error(`git fast-import failed (exit ${code}): ${Buffer.concat(errors).toString().slice(0, 500)}`);
 }
 
 /**
  * The cached, packed repository with `files` files on branch main (built on first use), with
  * `history` commits after the first (0: one snapshot commit, the layout of the first benches).
  */
-export async function ensurePristineRepo(files: number, log: (line: string) => void, options: { history?: number } = {}): Promise<string> {
+export async function ensurePristineRepo(
+  files: number,
+  log: (line: string) => void,
+  options: { history?: number } = {},
+): Promise<string> {
   const history = options.history ?? HISTORY_COMMITS;
   const dir = path.join(CACHE, `files-${files}-h${history}-v${LAYOUT_VERSION}`);
   const ready = `${dir}.ready`;
@@ -107,7 +119,9 @@ export async function ensurePristineRepo(files: number, log: (line: string) => v
   // as they would in production.
   await runGit(dir, ['repack', '-a', '-d', '-q'], { env: MALLOC_TUNABLES });
   await writeFile(ready, new Date().toISOString() + '\n');
-  log(`  generated ${files}-file repo with ${history} commits of history in ${((performance.now() - start) / 1000).toFixed(1)} s (${dir})`);
+  log(
+    `  generated ${files}-file repo with ${history} commits of history in ${((performance.now() - start) / 1000).toFixed(1)} s (${dir})`,
+  );
   return dir;
 }
 

@@ -16,7 +16,15 @@ export interface CheckpointFigure {
   total: Summary;
   /** What the writer leaves behind the round (the note, and the index when git stores the bytes as-is), awaited after `total`. */
   behind?: Summary;
-  parts: { fence: Summary; content: Summary; hash: Summary; row: Summary; note: Summary; partsSum: Summary; indexBehind?: Summary };
+  parts: {
+    fence: Summary;
+    content: Summary;
+    hash: Summary;
+    row: Summary;
+    note: Summary;
+    partsSum: Summary;
+    indexBehind?: Summary;
+  };
   /** The replayed checkpoint up to the row (fence + content + hash + row): the round's wait if the note went async. */
   withoutNote: Summary;
   floors: { insert: Summary; gitCommit: Summary; sumOfMedians: number };
@@ -133,13 +141,17 @@ export function evaluateTargets(r: Omit<BenchResults, 'targets'>): Target[] {
   targets.push({
     name: 'checkpoint vs floors',
     goal: 'checkpoint total ≤ 1.0 × (bare INSERT + bare git add + git commit of the same change), at every repo size and touched count',
-    measured: r.checkpoint.length ? r.checkpoint.map((c) => `${c.files}/${c.touched}: ${x(c.ratioToFloors)}`).join(', ') : 'not measured',
+    measured: r.checkpoint.length
+      ? r.checkpoint.map((c) => `${c.files}/${c.touched}: ${x(c.ratioToFloors)}`).join(', ')
+      : 'not measured',
     met: r.checkpoint.length ? r.checkpoint.every((c) => c.ratioToFloors <= 1) : null,
   });
   targets.push({
     name: 'Postgres part vs LangGraph put',
     goal: "our Postgres write ≤ the peer's put (same database, same payload)",
-    measured: r.peers ? `${ms(r.peers.ours.median)} ms vs ${ms(r.peers.langgraphPut.median)} ms = ${x(r.peers.oursOverLanggraph)}${r.peers.dbosStep ? `; DBOS step ${ms(r.peers.dbosStep.median)} ms = ${x(r.peers.oursOverDbos)}` : ''}` : 'not measured',
+    measured: r.peers
+      ? `${ms(r.peers.ours.median)} ms vs ${ms(r.peers.langgraphPut.median)} ms = ${x(r.peers.oursOverLanggraph)}${r.peers.dbosStep ? `; DBOS step ${ms(r.peers.dbosStep.median)} ms = ${x(r.peers.oursOverDbos)}` : ''}`
+      : 'not measured',
     met: r.peers ? r.peers.oursOverLanggraph <= 1 : null,
   });
   const big = r.resume.filter((f) => f.files >= 10_000);
@@ -149,27 +161,45 @@ export function evaluateTargets(r: Omit<BenchResults, 'targets'>): Target[] {
   targets.push({
     name: 'resume vs clone',
     goal: 'resume (claim → first resumed tool call) ≥ 20× faster than git clone --no-local, at 10k files and above',
-    measured: big.length ? big.map((f) => `${f.files}: ${ms(f.resume.median)} ms vs ${ms(f.clone.median)} ms = ${x(f.speedupVsClone)}`).join(', ') : 'not measured',
+    measured: big.length
+      ? big
+          .map((f) => `${f.files}: ${ms(f.resume.median)} ms vs ${ms(f.clone.median)} ms = ${x(f.speedupVsClone)}`)
+          .join(', ')
+      : 'not measured',
     met: big.length ? big.every((f) => f.speedupVsClone >= 20) : null,
   });
   targets.push({
     name: 'resume ratio grows with repo size',
     goal: 'the speed-up grows with repo size (≥ 10% per size step)',
-    measured: r.resume.length ? [...r.resume].sort((a, b) => a.files - b.files).map((f) => `${f.files}: ${x(f.speedupVsClone)}`).join(', ') : 'not measured',
+    measured: r.resume.length
+      ? [...r.resume]
+          .sort((a, b) => a.files - b.files)
+          .map((f) => `${f.files}: ${x(f.speedupVsClone)}`)
+          .join(', ')
+      : 'not measured',
     met: grows,
   });
   const worst = [...r.integrity].sort((a, b) => b.ratioToGitStatus - a.ratioToGitStatus)[0];
   targets.push({
     name: 'integrity check vs git status',
     goal: 'integrity check ≤ 1.5 × git status on the same worktree, at every size',
-    measured: r.integrity.length ? r.integrity.map((f) => `${f.files}/${f.touched}: ${x(f.ratioToGitStatus)}`).join(', ') : 'not measured',
+    measured: r.integrity.length
+      ? r.integrity.map((f) => `${f.files}/${f.touched}: ${x(f.ratioToGitStatus)}`).join(', ')
+      : 'not measured',
     met: worst ? worst.ratioToGitStatus <= 1.5 : null,
   });
   targets.push({
     name: 'convoy detail at 10^6 rows',
     goal: 'convoy detail at 10^6 rows ≤ 2 × its time at 10^4 rows',
-    measured: r.missionControlRatio !== null ? r.missionControl.map((m) => `${m.rows}: ${ms(m.convoyDetail.median)} ms`).join(', ') + ` → ${x(r.missionControlRatio)}` : 'not measured',
-    met: r.missionControlRatio !== null && r.missionControl.some((m) => m.rows >= 1_000_000) ? r.missionControlRatio <= 2 : null,
+    measured:
+      r.missionControlRatio !== null
+        ? r.missionControl.map((m) => `${m.rows}: ${ms(m.convoyDetail.median)} ms`).join(', ') +
+          ` → ${x(r.missionControlRatio)}`
+        : 'not measured',
+    met:
+      r.missionControlRatio !== null && r.missionControl.some((m) => m.rows >= 1_000_000)
+        ? r.missionControlRatio <= 2
+        : null,
   });
   if (r.longRun) targets.push(...longRunTargets(r.longRun));
   targets.push(...remoteTargets(r.remote));
@@ -206,89 +236,297 @@ export function renderTables(r: BenchResults): string {
   const out: string[] = [];
   if (r.checkpoint.length) {
     out.push('### 1. Checkpoint cost per tool round (ms, median / p99)');
-    out.push(table(
-      ['files', 'touched', 'checkpoint total', 'behind the round (note, index)', 'content commit', 'Postgres row', 'git note', 'fence', 'describe+hash', 'floor INSERT', 'floor git commit', 'total / floors', 'without note / floors'],
-      r.checkpoint.map((c) => [c.files, c.touched, mp(c.total), c.behind ? mp(c.behind) : '', mp(c.parts.content), mp(c.parts.row), mp(c.parts.note), mp(c.parts.fence), mp(c.parts.hash), mp(c.floors.insert), mp(c.floors.gitCommit), x(c.ratioToFloors), x(c.withoutNoteRatioToFloors)]),
-    ));
+    out.push(
+      table(
+        [
+          'files',
+          'touched',
+          'checkpoint total',
+          'behind the round (note, index)',
+          'content commit',
+          'Postgres row',
+          'git note',
+          'fence',
+          'describe+hash',
+          'floor INSERT',
+          'floor git commit',
+          'total / floors',
+          'without note / floors',
+        ],
+        r.checkpoint.map((c) => [
+          c.files,
+          c.touched,
+          mp(c.total),
+          c.behind ? mp(c.behind) : '',
+          mp(c.parts.content),
+          mp(c.parts.row),
+          mp(c.parts.note),
+          mp(c.parts.fence),
+          mp(c.parts.hash),
+          mp(c.floors.insert),
+          mp(c.floors.gitCommit),
+          x(c.ratioToFloors),
+          x(c.withoutNoteRatioToFloors),
+        ]),
+      ),
+    );
     if (r.checkpoint.some((c) => c.gitPeers)) {
-      out.push('#### Repository size: our checkpoint vs the floor and the peers\' git snapshots of the same change (ms, median / p99)');
-      out.push(table(
-        ['files', 'touched', 'samples', 'ours (total)', 'floor (INSERT + git add + commit)', 'ours / floor', 'Cline-style (add -A + commit)', 'ours / Cline', 'OpenCode-style (add . + write-tree)', 'ours / OpenCode'],
-        r.checkpoint.filter((c) => c.gitPeers).map((c) => [c.files, c.touched, c.samples ?? '', mp(c.total), `${ms(c.floors.sumOfMedians)}`, x(c.ratioToFloors), mp(c.gitPeers!.cline), x(c.gitPeers!.oursOverCline), mp(c.gitPeers!.opencode), x(c.gitPeers!.oursOverOpencode)]),
-      ));
+      out.push(
+        "#### Repository size: our checkpoint vs the floor and the peers' git snapshots of the same change (ms, median / p99)",
+      );
+      out.push(
+        table(
+          [
+            'files',
+            'touched',
+            'samples',
+            'ours (total)',
+            'floor (INSERT + git add + commit)',
+            'ours / floor',
+            'Cline-style (add -A + commit)',
+            'ours / Cline',
+            'OpenCode-style (add . + write-tree)',
+            'ours / OpenCode',
+          ],
+          r.checkpoint
+            .filter((c) => c.gitPeers)
+            .map((c) => [
+              c.files,
+              c.touched,
+              c.samples ?? '',
+              mp(c.total),
+              `${ms(c.floors.sumOfMedians)}`,
+              x(c.ratioToFloors),
+              mp(c.gitPeers!.cline),
+              x(c.gitPeers!.oursOverCline),
+              mp(c.gitPeers!.opencode),
+              x(c.gitPeers!.oursOverOpencode),
+            ]),
+        ),
+      );
     }
-    out.push(`One git process doing nothing (rev-parse) costs ${mp(r.checkpoint[0]!.gitSpawn)} ms here; a checkpoint spawns 4 (content: update-index, write-tree, update-ref; the commit object is written in-process), plus 1 for the note (fast-import), which runs behind the next round.`);
+    out.push(
+      `One git process doing nothing (rev-parse) costs ${mp(r.checkpoint[0]!.gitSpawn)} ms here; a checkpoint spawns 4 (content: update-index, write-tree, update-ref; the commit object is written in-process), plus 1 for the note (fast-import), which runs behind the next round.`,
+    );
     out.push('The git commands one by one (ms, median / p99):');
     const parts = Object.keys(r.checkpoint[0]!.gitParts);
-    if (parts.length) out.push(table(['files', 'touched', ...parts], r.checkpoint.map((c) => [c.files, c.touched, ...parts.map((p) => (c.gitParts[p] ? mp(c.gitParts[p]) : ''))])));
+    if (parts.length)
+      out.push(
+        table(
+          ['files', 'touched', ...parts],
+          r.checkpoint.map((c) => [c.files, c.touched, ...parts.map((p) => (c.gitParts[p] ? mp(c.gitParts[p]) : ''))]),
+        ),
+      );
   }
   if (r.peers) {
     const p = r.peers;
     out.push(`### 2. Postgres write vs peers (same database, ${p.payloadBytes}-byte payload; ms, median / p99)`);
-    out.push(table(
-      ['ours (fenced insert)', 'bare INSERT txn', 'LangGraph PostgresSaver.put', 'DBOS step', 'ours / LangGraph', 'ours / DBOS'],
-      [[mp(p.ours), mp(p.floorInsert), mp(p.langgraphPut), p.dbosStep ? mp(p.dbosStep) : `n/a (${p.dbos.ok ? '' : p.dbos.error})`, x(p.oursOverLanggraph), x(p.oursOverDbos)]],
-    ));
-    out.push(`Our write, taken apart (same rotation): empty workspace transaction ${mp(p.profile.emptyTx)} ms, row insert without the lease update ${mp(p.profile.insertOnly)} ms, lease update alone ${mp(p.profile.leaseUpdateOnly)} ms. What-if, fenced by a FOR SHARE row lock instead of the lease UPDATE: ${mp(p.profile.fencedInsertForShare)} ms = ${x(p.forShareOverLanggraph)} LangGraph's put.`);
+    out.push(
+      table(
+        [
+          'ours (fenced insert)',
+          'bare INSERT txn',
+          'LangGraph PostgresSaver.put',
+          'DBOS step',
+          'ours / LangGraph',
+          'ours / DBOS',
+        ],
+        [
+          [
+            mp(p.ours),
+            mp(p.floorInsert),
+            mp(p.langgraphPut),
+            p.dbosStep ? mp(p.dbosStep) : `n/a (${p.dbos.ok ? '' : p.dbos.error})`,
+            x(p.oursOverLanggraph),
+            x(p.oursOverDbos),
+          ],
+        ],
+      ),
+    );
+    out.push(
+      `Our write, taken apart (same rotation): empty workspace transaction ${mp(p.profile.emptyTx)} ms, row insert without the lease update ${mp(p.profile.insertOnly)} ms, lease update alone ${mp(p.profile.leaseUpdateOnly)} ms. What-if, fenced by a FOR SHARE row lock instead of the lease UPDATE: ${mp(p.profile.fencedInsertForShare)} ms = ${x(p.forShareOverLanggraph)} LangGraph's put.`,
+    );
   }
   if (r.resume.length) {
     out.push('### 3. Resume vs starting over (ms, median / p99)');
-    out.push(table(
-      ['files', 'resume: claim → first tool call', 'verification alone', 'git clone --no-local', 'clone + redo rounds', 'speed-up vs clone', 'vs clone + redo', 'what-if: resume without watcher', 'its speed-up vs clone'],
-      r.resume.map((f) => [f.files, mp(f.resume), mp(f.verifyOnly), mp(f.clone), mp(f.cloneAndRedo), x(f.speedupVsClone), x(f.speedupVsCloneAndRedo), mp(f.resumeNoWatcher), x(f.speedupNoWatcherVsClone)]),
-    ));
+    out.push(
+      table(
+        [
+          'files',
+          'resume: claim → first tool call',
+          'verification alone',
+          'git clone --no-local',
+          'clone + redo rounds',
+          'speed-up vs clone',
+          'vs clone + redo',
+          'what-if: resume without watcher',
+          'its speed-up vs clone',
+        ],
+        r.resume.map((f) => [
+          f.files,
+          mp(f.resume),
+          mp(f.verifyOnly),
+          mp(f.clone),
+          mp(f.cloneAndRedo),
+          x(f.speedupVsClone),
+          x(f.speedupVsCloneAndRedo),
+          mp(f.resumeNoWatcher),
+          x(f.speedupNoWatcherVsClone),
+        ]),
+      ),
+    );
     if (r.resume.some((f) => f.history !== undefined)) {
       out.push('Clone with and without history (the resumed repo has the history; ms, median / p99):');
-      out.push(table(
-        ['files', 'commits of history', 'samples', 'resume', 'clone (with history)', 'speed-up', 'clone (1 commit)', 'speed-up vs that'],
-        r.resume.map((f) => [f.files, f.history ?? '', f.samples ?? '', mp(f.resume), mp(f.clone), x(f.speedupVsClone), f.cloneNoHistory ? mp(f.cloneNoHistory) : 'not measured', x(f.speedupVsCloneNoHistory ?? null)]),
-      ));
+      out.push(
+        table(
+          [
+            'files',
+            'commits of history',
+            'samples',
+            'resume',
+            'clone (with history)',
+            'speed-up',
+            'clone (1 commit)',
+            'speed-up vs that',
+          ],
+          r.resume.map((f) => [
+            f.files,
+            f.history ?? '',
+            f.samples ?? '',
+            mp(f.resume),
+            mp(f.clone),
+            x(f.speedupVsClone),
+            f.cloneNoHistory ? mp(f.cloneNoHistory) : 'not measured',
+            x(f.speedupVsCloneNoHistory ?? null),
+          ]),
+        ),
+      );
     }
-    out.push('How the timed resumes ended: ' + r.resume.map((f) => `${f.files} files: ${Object.entries(f.outcomes).map(([k, n]) => `${n} ${k}`).join(', ')}`).join('; '));
-    for (const f of r.resume) out.push(`Traced resume at ${f.files} files (ms after claim): ${f.timeline.map((t) => `${t.msAfterClaim} ${t.msg}`).join(' → ')}`);
+    out.push(
+      'How the timed resumes ended: ' +
+        r.resume
+          .map(
+            (f) =>
+              `${f.files} files: ${Object.entries(f.outcomes)
+                .map(([k, n]) => `${n} ${k}`)
+                .join(', ')}`,
+          )
+          .join('; '),
+    );
+    for (const f of r.resume)
+      out.push(
+        `Traced resume at ${f.files} files (ms after claim): ${f.timeline.map((t) => `${t.msAfterClaim} ${t.msg}`).join(' → ')}`,
+      );
   }
   if (r.integrity.length) {
     out.push('### 4. Integrity check (ms, median / p99)');
-    out.push(table(
-      ['files', 'files touched', 'checkpoints', 'integrity check', 'git status', 'check / status', 'intact'],
-      r.integrity.map((f) => [f.files, f.touched, f.checkpoints, mp(f.check), mp(f.gitStatus), x(f.ratioToGitStatus), f.intact ? 'yes' : `no: ${f.findings.join('; ')}`]),
-    ));
-    out.push('Its parts, each alone (ms, median): ' + r.integrity.map((f) => `${f.files}/${f.touched}: ` + Object.entries(f.profile).map(([k, v]) => `${k} ${ms(v.median)}`).join(', ')).join(' · '));
+    out.push(
+      table(
+        ['files', 'files touched', 'checkpoints', 'integrity check', 'git status', 'check / status', 'intact'],
+        r.integrity.map((f) => [
+          f.files,
+          f.touched,
+          f.checkpoints,
+          mp(f.check),
+          mp(f.gitStatus),
+          x(f.ratioToGitStatus),
+          f.intact ? 'yes' : `no: ${f.findings.join('; ')}`,
+        ]),
+      ),
+    );
+    out.push(
+      'Its parts, each alone (ms, median): ' +
+        r.integrity
+          .map(
+            (f) =>
+              `${f.files}/${f.touched}: ` +
+              Object.entries(f.profile)
+                .map(([k, v]) => `${k} ${ms(v.median)}`)
+                .join(', '),
+          )
+          .join(' · '),
+    );
   }
   if (r.missionControl.length) {
     out.push('### 5. Mission control reads (ms, median / p99)');
-    out.push(table(
-      ['checkpoint rows', 'table + indexes', 'convoy detail', 'run history (50 checkpoints)', 'convoy detail plan'],
-      r.missionControl.map((m) => [m.rows, `${m.tableMiB} MiB`, mp(m.convoyDetail), mp(m.runHistory), m.convoyDetailPlan]),
-    ));
+    out.push(
+      table(
+        ['checkpoint rows', 'table + indexes', 'convoy detail', 'run history (50 checkpoints)', 'convoy detail plan'],
+        r.missionControl.map((m) => [
+          m.rows,
+          `${m.tableMiB} MiB`,
+          mp(m.convoyDetail),
+          mp(m.runHistory),
+          m.convoyDetailPlan,
+        ]),
+      ),
+    );
     const timelines = r.missionControl.filter((m) => m.timelineShort && m.timelineLongFirst && m.timelineLongLast);
     if (timelines.length) {
-      out.push(table(
-        ['checkpoint rows', 'run page, 20 checkpoints', '2,000 checkpoints: first page', '2,000 checkpoints: last page'],
-        timelines.map((m) => [m.rows, mp(m.timelineShort!), mp(m.timelineLongFirst!), mp(m.timelineLongLast!)]),
-      ));
+      out.push(
+        table(
+          [
+            'checkpoint rows',
+            'run page, 20 checkpoints',
+            '2,000 checkpoints: first page',
+            '2,000 checkpoints: last page',
+          ],
+          timelines.map((m) => [m.rows, mp(m.timelineShort!), mp(m.timelineLongFirst!), mp(m.timelineLongLast!)]),
+        ),
+      );
     }
   }
   if (r.throughput.length) {
     out.push('### 6. Throughput (real worker processes, zero-delay replay)');
-    out.push(table(
-      ['workers', 'runs × rounds', 'wall s', 'checkpoints/s', 'rounds/s', 'checkpoint interval ms (median / p99)', 'CPU s per worker (own + git)', 'machine busy'],
-      r.throughput.map((t) => [t.workers, `${t.runs} × ${t.roundsPerRun}`, t.wallSeconds, t.checkpointsPerSecond, t.roundsPerSecond, mp(t.checkpointInterval), t.perWorker.map((w) => `${w.cpuSeconds}+${w.childCpuSeconds}`).join(', '), `${Math.round(t.machineBusy * 100)}%`]),
-    ));
-    for (const t of r.throughput) if (t.failed) out.push(`${t.workers} worker(s): ${t.failed} of ${t.runs} runs failed${t.failures?.length ? `: ${t.failures.join(' | ')}` : ''}.`);
+    out.push(
+      table(
+        [
+          'workers',
+          'runs × rounds',
+          'wall s',
+          'checkpoints/s',
+          'rounds/s',
+          'checkpoint interval ms (median / p99)',
+          'CPU s per worker (own + git)',
+          'machine busy',
+        ],
+        r.throughput.map((t) => [
+          t.workers,
+          `${t.runs} × ${t.roundsPerRun}`,
+          t.wallSeconds,
+          t.checkpointsPerSecond,
+          t.roundsPerSecond,
+          mp(t.checkpointInterval),
+          t.perWorker.map((w) => `${w.cpuSeconds}+${w.childCpuSeconds}`).join(', '),
+          `${Math.round(t.machineBusy * 100)}%`,
+        ]),
+      ),
+    );
+    for (const t of r.throughput)
+      if (t.failed)
+        out.push(
+          `${t.workers} worker(s): ${t.failed} of ${t.runs} runs failed${t.failures?.length ? `: ${t.failures.join(' | ')}` : ''}.`,
+        );
   }
   if (r.longRun) out.push(renderLongRun(r.longRun));
   if (r.remote?.length) out.push(renderRemote(r.remote));
   if (r.wholeCost) out.push(renderWholeCost(r.wholeCost));
   out.push('### Targets');
-  out.push(table(['target', 'measured', 'met'], r.targets.map((t) => [t.goal, t.measured, t.met === null ? 'not measured' : t.met ? 'yes' : 'NO'])));
+  out.push(
+    table(
+      ['target', 'measured', 'met'],
+      r.targets.map((t) => [t.goal, t.measured, t.met === null ? 'not measured' : t.met ? 'yes' : 'NO']),
+    ),
+  );
   return out.join('\n\n');
 }
 
 export { ratio };
 
 function renderWholeCost(w: WholeCostResult): string {
-  const phases = Object.entries(w.phases).map(([p, v]) => `${p} ${ms(v.median)}`).join(', ');
+  const phases = Object.entries(w.phases)
+    .map(([p, v]) => `${p} ${ms(v.median)}`)
+    .join(', ');
   return [
     `### Whole cost of checkpointing (${w.rounds} rounds at ${w.files} files, ${w.changed} changed a round; ` +
       `ms, median / p99 of ${w.repetitions})`,

@@ -74,7 +74,10 @@ export function stampingLogger(): { log: Logger; lines: { at: number; msg: strin
         try {
           const entry = JSON.parse(line) as { msg?: string; error?: string };
           // A failure's reason goes with it into the timeline: a failed resume says why.
-          lines.push({ at, msg: entry.error ? `${entry.msg} (${String(entry.error).slice(0, 300)})` : String(entry.msg) });
+          lines.push({
+            at,
+            msg: entry.error ? `${entry.msg} (${String(entry.error).slice(0, 300)})` : String(entry.msg),
+          });
         } catch {
           lines.push({ at, msg: line.slice(0, 80) });
         }
@@ -89,14 +92,24 @@ export function stampingLogger(): { log: Logger; lines: { at: number; msg: strin
  * `flat`: the same files with one commit of history; cloned too in each sample (under
  * `${key}.cloneNoHistory`), to show what the history costs a clone.
  */
-export async function measureResume(env: BenchEnv, repo: string, files: number, samples: number, s: Samples, key: string, flat?: string): Promise<ResumeResult> {
+export async function measureResume(
+  env: BenchEnv,
+  repo: string,
+  files: number,
+  samples: number,
+  s: Samples,
+  key: string,
+  flat?: string,
+): Promise<ResumeResult> {
   const dir = path.join(env.workDir, 'resume', String(files));
   await mkdir(dir, { recursive: true });
   const transcriptPath = path.join(dir, 'transcript.json');
   const roundPaths = spreadPaths(files, RESUME_ROUNDS);
   // Entries 0..ROUNDS-1 are the rounds done before the crash; entry ROUNDS is the first resumed call.
   const steps = [
-    ...roundPaths.map((p, r) => ({ toolCalls: [{ toolName: 'write_file', input: { path: p, content: fileContent(r, 1) } }] })),
+    ...roundPaths.map((p, r) => ({
+      toolCalls: [{ toolName: 'write_file', input: { path: p, content: fileContent(r, 1) } }],
+    })),
     { toolCalls: [{ toolName: 'write_file', input: { path: FIRST_CALL_FILE, content: 'resumed\n' } }] },
     { text: 'done' },
   ];
@@ -110,7 +123,12 @@ export async function measureResume(env: BenchEnv, repo: string, files: number, 
   }
   await f.writer.settleNotes(); // the last note and index work, before the crash is staged
   const target = f.writer.state.headOid!;
-  const config = parseConfig({ ...env.childEnv, WORKER_REPO_ROOT: repo, WORKER_MAX_TOOL_STEPS: '1000', LOG_LEVEL: 'silent' });
+  const config = parseConfig({
+    ...env.childEnv,
+    WORKER_REPO_ROOT: repo,
+    WORKER_MAX_TOOL_STEPS: '1000',
+    LOG_LEVEL: 'silent',
+  });
 
   /** Back to the state a crash after round ROUNDS leaves, requeued as the stall detector does. */
   const crash = async () => {
@@ -128,8 +146,12 @@ export async function measureResume(env: BenchEnv, repo: string, files: number, 
   };
 
   /** One resume of the crashed run by the real run code (worker/run/execute.ts); ms from claim to first tool call. */
-  const resumeOnce = async (log: Logger = silentLog): Promise<{ ms: number | null; result: string; claimedAt: number }> => {
-    const [{ job }] = (await env.su<{ job: Job }[]>`select job from agent_runs where id = ${f.run.id}`) as unknown as [{ job: Job }];
+  const resumeOnce = async (
+    log: Logger = silentLog,
+  ): Promise<{ ms: number | null; result: string; claimedAt: number }> => {
+    const [{ job }] = (await env.su<{ job: Job }[]>`select job from agent_runs where id = ${f.run.id}`) as unknown as [
+      { job: Job },
+    ];
     let claimedAt = 0;
     let firstCallAt = 0;
     const watcher = watch(f.worktree, (_event, name) => {
@@ -152,10 +174,21 @@ export async function measureResume(env: BenchEnv, repo: string, files: number, 
     let timer: NodeJS.Timeout | undefined;
     try {
       let result = await Promise.race([
-        executeDelivery({ config, db: env.db, queue: noQueue, workerId: `bench-resume-${process.pid}`, log, shutdown: new AbortController().signal }, delivery).catch((err) => `threw: ${(err as Error).message.slice(0, 120)}`),
+        executeDelivery(
+          {
+            config,
+            db: env.db,
+            queue: noQueue,
+            workerId: `bench-resume-${process.pid}`,
+            log,
+            shutdown: new AbortController().signal,
+          },
+          delivery,
+        ).catch((err) => `threw: ${(err as Error).message.slice(0, 120)}`),
         new Promise<string>((resolve) => (timer = setTimeout(() => resolve('hung (no result in 120 s)'), 120_000))),
       ]);
-      if (uncaught) result = `process would have crashed: ${(uncaught as Error).message?.slice(0, 120) ?? String(uncaught)}`;
+      if (uncaught)
+        result = `process would have crashed: ${(uncaught as Error).message?.slice(0, 120) ?? String(uncaught)}`;
       if (!claimedAt) throw new Error(`resume sample saw no claim (result ${result})`);
       // No first call: the resume failed (e.g. lease_lost); counted in the outcomes, not timed.
       return { ms: firstCallAt && !uncaught ? firstCallAt - claimedAt : null, result, claimedAt };
@@ -170,7 +203,9 @@ export async function measureResume(env: BenchEnv, repo: string, files: number, 
   const verifyOnly = async () => {
     const [run] = await env.su`select * from agent_runs where id = ${f.run.id}`;
     const chain = await withWorkspace(env.db.app, env.workspaceId, (tx) => checkpointChain(tx, f.run.id));
-    await s.time(`${key}.verifyOnly`, () => inspectRun({ run: run as never, chain, anchor: null, repoRoot: repo, notesRef: config.WORKER_NOTES_REF }));
+    await s.time(`${key}.verifyOnly`, () =>
+      inspectRun({ run: run as never, chain, anchor: null, repoRoot: repo, notesRef: config.WORKER_NOTES_REF }),
+    );
   };
 
   // Each clone goes to a fresh folder, removed only when the bench ends: deleting 50k files
@@ -179,10 +214,15 @@ export async function measureResume(env: BenchEnv, repo: string, files: number, 
   const startOver = async () => {
     const cloneDir = path.join(dir, `clone-${clones++}`);
     await s.time(`${key}.cloneAndRedo`, async () => {
-      await s.time(`${key}.clone`, () => runGit(dir, ['clone', '-q', '--no-local', pathToFileURL(repo).href, cloneDir]));
+      await s.time(`${key}.clone`, () =>
+        runGit(dir, ['clone', '-q', '--no-local', pathToFileURL(repo).href, cloneDir]),
+      );
       for (const [r, p] of roundPaths.entries()) await writeFile(path.join(cloneDir, p), fileContent(r, 1));
     });
-    if (flat) await s.time(`${key}.cloneNoHistory`, () => runGit(dir, ['clone', '-q', '--no-local', pathToFileURL(flat).href, path.join(dir, `clone-${clones++}`)]));
+    if (flat)
+      await s.time(`${key}.cloneNoHistory`, () =>
+        runGit(dir, ['clone', '-q', '--no-local', pathToFileURL(flat).href, path.join(dir, `clone-${clones++}`)]),
+      );
   };
 
   const outcomes: Record<string, number> = {};

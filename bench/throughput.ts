@@ -95,13 +95,28 @@ function spawnWorker(env: Record<string, string>, id: string): WorkerProcess {
   return { id, child, ready, exited, tail };
 }
 
-export async function measureThroughput(env: BenchEnv, repo: string, workers: number, roundsPerRun: number, runsPerWorker: number, log: (line: string) => void): Promise<ThroughputResult> {
+export async function measureThroughput(
+  env: BenchEnv,
+  repo: string,
+  workers: number,
+  roundsPerRun: number,
+  runsPerWorker: number,
+  log: (line: string) => void,
+): Promise<ThroughputResult> {
   const dir = path.join(env.workDir, 'throughput');
   await mkdir(dir, { recursive: true });
   const transcriptPath = path.join(dir, `transcript-${roundsPerRun}.json`);
   const steps = [
     ...Array.from({ length: roundsPerRun }, (_, r) => ({
-      toolCalls: [{ toolName: 'write_file', input: { path: `src/bench/round-${String(r).padStart(3, '0')}.ts`, content: `export const round${r} = ${r};\n`.repeat(10) } }],
+      toolCalls: [
+        {
+          toolName: 'write_file',
+          input: {
+            path: `src/bench/round-${String(r).padStart(3, '0')}.ts`,
+            content: `export const round${r} = ${r};\n`.repeat(10),
+          },
+        },
+      ],
     })),
     { text: 'done' },
   ];
@@ -119,8 +134,13 @@ export async function measureThroughput(env: BenchEnv, repo: string, workers: nu
   const procs = Array.from({ length: workers }, (_, i) => spawnWorker(workerEnv, `bench-w${workers}-${i}`));
   try {
     await Promise.all(procs.map((p) => p.ready));
-    for (const p of procs) if (p.child.exitCode !== null) throw new Error(`worker ${p.id} exited at start: ${p.tail.join('\n')}`);
-    const queue = createQueue({ config: { ...env.config, REDIS_URL: undefined }, db: env.db, workerId: `bench-dispatch-${process.pid}` });
+    for (const p of procs)
+      if (p.child.exitCode !== null) throw new Error(`worker ${p.id} exited at start: ${p.tail.join('\n')}`);
+    const queue = createQueue({
+      config: { ...env.config, REDIS_URL: undefined },
+      db: env.db,
+      workerId: `bench-dispatch-${process.pid}`,
+    });
     const convoyId = `bench-throughput-${workers}-${Date.now()}`;
     const cpu0 = new Map(procs.map((p) => [p.id, procTimes(p.child.pid!)]));
     const machine0 = machineCpu();
@@ -142,10 +162,14 @@ export async function measureThroughput(env: BenchEnv, repo: string, workers: nu
     }
     const deadline = Date.now() + 10 * 60_000;
     for (;;) {
-      const [row] = await env.su<{ done: number }[]>`select count(*)::int as done from agent_runs where id = any(${ids}) and status in ('completed', 'failed')`;
+      const [row] = await env.su<
+        { done: number }[]
+      >`select count(*)::int as done from agent_runs where id = any(${ids}) and status in ('completed', 'failed')`;
       if (row!.done === ids.length) break;
-      if (Date.now() > deadline) throw new Error(`throughput: runs not done after 10 minutes (${row!.done}/${ids.length})`);
-      for (const p of procs) if (p.child.exitCode !== null) throw new Error(`worker ${p.id} died: ${p.tail.join('\n')}`);
+      if (Date.now() > deadline)
+        throw new Error(`throughput: runs not done after 10 minutes (${row!.done}/${ids.length})`);
+      for (const p of procs)
+        if (p.child.exitCode !== null) throw new Error(`worker ${p.id} died: ${p.tail.join('\n')}`);
       await new Promise((r) => setTimeout(r, 20));
     }
     const wall = (performance.now() - start) / 1000;
@@ -153,13 +177,24 @@ export async function measureThroughput(env: BenchEnv, repo: string, workers: nu
     const cpu1 = new Map(procs.map((p) => [p.id, procTimes(p.child.pid!)]));
     await queue.close();
 
-    const runs = await env.su<{ id: string; status: string; step: number; worker_id: string | null; started_at: Date; finished_at: Date; failure_reason: string | null }[]>`
+    const runs = await env.su<
+      {
+        id: string;
+        status: string;
+        step: number;
+        worker_id: string | null;
+        started_at: Date;
+        finished_at: Date;
+        failure_reason: string | null;
+      }[]
+    >`
       select id, status, step, worker_id, started_at, finished_at, failure_reason from agent_runs where id = any(${ids})`;
     const cps = await env.su<{ agent_run_id: string; occurred_at: Date }[]>`
       select agent_run_id, occurred_at from worker_checkpoints where agent_run_id = any(${ids}) order by agent_run_id, checkpoint_seq`;
     const intervals: number[] = [];
     for (let i = 1; i < cps.length; i++) {
-      if (cps[i]!.agent_run_id === cps[i - 1]!.agent_run_id) intervals.push(cps[i]!.occurred_at.getTime() - cps[i - 1]!.occurred_at.getTime());
+      if (cps[i]!.agent_run_id === cps[i - 1]!.agent_run_id)
+        intervals.push(cps[i]!.occurred_at.getTime() - cps[i - 1]!.occurred_at.getTime());
     }
     const rounds = runs.reduce((a, r) => a + r.step, 0);
     const result: ThroughputResult = {
@@ -168,7 +203,9 @@ export async function measureThroughput(env: BenchEnv, repo: string, workers: nu
       roundsPerRun,
       completed: runs.filter((r) => r.status === 'completed').length,
       failed: runs.filter((r) => r.status === 'failed').length,
-      failures: runs.filter((r) => r.status === 'failed').map((r) => `${r.worker_id ?? '?'} at step ${r.step}: ${r.failure_reason ?? '(no reason)'}`),
+      failures: runs
+        .filter((r) => r.status === 'failed')
+        .map((r) => `${r.worker_id ?? '?'} at step ${r.step}: ${r.failure_reason ?? '(no reason)'}`),
       wallSeconds: round(wall),
       checkpoints: cps.length,
       rounds,
@@ -184,7 +221,9 @@ export async function measureThroughput(env: BenchEnv, repo: string, workers: nu
       checkpointInterval: summarize(intervals),
       runSeconds: summarize(runs.map((r) => (r.finished_at.getTime() - r.started_at.getTime()) / 1000)),
     };
-    log(`  ${workers} worker(s): ${result.completed}/${result.runs} runs, ${result.rounds} rounds in ${result.wallSeconds} s${result.failed ? `; failed: ${result.failures.join(' | ')}` : ''}`);
+    log(
+      `  ${workers} worker(s): ${result.completed}/${result.runs} runs, ${result.rounds} rounds in ${result.wallSeconds} s${result.failed ? `; failed: ${result.failures.join(' | ')}` : ''}`,
+    );
     return result;
   } finally {
     for (const p of procs) if (p.child.exitCode === null) p.child.kill('SIGTERM');

@@ -61,7 +61,11 @@ export function checkpointHash(prevHash: string | null, payload: CheckpointPaylo
 const MOD = 1n << 256n;
 
 function entryTerm(path: string, sha256: string | null): bigint {
-  return BigInt(`0x${createHash('sha256').update(`${path}\0${sha256 ?? 'deleted'}`).digest('hex')}`);
+  return BigInt(
+    `0x${createHash('sha256')
+      .update(`${path}\0${sha256 ?? 'deleted'}`)
+      .digest('hex')}`,
+  );
 }
 
 export class ManifestDigest {
@@ -125,7 +129,13 @@ export function payloadOfRow(row: ChainRow): CheckpointPayload {
     commitOid: row.commit_oid,
   };
   if ((row.payload_format ?? 1) !== DELTA_FORMAT) return base;
-  return { ...base, format: DELTA_FORMAT, treeOid: row.tree_oid ?? null, manifestDigest: row.manifest_digest ?? '', manifestCount: row.manifest_count ?? 0 };
+  return {
+    ...base,
+    format: DELTA_FORMAT,
+    treeOid: row.tree_oid ?? null,
+    manifestDigest: row.manifest_digest ?? '',
+    manifestCount: row.manifest_count ?? 0,
+  };
 }
 
 const byPath = (a: FileTouched, b: FileTouched) => (a.path < b.path ? -1 : 1);
@@ -151,7 +161,8 @@ export function verifyChain(rows: ChainRow[], anchor: string | null = null): Cha
   const problems: string[] = [];
   let expectedPrev = anchor;
   let expectedSeq = rows[0]?.checkpoint_seq ?? 1;
-  if (anchor === null && rows.length && expectedSeq !== 1) problems.push(`chain starts at seq ${expectedSeq}, not 1, and has no anchor`);
+  if (anchor === null && rows.length && expectedSeq !== 1)
+    problems.push(`chain starts at seq ${expectedSeq}, not 1, and has no anchor`);
   // The fold that rebuilds format-1 payloads of migrated rows (and the legacy manifest).
   let files = new Map<string, FileTouched>();
   let window: unknown[] = [];
@@ -173,10 +184,15 @@ export function verifyChain(rows: ChainRow[], anchor: string | null = null): Cha
       payload = payloadOfRow(row);
     }
     legacyTail = format !== DELTA_FORMAT;
-    const ok = row.checkpoint_seq === expectedSeq && row.prev_hash === expectedPrev && checkpointHash(row.prev_hash, payload) === row.hash;
+    const ok =
+      row.checkpoint_seq === expectedSeq &&
+      row.prev_hash === expectedPrev &&
+      checkpointHash(row.prev_hash, payload) === row.hash;
     if (!ok) {
-      if (row.checkpoint_seq !== expectedSeq) problems.push(`seq ${row.checkpoint_seq}: expected seq ${expectedSeq} (gap or duplicate)`);
-      else if (row.prev_hash !== expectedPrev) problems.push(`seq ${row.checkpoint_seq}: prev_hash does not link to the row before`);
+      if (row.checkpoint_seq !== expectedSeq)
+        problems.push(`seq ${row.checkpoint_seq}: expected seq ${expectedSeq} (gap or duplicate)`);
+      else if (row.prev_hash !== expectedPrev)
+        problems.push(`seq ${row.checkpoint_seq}: prev_hash does not link to the row before`);
       else problems.push(`seq ${row.checkpoint_seq}: hash does not match the row's contents`);
     }
     verified.push(ok && verified.every(Boolean));

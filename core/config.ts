@@ -63,18 +63,32 @@ const schema = z.object({
   WORKER_SANDBOX_MEMORY_MB: int(64).optional(),
   WORKER_PROVIDER_KEY_VARS: z
     .string()
-    .regex(/^[A-Za-z0-9_*?]+(\s*,\s*[A-Za-z0-9_*?]+)*$/, 'must be comma-separated globs of variable names, e.g. *_API_KEY')
+    .regex(
+      /^[A-Za-z0-9_*?]+(\s*,\s*[A-Za-z0-9_*?]+)*$/,
+      'must be comma-separated globs of variable names, e.g. *_API_KEY',
+    )
     .default('*_API_KEY'),
   DATABASE_APP_URL: z.string().url().optional(),
   // The only folder `replay:<path>` transcripts are read from; unset: no replay model at all.
-  WORKER_REPLAY_DIR: z.string().min(1).refine((p) => path.isAbsolute(p), 'must be an absolute path').optional(),
+  WORKER_REPLAY_DIR: z
+    .string()
+    .min(1)
+    .refine((p) => path.isAbsolute(p), 'must be an absolute path')
+    .optional(),
   // Many hosts (docs/checkpoints.md): where this worker runs, and the remote every checkpoint is pushed to.
-  WORKER_HOST_ID: z.string().min(1).max(200).regex(/^[A-Za-z0-9][A-Za-z0-9._:-]*$/, 'may hold only letters, digits, ".", "_", ":" and "-"').default(os.hostname()),
+  WORKER_HOST_ID: z
+    .string()
+    .min(1)
+    .max(200)
+    .regex(/^[A-Za-z0-9][A-Za-z0-9._:-]*$/, 'may hold only letters, digits, ".", "_", ":" and "-"')
+    .default(os.hostname()),
   WORKER_CHECKPOINT_REMOTE: z.string().min(1).optional(),
   // One push, fetch or ref listing of it longer than this: the remote counts as down.
   WORKER_REMOTE_TIMEOUT_MS: int(100).default(DEFAULT_REMOTE_TIMEOUT_MS),
   // How often the remote standby fetches the latest checkpoints of runs other hosts hold (0: never).
-  WORKER_REMOTE_STANDBY_MS: int(0).refine((ms) => ms === 0 || ms >= 100, 'must be 0 (off) or at least 100').default(2000),
+  WORKER_REMOTE_STANDBY_MS: int(0)
+    .refine((ms) => ms === 0 || ms >= 100, 'must be 0 (off) or at least 100')
+    .default(2000),
   // One warm, checked-out spare worktree per repository per host (worker/worktrees/spares.ts).
   WORKER_SPARE_WORKTREE: bool.default(true),
   // The daemons restart themselves after a crash (core/supervisor.ts); 0 where systemd or Kubernetes do it.
@@ -100,11 +114,17 @@ export function parseConfig(env: NodeJS.ProcessEnv = process.env): Config {
   }
   const result = schema.safeParse(raw);
   if (!result.success) {
-    throw new ConfigError(result.error.issues.map((i) => `${String(i.path[0])}: ${i.message} (got ${redactString(JSON.stringify(raw[String(i.path[0])]))})`)); // a bad URL may hold a password
+    throw new ConfigError(
+      result.error.issues.map(
+        (i) => `${String(i.path[0])}: ${i.message} (got ${redactString(JSON.stringify(raw[String(i.path[0])]))})`,
+      ),
+    ); // a bad URL may hold a password
   }
   const config = result.data;
   if (config.WORKER_HEARTBEAT_MS >= config.WORKER_LEASE_MS) {
-    throw new ConfigError([`WORKER_HEARTBEAT_MS: must be shorter than WORKER_LEASE_MS (${config.WORKER_HEARTBEAT_MS} >= ${config.WORKER_LEASE_MS})`]);
+    throw new ConfigError([
+      `WORKER_HEARTBEAT_MS: must be shorter than WORKER_LEASE_MS (${config.WORKER_HEARTBEAT_MS} >= ${config.WORKER_LEASE_MS})`,
+    ]);
   }
   const misplaced = homePlacementProblem(config);
   if (misplaced) throw new ConfigError([misplaced]);
@@ -123,7 +143,10 @@ function realOrResolved(p: string): string {
  * ECHODO_HOME (the database password, the app role file) must lie in no folder whose files an
  * agent reads or writes: the doc-writer works in WORKER_REPO_ROOT, runs in WORKER_WORKTREE_BASE.
  */
-export function homePlacementProblem(config: Pick<Config, 'ECHODO_HOME' | 'WORKER_REPO_ROOT' | 'WORKER_WORKTREE_BASE'>, repos: string[] = []): string | undefined {
+export function homePlacementProblem(
+  config: Pick<Config, 'ECHODO_HOME' | 'WORKER_REPO_ROOT' | 'WORKER_WORKTREE_BASE'>,
+  repos: string[] = [],
+): string | undefined {
   const home = realOrResolved(config.ECHODO_HOME);
   const inside = (dir: string) => {
     const d = realOrResolved(dir);

@@ -34,7 +34,10 @@ export function pidAlive(pid: number): boolean {
 }
 
 async function lockStamp(lockPath: string): Promise<{ content: string; mtimeMs: number } | undefined> {
-  const [content, st] = await Promise.all([readFile(lockPath, 'utf8').catch(() => undefined), stat(lockPath).catch(() => undefined)]);
+  const [content, st] = await Promise.all([
+    readFile(lockPath, 'utf8').catch(() => undefined),
+    stat(lockPath).catch(() => undefined),
+  ]);
   return content === undefined || !st ? undefined : { content, mtimeMs: st.mtimeMs };
 }
 
@@ -76,7 +79,13 @@ async function unlinkIfContent(file: string, content: string): Promise<void> {
   if ((await readFile(file, 'utf8').catch(() => undefined)) === content) await unlink(file).catch(() => {});
 }
 
-async function acquire(lockPath: string, mine: string, staleMs: number, timeoutMs: number, what: string): Promise<void> {
+async function acquire(
+  lockPath: string,
+  mine: string,
+  staleMs: number,
+  timeoutMs: number,
+  what: string,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     try {
@@ -90,22 +99,32 @@ async function acquire(lockPath: string, mine: string, staleMs: number, timeoutM
     const seen = await lockStamp(lockPath);
     if (seen && isStale(seen, staleMs) && (await takeOver(lockPath, seen.content, staleMs))) continue;
     if (Date.now() > deadline) {
-      throw new EchodoError('transient', `timed out after ${timeoutMs} ms waiting for the ${what} lock ${lockPath} (held by pid ${seen?.content.split(' ')[0] ?? '?'})`);
+      throw new EchodoError(
+        'transient',
+        `timed out after ${timeoutMs} ms waiting for the ${what} lock ${lockPath} (held by pid ${seen?.content.split(' ')[0] ?? '?'})`,
+      );
     }
     await sleep(2 + Math.random() * 8);
   }
 }
 
 /** Runs fn holding the lock file at lockPath; released (only if still ours) when fn settles. */
-export async function withFileLock<T>(lockPath: string, fn: () => Promise<T>, options: FileLockOptions = {}): Promise<T> {
+export async function withFileLock<T>(
+  lockPath: string,
+  fn: () => Promise<T>,
+  options: FileLockOptions = {},
+): Promise<T> {
   const staleMs = options.staleMs ?? 2_000;
   const mine = `${process.pid} ${randomUUID()}`;
   await acquire(lockPath, mine, staleMs, options.timeoutMs ?? 15_000, options.what ?? 'file');
   // The refresh says "alive and working" to waiters; a paused process stops refreshing.
-  const refresh = setInterval(() => {
-    const t = new Date();
-    void utimes(lockPath, t, t).catch(() => {});
-  }, Math.max(50, Math.floor(staleMs / 4)));
+  const refresh = setInterval(
+    () => {
+      const t = new Date();
+      void utimes(lockPath, t, t).catch(() => {});
+    },
+    Math.max(50, Math.floor(staleMs / 4)),
+  );
   refresh.unref();
   try {
     return await fn();

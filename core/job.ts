@@ -29,7 +29,11 @@ export const jobSchema = z.strictObject({
   repoPath: text('repoPath')
     .refine((p) => path.isAbsolute(p), 'repoPath must be an absolute path')
     .optional(),
-  baseRef: text('baseRef').min(1).max(250).regex(/^[^\s~^:?*[\\]+$/, 'baseRef is not a valid git ref').refine((r) => !r.startsWith('-'), 'baseRef must not start with -'),
+  baseRef: text('baseRef')
+    .min(1)
+    .max(250)
+    .regex(/^[^\s~^:?*[\\]+$/, 'baseRef is not a valid git ref')
+    .refine((r) => !r.startsWith('-'), 'baseRef must not start with -'),
   brief: text('brief')
     .min(1, 'brief must not be empty')
     .refine((b) => Buffer.byteLength(b) <= MAX_BRIEF_BYTES, `brief is larger than ${MAX_BRIEF_BYTES} bytes`),
@@ -38,9 +42,16 @@ export const jobSchema = z.strictObject({
   agentRunId: id('agentRunId').optional(),
   resumeFromCheckpoint: z.boolean().default(false),
   // Budgets: a run stops (budget_exhausted) before a round that would start over one of them.
-  maxCostUsd: z.number({ error: 'maxCostUsd must be a number' }).finite().nonnegative('maxCostUsd must be >= 0').optional(),
-  maxTokens: z.number({ error: 'maxTokens must be a number' }).int('maxTokens must be a whole number')
-    .nonnegative('maxTokens must be >= 0').optional(),
+  maxCostUsd: z
+    .number({ error: 'maxCostUsd must be a number' })
+    .finite()
+    .nonnegative('maxCostUsd must be >= 0')
+    .optional(),
+  maxTokens: z
+    .number({ error: 'maxTokens must be a number' })
+    .int('maxTokens must be a whole number')
+    .nonnegative('maxTokens must be >= 0')
+    .optional(),
 });
 
 export type JobInput = z.input<typeof jobSchema>;
@@ -51,10 +62,14 @@ export type JobParse = { ok: true; job: Job; agentRunIdGiven: boolean } | { ok: 
 
 /** The orchestrator's stall detector spells it resume_from_checkpoint: accepted as an alias. */
 function unalias(input: unknown): { value: unknown; problem?: string } {
-  if (!input || typeof input !== 'object' || Array.isArray(input) || !('resume_from_checkpoint' in input)) return { value: input };
+  if (!input || typeof input !== 'object' || Array.isArray(input) || !('resume_from_checkpoint' in input))
+    return { value: input };
   const { resume_from_checkpoint: alias, ...rest } = input as Record<string, unknown>;
   if ('resumeFromCheckpoint' in rest && rest.resumeFromCheckpoint !== alias) {
-    return { value: rest, problem: 'resume_from_checkpoint: differs from resumeFromCheckpoint (give one of them, or the same value)' };
+    return {
+      value: rest,
+      problem: 'resume_from_checkpoint: differs from resumeFromCheckpoint (give one of them, or the same value)',
+    };
   }
   return { value: { ...rest, resumeFromCheckpoint: alias } };
 }
@@ -80,7 +95,11 @@ export function parseJob(input: unknown): JobParse {
   // A job pushed without a jobId gets one derived from its content, so a redelivery of the
   // same message maps to the same run (runs are idempotent on jobId).
   const jobId = job.jobId ?? `job-${createHash('sha256').update(JSON.stringify(input)).digest('hex').slice(0, 32)}`;
-  return { ok: true, job: { ...job, jobId, agentRunId: job.agentRunId ?? randomUUID() }, agentRunIdGiven: job.agentRunId !== undefined };
+  return {
+    ok: true,
+    job: { ...job, jobId, agentRunId: job.agentRunId ?? randomUUID() },
+    agentRunIdGiven: job.agentRunId !== undefined,
+  };
 }
 
 /** Parses a raw queue message: bad JSON and schema failures both come back as problems. */

@@ -10,7 +10,10 @@ export const DEFAULT_PROVIDER_KEY_VARS = '*_API_KEY';
 
 /** The globs of a WORKER_PROVIDER_KEY_VARS value ("*_API_KEY, LLM_*"). */
 export function parseKeyVarGlobs(spec: string | undefined = process.env.WORKER_PROVIDER_KEY_VARS): string[] {
-  const globs = (spec?.trim() ? spec : DEFAULT_PROVIDER_KEY_VARS).split(',').map((g) => g.trim()).filter(Boolean);
+  const globs = (spec?.trim() ? spec : DEFAULT_PROVIDER_KEY_VARS)
+    .split(',')
+    .map((g) => g.trim())
+    .filter(Boolean);
   return globs.length ? globs : [DEFAULT_PROVIDER_KEY_VARS];
 }
 
@@ -33,6 +36,9 @@ export class ProviderKeyVarRefusedError extends EchodoError {
 }
 
 /** Throws ProviderKeyVarRefusedError unless `name` (when set) matches one of the globs. */
-export function assertKeyVarAllowed(name: string | null | undefined, globs: readonly string[] = parseKeyVarGlobs()): void {
+export function assertKeyVarAllowed(
+  name: string | null | undefined,
+  globs: readonly string[] = parseKeyVarGlobs(),
+): void {
   if (name && !keyVarAllowed(name, globs)) throw new ProviderKeyVarRefusedError(name, globs);
 }

@@ -17,11 +17,17 @@ const URL_VARS = ['DATABASE_URL', 'DATABASE_APP_URL', 'REDIS_URL', 'WORKER_CHECK
 const KEY_SHAPES: [RegExp, string][] = [
   [/-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|$)/g, '[redacted:private-key]'],
   // Credentials in a header, whatever their scheme or shape (real providers echo them in errors).
-  [/\b(authorization["']?\s*[:=]\s*["']?)(?!\[redacted)(?:(?:Bearer|Basic|Token|Digest)\s+)?[^\s"',;]+/gi, '$1[redacted:authorization]'],
+  [
+    /\b(authorization["']?\s*[:=]\s*["']?)(?!\[redacted)(?:(?:Bearer|Basic|Token|Digest)\s+)?[^\s"',;]+/gi,
+    '$1[redacted:authorization]',
+  ],
   [/\bBearer\s+(?!\[redacted)[^\s"'`,;<>)\]}]+/gi, 'Bearer [redacted:bearer]'],
   // scheme://user:password@host keeps the user, not the password.
   [/\b([a-z][a-z0-9+.-]*:\/\/[^\s:@/"'<>]*):(?!\[redacted)[^\s@/"'<>]+@/gi, '$1:[redacted:password]@'],
-  [/([?&](?:password|passwd|pass|pwd|token|secret|api_key|apikey|access_token)=)(?!\[redacted)[^&\s"'#]+/gi, '$1[redacted]'],
+  [
+    /([?&](?:password|passwd|pass|pwd|token|secret|api_key|apikey|access_token)=)(?!\[redacted)[^&\s"'#]+/gi,
+    '$1[redacted]',
+  ],
   [/\bsk-[A-Za-z0-9_-]{16,}/g, '[redacted:sk]'],
   [/\bgithub_pat_[A-Za-z0-9_]{20,}/g, '[redacted:github-pat]'],
   [/\bgh[pousr]_[A-Za-z0-9]{20,}/g, '[redacted:github-token]'],
@@ -31,7 +37,10 @@ const KEY_SHAPES: [RegExp, string][] = [
   [/\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}/g, '[redacted:jwt]'],
   // An env dump or config line naming a secret-looking variable: FOO_TOKEN=value.
   // Bounded name parts: an unbounded `[A-Z0-9_]*` twice is quadratic on a long uppercase run.
-  [/\b([A-Z0-9_]{0,64}(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)[A-Z0-9_]{0,64}=)(?!\[redacted)[^\s"']{6,}/g, '$1[redacted]'],
+  [
+    /\b([A-Z0-9_]{0,64}(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)[A-Z0-9_]{0,64}=)(?!\[redacted)[^\s"']{6,}/g,
+    '$1[redacted]',
+  ],
 ];
 
 // NUL and lone surrogates (a high one not followed by a low one, or a low one not preceded by a high one).
@@ -67,7 +76,12 @@ export function registeredSecretCount(): number {
 
 /** Shell-style glob of a variable name (`*` any run, `?` one character). */
 export function globToRegExp(glob: string): RegExp {
-  return new RegExp(`^${glob.split('').map((c) => (c === '*' ? '.*' : c === '?' ? '.' : escapeRegExp(c))).join('')}$`);
+  return new RegExp(
+    `^${glob
+      .split('')
+      .map((c) => (c === '*' ? '.*' : c === '?' ? '.' : escapeRegExp(c)))
+      .join('')}$`,
+  );
 }
 
 /**
@@ -107,7 +121,8 @@ function addUrlCredentials(url: string | undefined, name: string): boolean {
     return [userinfo, safeDecode(userinfo)].map((v) => add(v, `${name} token`)).some(Boolean);
   }
   const password = userinfo.slice(colon + 1);
-  const values = password.length >= MIN_SECRET_LENGTH ? [password, safeDecode(password)] : [userinfo, safeDecode(userinfo)];
+  const values =
+    password.length >= MIN_SECRET_LENGTH ? [password, safeDecode(password)] : [userinfo, safeDecode(userinfo)];
   let changed = false;
   for (const v of values) changed = add(v, `${name} password`) || changed;
   return changed;
@@ -145,7 +160,10 @@ export function storableText(text: string, max = Infinity, keep: 'head' | 'tail'
     return '[dropped: redaction failed]';
   }
   if (out.length > max) {
-    out = keep === 'head' ? `${out.slice(0, max)}…[${out.length - max} more chars]` : `[${out.length - max} chars before]…${out.slice(-max)}`;
+    out =
+      keep === 'head'
+        ? `${out.slice(0, max)}…[${out.length - max} more chars]`
+        : `[${out.length - max} chars before]…${out.slice(-max)}`;
   }
   return out.replace(UNSTORABLE, '\uFFFD');
 }
@@ -183,4 +201,11 @@ export function redactOrDrop<T>(value: T, maxString?: number): T | { dropped: 'r
 }
 
 // Whatever imports the redactor is covered from its first line: the process's own secrets.
-registerSecretsFromEnv(process.env, [], (process.env.WORKER_PROVIDER_KEY_VARS ?? '*_API_KEY').split(',').map((g) => g.trim()).filter(Boolean));
+registerSecretsFromEnv(
+  process.env,
+  [],
+  (process.env.WORKER_PROVIDER_KEY_VARS ?? '*_API_KEY')
+    .split(',')
+    .map((g) => g.trim())
+    .filter(Boolean),
+);

@@ -17,18 +17,23 @@ export function checkpointEvents(runId: string, row: ProgressCheckpoint): AgUiEv
   for (const round of rounds) {
     const stepName = `round ${round}`;
     events.push({ type: EventType.STEP_STARTED, stepName });
-    history.filter((h) => h.round === round).forEach((call, i) => {
-      const toolCallId = `${runId}-round-${round}-${i}`;
-      events.push(
-        { type: EventType.TOOL_CALL_START, toolCallId, toolCallName: String(call.tool) },
-        { type: EventType.TOOL_CALL_ARGS, toolCallId, delta: bounded(call.input) },
-        { type: EventType.TOOL_CALL_END, toolCallId },
-        {
-          type: EventType.TOOL_CALL_RESULT, messageId: `${toolCallId}-result`, toolCallId, role: 'tool',
-          content: bounded(call.ok ? call.result : { error: call.error }),
-        },
-      );
-    });
+    history
+      .filter((h) => h.round === round)
+      .forEach((call, i) => {
+        const toolCallId = `${runId}-round-${round}-${i}`;
+        events.push(
+          { type: EventType.TOOL_CALL_START, toolCallId, toolCallName: String(call.tool) },
+          { type: EventType.TOOL_CALL_ARGS, toolCallId, delta: bounded(call.input) },
+          { type: EventType.TOOL_CALL_END, toolCallId },
+          {
+            type: EventType.TOOL_CALL_RESULT,
+            messageId: `${toolCallId}-result`,
+            toolCallId,
+            role: 'tool',
+            content: bounded(call.ok ? call.result : { error: call.error }),
+          },
+        );
+      });
     events.push({ type: EventType.STEP_FINISHED, stepName });
   }
   events.push({

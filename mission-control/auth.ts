@@ -15,7 +15,6 @@ export const TOKEN_COOKIE = 'emc_token';
 /** A sign-in lasts at most this long (less when the token expires sooner). */
 export const SESSION_MAX_AGE_S = 12 * 60 * 60;
 
-
 /** The Authorization header wins when present (a malformed one is not a token); else the cookie. */
 export function presentedToken(c: Context): string | undefined {
   const header = c.req.header('authorization');
@@ -76,7 +75,9 @@ function loginUrlFor(c: McContext): string {
   const url = new URL(c.req.url);
   url.searchParams.delete('fragment');
   const asked = `${url.pathname}${url.search}`;
-  return c.req.method === 'GET' && asked !== '/' && safeReturnPath(asked) ? `/login?next=${encodeURIComponent(asked)}` : '/login';
+  return c.req.method === 'GET' && asked !== '/' && safeReturnPath(asked)
+    ? `/login?next=${encodeURIComponent(asked)}`
+    : '/login';
 }
 
 export interface AuthRule {

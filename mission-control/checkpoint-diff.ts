@@ -48,7 +48,11 @@ export interface DiffSource {
 }
 
 /** The rows a diff needs, read in the caller's workspace; undefined when the run or seq is not there. */
-export async function loadDiffSource(tx: WorkspaceTx, agentRunId: string, seq: number): Promise<DiffSource | undefined> {
+export async function loadDiffSource(
+  tx: WorkspaceTx,
+  agentRunId: string,
+  seq: number,
+): Promise<DiffSource | undefined> {
   const run = await getRun(tx, agentRunId);
   if (!run) return undefined;
   const row = await checkpointAt(tx, agentRunId, seq);
@@ -62,7 +66,11 @@ export async function loadDiffSource(tx: WorkspaceTx, agentRunId: string, seq: n
 }
 
 /** Runs git, keeping at most `limit` bytes of its output (then it is stopped). */
-async function gitCapped(cwd: string, args: string[], limit: number): Promise<{ out: Buffer; cut: boolean; code: number | null; err: string }> {
+async function gitCapped(
+  cwd: string,
+  args: string[],
+  limit: number,
+): Promise<{ out: Buffer; cut: boolean; code: number | null; err: string }> {
   // The worker's git environment: its safe config, and a checkpoint remote's credentials (a host
   // whose repository is a partial clone fetches a blob it lacks).
   const env = { ...(await safeGitEnv(cwd)), GIT_EXTERNAL_DIFF: '' };
@@ -98,7 +106,12 @@ function parseNumstat(text: string): DiffFile[] {
     .map((entry) => {
       const [added, deleted, ...rest] = entry.split('\t');
       const binary = added === '-' && deleted === '-';
-      return { path: rest.join('\t'), added: binary ? null : Number(added), deleted: binary ? null : Number(deleted), binary };
+      return {
+        path: rest.join('\t'),
+        added: binary ? null : Number(added),
+        deleted: binary ? null : Number(deleted),
+        binary,
+      };
     });
 }
 
@@ -106,7 +119,11 @@ export async function checkpointDiff(repoPath: string, source: DiffSource): Prom
   const { run, row, parentOid, toolCalls } = source;
   const commit = row.commit_oid!;
   const base = parentOid ?? `${commit}^`;
-  const numstat = await gitCapped(repoPath, ['diff', '--no-ext-diff', '--no-textconv', '--no-renames', '--numstat', '-z', base, commit, '--'], 1024 * 1024);
+  const numstat = await gitCapped(
+    repoPath,
+    ['diff', '--no-ext-diff', '--no-textconv', '--no-renames', '--numstat', '-z', base, commit, '--'],
+    1024 * 1024,
+  );
   if (numstat.code !== 0 && !numstat.cut) throw new Error(`git diff --numstat failed: ${numstat.err.trim()}`);
   let files = parseNumstat(numstat.out.toString('utf8'));
   let truncated = numstat.cut || files.length > MAX_FILES;
@@ -121,7 +138,21 @@ export async function checkpointDiff(repoPath: string, source: DiffSource): Prom
       continue;
     }
     const limit = Math.min(PER_FILE_LIMIT_BYTES, budget);
-    const r = await gitCapped(repoPath, ['diff', '--no-ext-diff', '--no-textconv', '--no-renames', '--no-color', base, commit, '--', `:(literal)${file.path}`], limit);
+    const r = await gitCapped(
+      repoPath,
+      [
+        'diff',
+        '--no-ext-diff',
+        '--no-textconv',
+        '--no-renames',
+        '--no-color',
+        base,
+        commit,
+        '--',
+        `:(literal)${file.path}`,
+      ],
+      limit,
+    );
     file.diff = redactString(r.out.toString('utf8'));
     budget -= r.out.length;
     if (r.cut) {

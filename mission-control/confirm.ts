@@ -28,12 +28,17 @@ export function isConfirmed(form: Record<string, unknown>): boolean {
 
 function confirmContent(k: Confirmation): SafeHtml {
   return html`<h1>${k.title}</h1>
-<div class="confirm" data-testid="confirm"><p>${k.consequence}</p>${k.details ?? ''}
-<form class="action" method="post" action="${k.action}"><input type="hidden" name="_csrf" value="${k.csrf}">
-<input type="hidden" name="confirmed" value="yes">${Object.entries(k.fields ?? {}).map(
-    ([name, value]) => html`<input type="hidden" name="${name}" value="${value}">`,
-  )}<button type="submit" class="danger" data-testid="confirm-yes">${k.button}</button></form>
-<a href="${k.back}" data-testid="confirm-no">Keep it</a></div>`;
+    <div class="confirm" data-testid="confirm">
+      <p>${k.consequence}</p>
+      ${k.details ?? ''}
+      <form class="action" method="post" action="${k.action}">
+        <input type="hidden" name="_csrf" value="${k.csrf}" />
+        <input type="hidden" name="confirmed" value="yes" />${Object.entries(k.fields ?? {}).map(
+          ([name, value]) => html`<input type="hidden" name="${name}" value="${value}" />`,
+        )}<button type="submit" class="danger" data-testid="confirm-yes">${k.button}</button>
+      </form>
+      <a href="${k.back}" data-testid="confirm-no">Keep it</a>
+    </div>`;
 }
 
 export function sendConfirmation(c: McContext, who: string, k: Confirmation): Response {

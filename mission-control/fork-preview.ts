@@ -38,7 +38,14 @@ export async function loadForkPoint(
   const tip = at && (await latestCheckpoint(tx, agentRunId));
   if (!run || !at || !tip) return undefined;
   const repoPath = run.job.repoPath ?? repoRoot ?? null;
-  return { seq, tipSeq: tip.checkpoint_seq, branch: run.branch, atOid: at.commit_oid, tipOid: tip.commit_oid, repoPath };
+  return {
+    seq,
+    tipSeq: tip.checkpoint_seq,
+    branch: run.branch,
+    atOid: at.commit_oid,
+    tipOid: tip.commit_oid,
+    repoPath,
+  };
 }
 
 export async function forkPreview(point: ForkPoint): Promise<ForkPreview> {
@@ -55,10 +62,14 @@ export async function forkPreview(point: ForkPoint): Promise<ForkPreview> {
       timeoutMs: 10_000,
     });
     if (diff.exitCode !== 0) return { seq, tipSeq, branch, files: null };
-    const files = diff.stdout.split('\n').filter(Boolean).slice(0, MAX_FILES).map((line) => {
-      const [status = '', ...rest] = line.split('\t');
-      return { status, path: rest.join('\t') };
-    });
+    const files = diff.stdout
+      .split('\n')
+      .filter(Boolean)
+      .slice(0, MAX_FILES)
+      .map((line) => {
+        const [status = '', ...rest] = line.split('\t');
+        return { status, path: rest.join('\t') };
+      });
     return { seq, tipSeq, branch, files };
   } catch {
     return { seq, tipSeq, branch, files: null };

@@ -48,16 +48,26 @@ export function formatAge(date: Date | null, now = Date.now()): string {
   const seconds = Math.round((now - date.getTime()) / 1000);
   const abs = Math.abs(seconds);
   if (abs < 2) return 'just now';
-  const span = abs < 90 ? `${abs} s` : abs < 5400 ? `${Math.round(abs / 60)} min` : abs < 172800 ? `${Math.round(abs / 3600)} h` : `${Math.round(abs / 86400)} d`;
+  const span =
+    abs < 90
+      ? `${abs} s`
+      : abs < 5400
+        ? `${Math.round(abs / 60)} min`
+        : abs < 172800
+          ? `${Math.round(abs / 3600)} h`
+          : `${Math.round(abs / 86400)} d`;
   return seconds >= 0 ? `${span} ago` : `in ${span}`;
 }
 
 /** A timestamp with its live-updating age; `field` names it for the live script. */
 export function timeCell(date: Date | null, field?: string, testid?: string): SafeHtml {
   const iso = date ? date.toISOString() : '';
-  return html`<span class="when" data-iso="${iso}"${field ? html` data-field="${field}"` : ''}${
-    testid ? html` data-testid="${testid}"` : ''
-  }><time datetime="${iso}">${formatTime(date)}</time><small class="age">${formatAge(date)}</small></span>`;
+  return html`<span
+    class="when"
+    data-iso="${iso}"
+    ${field ? html` data-field="${field}"` : ''}${testid ? html` data-testid="${testid}"` : ''}
+    ><time datetime="${iso}">${formatTime(date)}</time><small class="age">${formatAge(date)}</small></span
+  >`;
 }
 
 export function statusBadge(status: string, field = 'status'): SafeHtml {

@@ -41,7 +41,8 @@ export function contentSecurityPolicy(nonce: string): string {
 export function page(options: PageOptions): string {
   const { live, nonce } = options;
   const bodyAttributes = live
-    ? html` data-events="${live.events}" data-json="${live.json ?? ''}" data-convoy="${live.convoy ?? ''}" data-run="${live.run ?? ''}"`
+    ? html` data-events="${live.events}" data-json="${live.json ?? ''}" data-convoy="${live.convoy ?? ''}"
+      data-run="${live.run ?? ''}"`
     : '';
   return html`<!doctype html>
 <html lang="en">
@@ -62,7 +63,13 @@ export function page(options: PageOptions): string {
 <main>
 ${options.content}
 </main>
-${live ? html`<script nonce="${nonce}">${trusted(CLIENT_SCRIPT)}</script>` : ''}
+${
+  live
+    ? html`<script nonce="${nonce}">
+        ${trusted(CLIENT_SCRIPT)};
+      </script>`
+    : ''
+}
 </body>
 </html>`.text;
 }
@@ -71,7 +78,11 @@ ${live ? html`<script nonce="${nonce}">${trusted(CLIENT_SCRIPT)}</script>` : ''}
  * Responds with a page under its CSP; the nonce was made for this request (see server.ts).
  * `?fragment=main` returns only what goes inside <main>: the live script swaps it in.
  */
-export function sendPage(c: McContext, options: Omit<PageOptions, 'nonce'>, status: ContentfulStatusCode = 200): Response {
+export function sendPage(
+  c: McContext,
+  options: Omit<PageOptions, 'nonce'>,
+  status: ContentfulStatusCode = 200,
+): Response {
   if (c.req.query('fragment') === 'main') {
     c.header('Content-Security-Policy', "default-src 'none'"); // opened on its own, it may run nothing
     return c.html(options.content.text, status);

@@ -27,7 +27,11 @@ export interface SettingsView {
 const enc = encodeURIComponent;
 
 function post(action: string, view: ActionView, fields: SafeHtml, label: string, testid: string): SafeHtml {
-  return html`<form class="action" method="post" action="${action}"><input type="hidden" name="_csrf" value="${view.csrf}">${fields}<button type="submit" data-testid="${testid}">${label}</button></form>`;
+  return html`<form class="action" method="post" action="${action}">
+    <input type="hidden" name="_csrf" value="${view.csrf}" />${fields}<button type="submit" data-testid="${testid}">
+      ${label}
+    </button>
+  </form>`;
 }
 
 export function testResultText(r: ModelTestResult | HarnessTestResult): string {
@@ -39,65 +43,153 @@ export function settingsContent(s: SettingsView, view: ActionView | undefined): 
   const notice = n?.error
     ? html`<div class="error" data-testid="settings-error">${n.error}</div>`
     : n?.test
-      ? html`<div class="${n.test.ok ? 'notice ok' : 'error'}" data-testid="test-result-${n.alias ?? ''}">Test of ${n.alias ?? ''}: ${testResultText(n.test)}</div>`
+      ? html`<div class="${n.test.ok ? 'notice ok' : 'error'}" data-testid="test-result-${n.alias ?? ''}">
+          Test of ${n.alias ?? ''}: ${testResultText(n.test)}
+        </div>`
       : '';
   const models = s.models.map(
-    (m) => html`<tr data-model="${m.alias}"><td><code>${m.alias}</code></td><td>${m.provider}</td><td class="mono">${m.base_url ? redactString(m.base_url) : '(provider default)'}</td>
-<td>${m.model}</td><td class="mono">${m.api_key_env_var ?? '—'}</td><td>${
-      view
-        ? html`${post(`/settings/models/${enc(m.alias)}/test`, view, html``, 'Test', `test-${m.alias}`)}${post(`/settings/models/${enc(m.alias)}/rm`, view, html``, 'Remove', `rm-model-${m.alias}`)}`
-        : ''
-    }</td></tr>`,
+    (m) =>
+      html`<tr data-model="${m.alias}">
+        <td><code>${m.alias}</code></td>
+        <td>${m.provider}</td>
+        <td class="mono">${m.base_url ? redactString(m.base_url) : '(provider default)'}</td>
+        <td>${m.model}</td>
+        <td class="mono">${m.api_key_env_var ?? '—'}</td>
+        <td>
+          ${
+            view
+              ? html`${post(`/settings/models/${enc(m.alias)}/test`, view, html``, 'Test', `test-${m.alias}`)}${post(`/settings/models/${enc(m.alias)}/rm`, view, html``, 'Remove', `rm-model-${m.alias}`)}`
+              : ''
+          }
+        </td>
+      </tr>`,
   );
   const harnesses = s.harnesses.map(
-    (h) => html`<tr data-harness="${h.alias}"><td><code>${h.alias}</code></td><td>${h.adapter}${
-      h.endpoint_url ? html` <span class="mono">${redactString(h.endpoint_url)}</span>` : ''}${h.key_env_var ? html` · <span class="mono">${h.key_env_var}</span>` : ''}</td>
-<td>${h.needs_worktree ? 'own worktree' : 'repo root'}</td>
-<td>${h.allowed_commands.length ? h.allowed_commands.map((c) => html`<code>${c}</code> `) : html`<span class="muted">no run_command</span>`}</td>
-<td>${h.write_prefixes ? h.write_prefixes.join(', ') : html`<span class="muted">anywhere</span>`}</td><td>${
-      view
-        ? html`${post(`/settings/harnesses/${enc(h.alias)}/test`, view, html``, 'Test', `test-harness-${h.alias}`)}${post(`/settings/harnesses/${enc(h.alias)}/rm`, view, html``, 'Remove', `rm-harness-${h.alias}`)}`
-        : ''
-    }</td></tr>`,
+    (h) =>
+      html`<tr data-harness="${h.alias}">
+        <td><code>${h.alias}</code></td>
+        <td>
+          ${h.adapter}${
+            h.endpoint_url ? html` <span class="mono">${redactString(h.endpoint_url)}</span>` : ''
+          }${h.key_env_var ? html` · <span class="mono">${h.key_env_var}</span>` : ''}
+        </td>
+        <td>${h.needs_worktree ? 'own worktree' : 'repo root'}</td>
+        <td>
+          ${h.allowed_commands.length ? h.allowed_commands.map((c) => html`<code>${c}</code> `) : html`<span class="muted">no run_command</span>`}
+        </td>
+        <td>${h.write_prefixes ? h.write_prefixes.join(', ') : html`<span class="muted">anywhere</span>`}</td>
+        <td>
+          ${
+            view
+              ? html`${post(`/settings/harnesses/${enc(h.alias)}/test`, view, html``, 'Test', `test-harness-${h.alias}`)}${post(`/settings/harnesses/${enc(h.alias)}/rm`, view, html``, 'Remove', `rm-harness-${h.alias}`)}`
+              : ''
+          }
+        </td>
+      </tr>`,
   );
   const overridden = new Set(s.harnesses.map((h) => h.alias));
-  const builtins = (s.builtins ?? []).filter((b) => !overridden.has(b.alias)).map(
-    (b) => html`<tr data-harness="${b.alias}"><td><code>${b.alias}</code> <span class="badge">built-in</span></td><td>${b.adapter}</td>
-<td>${b.needsWorktree ? 'own worktree' : 'repo root'}</td>
-<td>${b.allowedCommands?.length ? b.allowedCommands.map((c) => html`<code>${c}</code> `) : html`<span class="muted">no run_command</span>`}</td>
-<td>${b.writePrefixes ? b.writePrefixes.join(', ') : html`<span class="muted">anywhere</span>`}</td><td></td></tr>`,
-  );
+  const builtins = (s.builtins ?? [])
+    .filter((b) => !overridden.has(b.alias))
+    .map(
+      (b) =>
+        html`<tr data-harness="${b.alias}">
+          <td><code>${b.alias}</code> <span class="badge">built-in</span></td>
+          <td>${b.adapter}</td>
+          <td>${b.needsWorktree ? 'own worktree' : 'repo root'}</td>
+          <td>
+            ${b.allowedCommands?.length ? b.allowedCommands.map((c) => html`<code>${c}</code> `) : html`<span class="muted">no run_command</span>`}
+          </td>
+          <td>${b.writePrefixes ? b.writePrefixes.join(', ') : html`<span class="muted">anywhere</span>`}</td>
+          <td></td>
+        </tr>`,
+    );
   const known = new Set([...overridden, ...(s.builtins ?? []).map((b) => b.alias)]);
   const routes = s.routes.map(
-    (r) => html`<tr><td>${r.role_id}</td><td><code>${r.harness_alias}</code>${
-      known.has(r.harness_alias)
-        ? ''
-        : html` <span class="badge stalled" data-testid="route-missing-${r.role_id}">no such harness: jobs of this role are refused</span>`
-    }</td><td>${
-      view ? post(`/settings/routes/${enc(r.role_id)}/rm`, view, html``, 'Remove', `rm-route-${r.role_id}`) : ''
-    }</td></tr>`,
+    (r) =>
+      html`<tr>
+        <td>${r.role_id}</td>
+        <td>
+          <code>${r.harness_alias}</code>${
+            known.has(r.harness_alias)
+              ? ''
+              : html` <span class="badge stalled" data-testid="route-missing-${r.role_id}"
+                  >no such harness: jobs of this role are refused</span
+                >`
+          }
+        </td>
+        <td>
+          ${view ? post(`/settings/routes/${enc(r.role_id)}/rm`, view, html``, 'Remove', `rm-route-${r.role_id}`) : ''}
+        </td>
+      </tr>`,
   );
   const table = (head: string[], rows: SafeHtml[], empty: string, testid: string) =>
     rows.length
-      ? html`<table data-testid="${testid}"><thead><tr>${head.map((h) => html`<th>${h}</th>`)}</tr></thead><tbody>${rows}</tbody></table>`
+      ? html`<table data-testid="${testid}">
+          <thead>
+            <tr>
+              ${head.map((h) => html`<th>${h}</th>`)}
+            </tr>
+          </thead>
+          <tbody>
+            ${rows}
+          </tbody>
+        </table>`
       : html`<div class="empty" data-testid="${testid}">${empty}</div>`;
   return html`<nav class="crumbs"><a href="/">Convoys</a> / settings</nav>
-<h1>Settings</h1>
-${notice}
-<h2>Model providers</h2>
-${table(['Alias', 'Provider', 'Base URL', 'Model', 'Key variable', ''], models, 'No model providers: jobs use replay:<path> or add one.', 'models')}
-${view ? post('/settings/models', view, html`${field('Alias', html`<input name="alias" required>`)}
-${field('Provider', html`<select name="provider"><option>openai-compatible</option><option>anthropic</option><option>openai</option></select>`)}
-${field('Base URL', html`<input name="baseUrl" placeholder="https://…/v1 (optional for anthropic, openai)">`)}
-${field('Model', html`<input name="model" required>`)} ${field('Key variable', html`<input name="keyEnv" placeholder="optional">`)} `, 'Add model', 'add-model') : ''}
-<h2>Harnesses</h2>
-${table(['Alias', 'Adapter', 'Works in', 'Allowed commands', 'Write prefixes', ''], [...builtins, ...harnesses], 'No harnesses.', 'harnesses')}
-${view ? post('/settings/harnesses', view, html`${field('Alias', html`<input name="alias" required>`)} <label><input type="checkbox" name="worktree" checked> own worktree</label>
-${field('Allowed commands', html`<input name="allow" placeholder="one per line or ;-separated">`)}
-${field('Write prefixes', html`<input name="writePrefix" placeholder="comma-separated">`)}
-${field('Adapter', html`<select name="adapter"><option>minimal</option><option>remote-ag-ui</option><option>langgraph</option><option>crewai</option></select>`)}
-${field('AG-UI endpoint', html`<input name="url" placeholder="remote adapters">`)} ${field('Key variable', html`<input name="keyEnv" placeholder="optional">`)} `, 'Add harness', 'add-harness') : ''}
-<h2>Role → harness routes</h2>
-${table(['Role', 'Harness', ''], routes, 'No routes: a job without harnessAlias uses code.', 'routes')}
-${view ? post('/settings/routes', view, html`${field('Role', html`<input name="role" required>`)} ${field('Harness', html`<input name="harness" required>`)} `, 'Add route', 'add-route') : ''}`;
+    <h1>Settings</h1>
+    ${notice}
+    <h2>Model providers</h2>
+    ${table(['Alias', 'Provider', 'Base URL', 'Model', 'Key variable', ''], models, 'No model providers: jobs use replay:<path> or add one.', 'models')}
+    ${
+      view
+        ? post(
+            '/settings/models',
+            view,
+            html`${field('Alias', html`<input name="alias" required />`)}
+            ${field(
+              'Provider',
+              html`<select name="provider">
+                <option>openai-compatible</option>
+                <option>anthropic</option>
+                <option>openai</option>
+              </select>`,
+            )}
+            ${field('Base URL', html`<input name="baseUrl" placeholder="https://…/v1 (optional for anthropic, openai)" />`)}
+            ${field('Model', html`<input name="model" required />`)}
+            ${field('Key variable', html`<input name="keyEnv" placeholder="optional" />`)} `,
+            'Add model',
+            'add-model',
+          )
+        : ''
+    }
+    <h2>Harnesses</h2>
+    ${table(['Alias', 'Adapter', 'Works in', 'Allowed commands', 'Write prefixes', ''], [...builtins, ...harnesses], 'No harnesses.', 'harnesses')}
+    ${
+      view
+        ? post(
+            '/settings/harnesses',
+            view,
+            html`${field('Alias', html`<input name="alias" required />`)}
+              <label><input type="checkbox" name="worktree" checked /> own worktree</label>
+              ${field('Allowed commands', html`<input name="allow" placeholder="one per line or ;-separated" />`)}
+              ${field('Write prefixes', html`<input name="writePrefix" placeholder="comma-separated" />`)}
+              ${field(
+                'Adapter',
+                html`<select name="adapter">
+                  <option>minimal</option>
+                  <option>remote-ag-ui</option>
+                  <option>langgraph</option>
+                  <option>crewai</option>
+                </select>`,
+              )}
+              ${field('AG-UI endpoint', html`<input name="url" placeholder="remote adapters" />`)}
+              ${field('Key variable', html`<input name="keyEnv" placeholder="optional" />`)} `,
+            'Add harness',
+            'add-harness',
+          )
+        : ''
+    }
+    <h2>Role → harness routes</h2>
+    ${table(['Role', 'Harness', ''], routes, 'No routes: a job without harnessAlias uses code.', 'routes')}
+    ${view ? post('/settings/routes', view, html`${field('Role', html`<input name="role" required />`)} ${field('Harness', html`<input name="harness" required />`)} `, 'Add route', 'add-route') : ''}`;
 }

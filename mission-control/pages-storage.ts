@@ -16,16 +16,20 @@ export interface StorageView {
 
 function pruneNow(preview: RetentionPreview | undefined, csrf: string | undefined): SafeHtml {
   if (!preview) return html``;
-  const what = html`<span data-testid="prune-preview" data-rows="${preview.rows}">${preview.rows} checkpoints of ${
-    preview.runs
-  } runs (${formatBytes(preview.bytes)})</span>`;
-  return html`<p>The policy would prune ${what} now.${
-    csrf && preview.rows
-      ? html` <form class="action" method="post" action="/storage/prune">
-<input type="hidden" name="_csrf" value="${csrf}">
-<button type="submit" data-testid="prune-now">Prune now</button></form>`
-      : ''
-  }</p>`;
+  const what = html`<span data-testid="prune-preview" data-rows="${preview.rows}"
+    >${preview.rows} checkpoints of ${preview.runs} runs (${formatBytes(preview.bytes)})</span
+  >`;
+  return html`<p>
+    The policy would prune ${what}
+    now.${
+      csrf && preview.rows
+        ? html` <form class="action" method="post" action="/storage/prune">
+            <input type="hidden" name="_csrf" value="${csrf}" />
+            <button type="submit" data-testid="prune-now">Prune now</button>
+          </form>`
+        : ''
+    }
+  </p>`;
 }
 
 const enc = encodeURIComponent;
@@ -44,56 +48,108 @@ export function formatBytes(bytes: number | null): string {
 }
 
 function policyCard(p: StoragePolicy): SafeHtml {
-  const retention = p.keepLast === null
-    ? 'none (every checkpoint kept)'
-    : `keep the last ${p.keepLast} of runs finished ${p.keepDays ?? 0} days ago`;
+  const retention =
+    p.keepLast === null
+      ? 'none (every checkpoint kept)'
+      : `keep the last ${p.keepLast} of runs finished ${p.keepDays ?? 0} days ago`;
   const over = p.quotaBytes !== null && p.usedBytes !== null && p.usedBytes > p.quotaBytes;
-  return html`<div class="card"><div class="label">Policy</div>
-<div data-testid="storage-retention">retention: ${retention}</div>
-<div data-testid="storage-quota">quota: ${p.quotaBytes === null ? 'none' : formatBytes(p.quotaBytes)}${
-    over ? html` <span class="badge stalled" data-testid="over-quota">over quota: new runs refused</span>` : ''
-  }</div>
-<div class="muted">last measured ${timeCell(p.measuredAt)} · set with <code>npm run workspace -- retention set</code> /
-<code>quota set</code></div></div>`;
+  return html`<div class="card">
+    <div class="label">Policy</div>
+    <div data-testid="storage-retention">retention: ${retention}</div>
+    <div data-testid="storage-quota">
+      quota:
+      ${p.quotaBytes === null ? 'none' : formatBytes(p.quotaBytes)}${
+        over ? html` <span class="badge stalled" data-testid="over-quota">over quota: new runs refused</span>` : ''
+      }
+    </div>
+    <div class="muted">
+      last measured ${timeCell(p.measuredAt)} · set with <code>npm run workspace -- retention set</code> /
+      <code>quota set</code>
+    </div>
+  </div>`;
 }
 
 /** `csrf`: the viewer may prune (absent for a read-only token). */
 export function storageContent(v: StorageView, csrf?: string): SafeHtml {
   const gitTotal = v.runs.reduce((n, r) => n + (r.gitBytes ?? 0), 0);
   const runs = v.runs.map(
-    (r) => html`<tr data-run-id="${r.agentRunId}">
-<td class="run"><a href="/runs/${enc(r.agentRunId)}"><strong>${r.briefId}</strong></a>
-<div class="muted mono">run ${r.agentRunId.slice(0, 8)}</div></td><td>${statusBadge(r.status)}</td>
-<td><a href="/convoys/${enc(r.convoyId)}">${r.convoyId}</a></td><td class="num">${r.checkpointRows}</td>
-<td class="num" data-field="postgresBytes" data-bytes="${r.postgresBytes}">${formatBytes(r.postgresBytes)}</td>
-<td class="num" data-field="gitBytes" data-bytes="${r.gitBytes ?? ''}">${formatBytes(r.gitBytes)}</td></tr>`,
+    (r) =>
+      html`<tr data-run-id="${r.agentRunId}">
+        <td class="run">
+          <a href="/runs/${enc(r.agentRunId)}"><strong>${r.briefId}</strong></a>
+          <div class="muted mono">run ${r.agentRunId.slice(0, 8)}</div>
+        </td>
+        <td>${statusBadge(r.status)}</td>
+        <td><a href="/convoys/${enc(r.convoyId)}">${r.convoyId}</a></td>
+        <td class="num">${r.checkpointRows}</td>
+        <td class="num" data-field="postgresBytes" data-bytes="${r.postgresBytes}">${formatBytes(r.postgresBytes)}</td>
+        <td class="num" data-field="gitBytes" data-bytes="${r.gitBytes ?? ''}">${formatBytes(r.gitBytes)}</td>
+      </tr>`,
   );
   const convoys = v.convoys.map(
-    (c) => html`<tr><td><a href="/convoys/${enc(c.convoyId)}">${c.convoyId}</a></td>
-<td class="num">${c.checkpointRows}</td>
-<td class="num">${formatBytes(c.bytes)}</td></tr>`,
+    (c) =>
+      html`<tr>
+        <td><a href="/convoys/${enc(c.convoyId)}">${c.convoyId}</a></td>
+        <td class="num">${c.checkpointRows}</td>
+        <td class="num">${formatBytes(c.bytes)}</td>
+      </tr>`,
   );
   return html`<nav class="crumbs"><a href="/">Convoys</a> / storage</nav>
-<h1>Storage</h1>
-<section class="cards">
-  <div class="card primary"><div class="label">Postgres</div>
-    <div class="value small" data-testid="storage-postgres" data-bytes="${v.postgres.total}">${
-      formatBytes(v.postgres.total)
-    }</div>
-    <div class="muted">checkpoints ${formatBytes(v.postgres.checkpoints)} · events ${formatBytes(v.postgres.events)}
-    · runs ${formatBytes(v.postgres.runs)}</div></div>
-  <div class="card primary"><div class="label">Git (runs below)</div>
-    <div class="value small" data-testid="storage-git">${formatBytes(gitTotal)}</div>
-    <div class="muted">objects reachable only from each run's branch</div></div>
-  ${policyCard(v.policy)}
-</section>
-${pruneNow(v.preview, csrf)}
-<h2>Largest runs</h2>
-${v.runs.length ? html`<table data-testid="storage-runs"><thead><tr><th>Run</th><th>Status</th><th>Convoy</th>
-<th>Checkpoints</th>
-<th>Postgres</th><th>Git</th></tr></thead><tbody>${runs}</tbody></table>` : html`<div class="empty">No runs yet.</div>`}
-<h2>Convoys</h2>
-${v.convoys.length ? html`<table data-testid="storage-convoys"><thead><tr><th>Convoy</th><th>Checkpoints</th>
-<th>Postgres</th></tr></thead>
-<tbody>${convoys}</tbody></table>` : html`<div class="empty">No checkpoints yet.</div>`}`;
+    <h1>Storage</h1>
+    <section class="cards">
+      <div class="card primary">
+        <div class="label">Postgres</div>
+        <div class="value small" data-testid="storage-postgres" data-bytes="${v.postgres.total}">
+          ${formatBytes(v.postgres.total)}
+        </div>
+        <div class="muted">
+          checkpoints ${formatBytes(v.postgres.checkpoints)} · events ${formatBytes(v.postgres.events)} · runs
+          ${formatBytes(v.postgres.runs)}
+        </div>
+      </div>
+      <div class="card primary">
+        <div class="label">Git (runs below)</div>
+        <div class="value small" data-testid="storage-git">${formatBytes(gitTotal)}</div>
+        <div class="muted">objects reachable only from each run's branch</div>
+      </div>
+      ${policyCard(v.policy)}
+    </section>
+    ${pruneNow(v.preview, csrf)}
+    <h2>Largest runs</h2>
+    ${
+      v.runs.length
+        ? html`<table data-testid="storage-runs">
+            <thead>
+              <tr>
+                <th>Run</th>
+                <th>Status</th>
+                <th>Convoy</th>
+                <th>Checkpoints</th>
+                <th>Postgres</th>
+                <th>Git</th>
+              </tr>
+            </thead>
+            <tbody>
+              ${runs}
+            </tbody>
+          </table>`
+        : html`<div class="empty">No runs yet.</div>`
+    }
+    <h2>Convoys</h2>
+    ${
+      v.convoys.length
+        ? html`<table data-testid="storage-convoys">
+            <thead>
+              <tr>
+                <th>Convoy</th>
+                <th>Checkpoints</th>
+                <th>Postgres</th>
+              </tr>
+            </thead>
+            <tbody>
+              ${convoys}
+            </tbody>
+          </table>`
+        : html`<div class="empty">No checkpoints yet.</div>`
+    }`;
 }

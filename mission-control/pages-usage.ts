@@ -12,39 +12,85 @@ export function formatUsd(usd: number | null): string {
 const count = (n: number | null) => (n === null ? '—' : n.toLocaleString('en-US'));
 
 function tokenCells(u: UsageTotals): SafeHtml {
-  return html`<td class="num">${count(u.inputTokens)}</td><td class="num">${count(u.outputTokens)}</td>
-<td class="num">${count(u.cacheReadTokens)}</td><td class="num">${count(u.cacheWriteTokens)}</td>
-<td class="num">${count(u.reasoningTokens)}</td>`;
+  return html`<td class="num">${count(u.inputTokens)}</td>
+    <td class="num">${count(u.outputTokens)}</td>
+    <td class="num">${count(u.cacheReadTokens)}</td>
+    <td class="num">${count(u.cacheWriteTokens)}</td>
+    <td class="num">${count(u.reasoningTokens)}</td>`;
 }
 
 export function runUsageContent(total: CostTotal, checkpoints: CheckpointCost[]): SafeHtml {
-  const rows = checkpoints.map((c) => html`<tr data-usage-seq="${c.seq}"><td>${c.seq}</td><td class="mono">${c.modelId ?? '—'}</td>
-${tokenCells(c)}<td class="num" data-cost>${formatUsd(c.costUsd)}</td></tr>`);
+  const rows = checkpoints.map(
+    (c) =>
+      html`<tr data-usage-seq="${c.seq}">
+        <td>${c.seq}</td>
+        <td class="mono">${c.modelId ?? '—'}</td>
+        ${tokenCells(c)}
+        <td class="num" data-cost>${formatUsd(c.costUsd)}</td>
+      </tr>`,
+  );
   return html`<section data-run-usage>
-<h2>Tokens and cost</h2>
-<table><thead><tr><th>Checkpoint</th><th>Model</th><th>Input</th><th>Output</th><th>Cache read</th><th>Cache write</th>
-<th>Reasoning</th><th>Cost</th></tr></thead>
-<tbody>${rows}</tbody>
-<tfoot><tr data-usage-total><th>Total</th><th>${total.checkpoints} checkpoint(s)</th>${tokenCells(total)}
-<th class="num" data-cost>${formatUsd(total.costUsd)}</th></tr></tfoot></table>
-</section>`;
+    <h2>Tokens and cost</h2>
+    <table>
+      <thead>
+        <tr>
+          <th>Checkpoint</th>
+          <th>Model</th>
+          <th>Input</th>
+          <th>Output</th>
+          <th>Cache read</th>
+          <th>Cache write</th>
+          <th>Reasoning</th>
+          <th>Cost</th>
+        </tr>
+      </thead>
+      <tbody>
+        ${rows}
+      </tbody>
+      <tfoot>
+        <tr data-usage-total>
+          <th>Total</th>
+          <th>${total.checkpoints} checkpoint(s)</th>
+          ${tokenCells(total)}
+          <th class="num" data-cost>${formatUsd(total.costUsd)}</th>
+        </tr>
+      </tfoot>
+    </table>
+  </section>`;
 }
 
 /** A convoy's tokens and cost, over every run of it. */
 export function convoyUsageContent(total: CostTotal): SafeHtml {
   return html`<section data-convoy-usage>
-<h2>Tokens and cost</h2>
-<table><thead><tr><th>Checkpoints</th><th>Input</th><th>Output</th><th>Cache read</th><th>Cache write</th>
-<th>Reasoning</th><th>Cost</th></tr></thead>
-<tbody><tr><td>${total.checkpoints}</td>${tokenCells(total)}<td class="num" data-cost>${formatUsd(total.costUsd)}</td></tr>
-</tbody></table>
-</section>`;
+    <h2>Tokens and cost</h2>
+    <table>
+      <thead>
+        <tr>
+          <th>Checkpoints</th>
+          <th>Input</th>
+          <th>Output</th>
+          <th>Cache read</th>
+          <th>Cache write</th>
+          <th>Reasoning</th>
+          <th>Cost</th>
+        </tr>
+      </thead>
+      <tbody>
+        <tr>
+          <td>${total.checkpoints}</td>
+          ${tokenCells(total)}
+          <td class="num" data-cost>${formatUsd(total.costUsd)}</td>
+        </tr>
+      </tbody>
+    </table>
+  </section>`;
 }
 
 /** The workspace's spend today (UTC), priced rows only, against its daily cap when it has one. */
 export function spendTodayContent(today: CostTotal, cap: number | null): SafeHtml {
   const unpriced = today.unpricedCheckpoints ? html` (and ${today.unpricedCheckpoints} unpriced checkpoint(s))` : '';
   const against = cap === null ? 'no daily cap' : html`of a daily cap of ${formatUsd(cap)}`;
-  return html`<p class="muted" data-spend-today>Spent today: <strong>${formatUsd(today.pricedUsd)}</strong>${unpriced},
-${against}.</p>`;
+  return html`<p class="muted" data-spend-today>
+    Spent today: <strong>${formatUsd(today.pricedUsd)}</strong>${unpriced}, ${against}.
+  </p>`;
 }

@@ -87,7 +87,8 @@ export function mayWrite(surface: 'api' | 'html'): MiddlewareHandler<McEnv> {
       presented = typeof body._csrf === 'string' ? body._csrf : undefined;
     }
     const session = presentedToken(c);
-    if (!presented || !session || !sameText(presented, csrfTokenFor(session))) return deny('missing or wrong CSRF token');
+    if (!presented || !session || !sameText(presented, csrfTokenFor(session)))
+      return deny('missing or wrong CSRF token');
     return next();
   };
 }
@@ -96,7 +97,9 @@ type ActionName = 'fork' | 'retry' | 'cancel';
 type Outcome = { status: 200 | 400 | 404 | 409 | 503; body: Record<string, unknown> };
 
 /** Input of a fork, from JSON or a form: unknown fields and bad types are refused by name. */
-function forkInput(body: Record<string, unknown>): { at: number; brief?: string; model?: string; cancelSource: boolean } | string {
+function forkInput(
+  body: Record<string, unknown>,
+): { at: number; brief?: string; model?: string; cancelSource: boolean } | string {
   const unknown = Object.keys(body).filter((k) => !FORK_FIELDS.has(k) && k !== '_csrf');
   if (unknown.length) return `unknown field(s): ${unknown.join(', ')}`;
   const at = typeof body.at === 'string' && /^\d+$/.test(body.at) ? Number(body.at) : body.at;
@@ -121,7 +124,10 @@ function failure(err: unknown, log: Logger): Outcome {
   if (err instanceof EchodoError) {
     if (err.code === 'run_not_found') {
       // A missing checkpoint of a visible run says which; a run not visible is just not found.
-      return { status: 404, body: err.message.includes('checkpoint') ? { error: 'not_found', message: err.message } : NOT_FOUND };
+      return {
+        status: 404,
+        body: err.message.includes('checkpoint') ? { error: 'not_found', message: err.message } : NOT_FOUND,
+      };
     }
     if (err.code === 'invalid_job') return { status: 400, body: { error: 'bad_request', message: err.message } };
     if (err.code === 'action_refused') return { status: 409, body: { error: 'conflict', message: err.message } };
@@ -136,25 +142,41 @@ export function mountActionRoutes(app: Hono<McEnv>, deps: ActionDeps): { close()
   const api = requirePrincipal(db.admin, { surface: 'api', need: 'workspace' });
   const pages = requirePrincipal(db.admin, { surface: 'html', need: 'workspace' });
   let made: JobQueue | undefined;
-  const queueOf = (): JobQueue => deps.queue ?? (made ??= createQueue({ config: deps.config!, db, workerId: `mission-control-${process.pid}` }));
+  const queueOf = (): JobQueue =>
+    deps.queue ?? (made ??= createQueue({ config: deps.config!, db, workerId: `mission-control-${process.pid}` }));
 
-  async function act(c: McContext, action: ActionName, body: Record<string, unknown>, surface: 'api' | 'panel'): Promise<Outcome> {
-    if (!deps.config) return { status: 503, body: { error: 'unavailable', message: 'actions need the worker configuration' } };
+  async function act(
+    c: McContext,
+    action: ActionName,
+    body: Record<string, unknown>,
+    surface: 'api' | 'panel',
+  ): Promise<Outcome> {
+    if (!deps.config)
+      return { status: 503, body: { error: 'unavailable', message: 'actions need the worker configuration' } };
     const workspaceId = workspaceOf(c);
     const agentRunId = c.req.param('agentRunId')!;
     const by = actorOf(c, surface);
     try {
       if (action === 'cancel') {
-        const answer = await requestCancel(db, workspaceId, agentRunId, by, { repoRoot: deps.config.WORKER_REPO_ROOT, log });
+        const answer = await requestCancel(db, workspaceId, agentRunId, by, {
+          repoRoot: deps.config.WORKER_REPO_ROOT,
+          log,
+        });
         return { status: 200, body: { ...answer } };
       }
       if (action === 'retry') {
         const answer = await retryRun(db, queueOf(), { workspaceId, agentRunId });
-        return { status: 200, body: { agentRunId: answer.agentRunId, jobId: answer.jobId, outcome: answer.outcome, status: 'queued' } };
+        return {
+          status: 200,
+          body: { agentRunId: answer.agentRunId, jobId: answer.jobId, outcome: answer.outcome, status: 'queued' },
+        };
       }
       const input = forkInput(body);
       if (typeof input === 'string') return { status: 400, body: { error: 'bad_request', message: input } };
-      const answer = await forkRun({ db, queue: queueOf(), config: deps.config, log }, { workspaceId, agentRunId, ...input, by });
+      const answer = await forkRun(
+        { db, queue: queueOf(), config: deps.config, log },
+        { workspaceId, agentRunId, ...input, by },
+      );
       return { status: 200, body: { ...answer, status: 'queued' } };
     } catch (err) {
       return failure(err, log);
@@ -166,9 +188,11 @@ export function mountActionRoutes(app: Hono<McEnv>, deps: ActionDeps): { close()
     app.post(`/api/runs/:agentRunId/${action}`, api, mayWrite('api'), async (c) => {
       let body: Record<string, unknown> = {};
       const length = Number(c.req.header('content-length') ?? 0);
-      if (length > MAX_BODY_BYTES) return c.json({ error: 'payload_too_large', message: `body over ${MAX_BODY_BYTES} bytes` }, 413);
+      if (length > MAX_BODY_BYTES)
+        return c.json({ error: 'payload_too_large', message: `body over ${MAX_BODY_BYTES} bytes` }, 413);
       const text = await c.req.text();
-      if (text.length > MAX_BODY_BYTES) return c.json({ error: 'payload_too_large', message: `body over ${MAX_BODY_BYTES} bytes` }, 413);
+      if (text.length > MAX_BODY_BYTES)
+        return c.json({ error: 'payload_too_large', message: `body over ${MAX_BODY_BYTES} bytes` }, 413);
       if (text.trim()) {
         try {
           const parsed: unknown = JSON.parse(text);
@@ -192,21 +216,32 @@ export function mountActionRoutes(app: Hono<McEnv>, deps: ActionDeps): { close()
   app.get('/runs/:agentRunId/checkpoints/:seq', pages, async (c) => {
     const diff = await loadDiff(c);
     const who = `workspace ${workspaceOf(c)}`;
-    if (!diff) return sendPage(c, { title: 'Not found', who, content: messageContent('Not found', 'checkpoint not found') }, 404);
+    if (!diff)
+      return sendPage(
+        c,
+        { title: 'Not found', who, content: messageContent('Not found', 'checkpoint not found') },
+        404,
+      );
     const run = await withWorkspace(db.app, workspaceOf(c), (tx) => runOverview(tx, diff.agentRunId));
     const place = run && { convoyId: run.convoyId, lastSeq: run.lastSeq ?? diff.seq };
-    return sendPage(c, { title: `checkpoint ${diff.seq} · run ${diff.agentRunId}`, who, content: diffPageContent(diff, place) });
+    return sendPage(c, {
+      title: `checkpoint ${diff.seq} · run ${diff.agentRunId}`,
+      who,
+      content: diffPageContent(diff, place),
+    });
   });
 
   app.post('/runs/:agentRunId/actions/:action', pages, mayWrite('html'), async (c) => {
     const action = c.req.param('action');
-    if (action !== 'fork' && action !== 'retry' && action !== 'cancel') return c.json({ error: 'not_found', message: 'no such action' }, 404);
+    if (action !== 'fork' && action !== 'retry' && action !== 'cancel')
+      return c.json({ error: 'not_found', message: 'no such action' }, 404);
     const form = (await c.req.parseBody()) as Record<string, unknown>;
     const runId = c.req.param('agentRunId');
     if (action === 'cancel' && !isConfirmed(form)) {
       return sendConfirmation(c, `workspace ${workspaceOf(c)}`, {
         title: `Cancel run ${runId}?`,
-        consequence: 'The worker stops it before its next tool call; its checkpoints and branch are kept. A cancelled run cannot be resumed.',
+        consequence:
+          'The worker stops it before its next tool call; its checkpoints and branch are kept. A cancelled run cannot be resumed.',
         action: `/runs/${encodeURIComponent(runId)}/actions/cancel`,
         csrf: pageCsrfToken(c) ?? '',
         back: `/runs/${encodeURIComponent(runId)}`,
@@ -221,7 +256,15 @@ export function mountActionRoutes(app: Hono<McEnv>, deps: ActionDeps): { close()
     const { confirmed: _confirmed, ...fields } = form;
     const outcome = await act(c, action, fields, 'panel');
     if (outcome.status !== 200) {
-      return sendPage(c, { title: 'Refused', who: `workspace ${workspaceOf(c)}`, content: messageContent(`${action} refused`, String(outcome.body.message)) }, outcome.status);
+      return sendPage(
+        c,
+        {
+          title: 'Refused',
+          who: `workspace ${workspaceOf(c)}`,
+          content: messageContent(`${action} refused`, String(outcome.body.message)),
+        },
+        outcome.status,
+      );
     }
     const target = action === 'fork' ? String(outcome.body.agentRunId) : runId;
     return c.redirect(`/runs/${encodeURIComponent(target)}`, 303);
@@ -257,7 +300,9 @@ export function mountActionRoutes(app: Hono<McEnv>, deps: ActionDeps): { close()
   async function loadDiff(c: McContext) {
     const seq = Number(c.req.param('seq'));
     if (!Number.isInteger(seq) || seq < 1) return undefined;
-    const source = await withWorkspace(db.app, workspaceOf(c), (tx) => loadDiffSource(tx, c.req.param('agentRunId')!, seq));
+    const source = await withWorkspace(db.app, workspaceOf(c), (tx) =>
+      loadDiffSource(tx, c.req.param('agentRunId')!, seq),
+    );
     if (!source?.row.commit_oid) return undefined;
     const repoPath = source.run.job.repoPath ?? deps.config?.WORKER_REPO_ROOT;
     if (!repoPath) return undefined;

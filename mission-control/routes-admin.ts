@@ -11,14 +11,17 @@ import { fleetContent, loginContent, messageContent } from './pages-admin.ts';
 import type { ChangeHub } from './sse-hub.ts';
 
 export function mountAdminRoutes(app: Hono<McEnv>, db: Database, hub: ChangeHub): void {
-  app.get('/login', (c) => sendPage(c, { title: 'Sign in', content: loginContent(undefined, safeReturnPath(c.req.query('next'))) }));
+  app.get('/login', (c) =>
+    sendPage(c, { title: 'Sign in', content: loginContent(undefined, safeReturnPath(c.req.query('next'))) }),
+  );
 
   app.post('/login', async (c) => {
     const form = await c.req.parseBody().catch(() => ({}) as Record<string, unknown>);
     const token = typeof form.token === 'string' ? form.token.trim() : '';
     const principal = await lookupToken(db.admin, token);
     const next = safeReturnPath(form.next);
-    if (!principal) return sendPage(c, { title: 'Sign in', content: loginContent('That token is not valid.', next) }, 401);
+    if (!principal)
+      return sendPage(c, { title: 'Sign in', content: loginContent('That token is not valid.', next) }, 401);
     setSessionCookie(c, token, principal.expiresAt);
     return c.redirect(principal.kind === 'admin' ? '/fleet' : (next ?? '/'), 303);
   });
@@ -29,13 +32,22 @@ export function mountAdminRoutes(app: Hono<McEnv>, db: Database, hub: ChangeHub)
   });
 
   const forbiddenPage = (c: Parameters<typeof sendPage>[0]) =>
-    sendPage(c, { title: 'Forbidden', content: messageContent('Forbidden', 'The fleet view needs an admin token.') }, 403);
+    sendPage(
+      c,
+      { title: 'Forbidden', content: messageContent('Forbidden', 'The fleet view needs an admin token.') },
+      403,
+    );
   const api = requirePrincipal(db.admin, { surface: 'api', need: 'admin' });
   const pages = requirePrincipal(db.admin, { surface: 'html', need: 'admin', forbiddenPage });
 
   app.get('/api/fleet', api, async (c) => c.json({ workspaces: await fleetSummary(db.admin) }));
   app.get('/api/fleet/events', api, (c) => changeFeed(c, hub, null));
   app.get('/fleet', pages, async (c) =>
-    sendPage(c, { title: 'Fleet', who: 'admin', live: { events: '/api/fleet/events' }, content: fleetContent(await fleetSummary(db.admin)) }),
+    sendPage(c, {
+      title: 'Fleet',
+      who: 'admin',
+      live: { events: '/api/fleet/events' },
+      content: fleetContent(await fleetSummary(db.admin)),
+    }),
   );
 }

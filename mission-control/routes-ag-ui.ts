@@ -38,11 +38,15 @@ export function mountAgUiRoutes(
 ): { close(): Promise<void> } {
   let made: JobQueue | undefined;
   // Dispatch needs the worker configuration (the queue, WORKER_REPO_ROOT); the queue is made on first use.
-  const queueOf = (): JobQueue | undefined => deps.queue ?? (deps.config?.WORKER_REPO_ROOT
-    ? (made ??= createQueue({
-        config: deps.config as Config, db: deps.db, workerId: `mission-control-ag-ui-${process.pid}`,
-      }))
-    : undefined);
+  const queueOf = (): JobQueue | undefined =>
+    deps.queue ??
+    (deps.config?.WORKER_REPO_ROOT
+      ? (made ??= createQueue({
+          config: deps.config as Config,
+          db: deps.db,
+          workerId: `mission-control-ag-ui-${process.pid}`,
+        }))
+      : undefined);
   const api = requirePrincipal(deps.db.admin, { surface: 'api', need: 'workspace' });
   const bad = (message: string) => ({ error: 'bad_request', message: redactString(message).slice(0, 2000) });
 
@@ -61,8 +65,11 @@ export function mountAgUiRoutes(
     }
     const input = parsed.data;
     const user = [...input.messages].reverse().find((m) => m.role === 'user');
-    const brief = !user ? '' : typeof user.content === 'string' ? user.content
-      : user.content.map((p) => (p.type === 'text' ? p.text : '')).join('');
+    const brief = !user
+      ? ''
+      : typeof user.content === 'string'
+        ? user.content
+        : user.content.map((p) => (p.type === 'text' ? p.text : '')).join('');
     if (!brief.trim()) return c.json(bad('no user message with text: the brief is the last user message'), 400);
     const props = (input.forwardedProps ?? {}) as Record<string, unknown>;
     const chosen: Record<string, string> = {};
@@ -79,12 +86,21 @@ export function mountAgUiRoutes(
         return c.json({ error: 'unavailable', message: 'dispatch needs the worker configuration' }, 503);
       }
       try {
-        await dispatchJob(deps.db, queue, {
-          workspaceId, agentRunId, roleId: 'ag-ui', baseRef: 'main', brief,
-          convoyId: `agui-${digest(workspaceId, input.threadId).slice(0, 24)}`,
-          briefId: `agui-${digest(input.runId).slice(0, 16)}`,
-          ...chosen,
-        }, { defaultRepoPath: deps.config.WORKER_REPO_ROOT });
+        await dispatchJob(
+          deps.db,
+          queue,
+          {
+            workspaceId,
+            agentRunId,
+            roleId: 'ag-ui',
+            baseRef: 'main',
+            brief,
+            convoyId: `agui-${digest(workspaceId, input.threadId).slice(0, 24)}`,
+            briefId: `agui-${digest(input.runId).slice(0, 16)}`,
+            ...chosen,
+          },
+          { defaultRepoPath: deps.config.WORKER_REPO_ROOT },
+        );
       } catch (err) {
         if (err instanceof EchodoError && ['invalid_job', 'repo_invalid', 'workspace_not_found'].includes(err.code)) {
           return c.json(bad(err.message), 400);
@@ -96,40 +112,44 @@ export function mountAgUiRoutes(
     const encoder = new EventEncoder();
     c.header('content-type', encoder.getContentType());
     c.header('x-accel-buffering', 'no');
-    return stream(c, async (out) => {
-      const send = (event: BaseEvent & Record<string, unknown>) => out.write(encoder.encodeSSE(event as BaseEvent));
-      const { threadId, runId } = input;
-      await send({ type: EventType.RUN_STARTED, threadId, runId });
-      let seq = 0;
-      let eventId = '0';
-      const deadline = Date.now() + MAX_STREAM_MS;
-      while (!out.aborted && !out.closed) {
-        const { run, rows, events } = await withWorkspace(deps.db.app, workspaceId, async (tx) => ({
-          run: await progressRun(tx, agentRunId),
-          rows: await checkpointsAfter(tx, agentRunId, seq),
-          events: await lifecycleEventsAfter(tx, agentRunId, eventId),
-        }));
-        for (const e of events) (await send(lifecycleEvent(e)), (eventId = e.id));
-        for (const row of rows) {
-          for (const e of checkpointEvents(agentRunId, row)) await send(e);
-          seq = row.checkpoint_seq;
-        }
-        // Finished only once every checkpoint was sent (a page of rows may still be pending).
-        if (run && TERMINAL.has(run.status) && rows.length < 50) {
-          if (run.status === 'completed') {
-            await send({ type: EventType.RUN_FINISHED, threadId, runId, result: { agentRunId, checkpoints: seq } });
-          } else {
-            const reason = redactString(run.failure_reason ?? run.status).slice(0, 500);
-            await send({ type: EventType.RUN_ERROR, message: `run ${run.status}: ${reason}`, code: run.status });
+    return stream(
+      c,
+      async (out) => {
+        const send = (event: BaseEvent & Record<string, unknown>) => out.write(encoder.encodeSSE(event as BaseEvent));
+        const { threadId, runId } = input;
+        await send({ type: EventType.RUN_STARTED, threadId, runId });
+        let seq = 0;
+        let eventId = '0';
+        const deadline = Date.now() + MAX_STREAM_MS;
+        while (!out.aborted && !out.closed) {
+          const { run, rows, events } = await withWorkspace(deps.db.app, workspaceId, async (tx) => ({
+            run: await progressRun(tx, agentRunId),
+            rows: await checkpointsAfter(tx, agentRunId, seq),
+            events: await lifecycleEventsAfter(tx, agentRunId, eventId),
+          }));
+          for (const e of events) (await send(lifecycleEvent(e)), (eventId = e.id));
+          for (const row of rows) {
+            for (const e of checkpointEvents(agentRunId, row)) await send(e);
+            seq = row.checkpoint_seq;
           }
-          break;
+          // Finished only once every checkpoint was sent (a page of rows may still be pending).
+          if (run && TERMINAL.has(run.status) && rows.length < 50) {
+            if (run.status === 'completed') {
+              await send({ type: EventType.RUN_FINISHED, threadId, runId, result: { agentRunId, checkpoints: seq } });
+            } else {
+              const reason = redactString(run.failure_reason ?? run.status).slice(0, 500);
+              await send({ type: EventType.RUN_ERROR, message: `run ${run.status}: ${reason}`, code: run.status });
+            }
+            break;
+          }
+          if (Date.now() > deadline) break;
+          await out.sleep(POLL_MS);
         }
-        if (Date.now() > deadline) break;
-        await out.sleep(POLL_MS);
-      }
-    }, async (err) => {
-      deps.log.warn({ agentRunId, error: redactString(String(err)) }, 'ag-ui stream ended by an error');
-    });
+      },
+      async (err) => {
+        deps.log.warn({ agentRunId, error: redactString(String(err)) }, 'ag-ui stream ended by an error');
+      },
+    );
   });
   return { close: async () => made?.close() };
 }

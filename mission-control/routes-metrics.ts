@@ -22,19 +22,42 @@ function tokenMatches(header: string | undefined, token: string): boolean {
 /** The registry of one scrape: gauges set from the aggregates, so nothing can drift between scrapes. */
 async function scrape(db: Database): Promise<Registry> {
   const registry = new Registry();
-  const runs = new Gauge({ name: 'echodo_runs', help: 'Runs by workspace and status', labelNames: ['workspace', 'status'],
-    registers: [registry] });
+  const runs = new Gauge({
+    name: 'echodo_runs',
+    help: 'Runs by workspace and status',
+    labelNames: ['workspace', 'status'],
+    registers: [registry],
+  });
   const depth = new Gauge({ name: 'echodo_queue_depth', help: 'Runs queued', registers: [registry] });
-  const age = new Gauge({ name: 'echodo_queue_oldest_age_seconds', help: 'Age of the oldest queued run',
-    registers: [registry] });
-  const tokens = new Gauge({ name: 'echodo_tokens', help: 'Tokens recorded on checkpoint rows, by kind',
-    labelNames: ['workspace', 'model', 'kind'], registers: [registry] });
-  const cost = new Gauge({ name: 'echodo_cost_usd', help: 'Priced cost of the checkpoint rows (USD)',
-    labelNames: ['workspace', 'model'], registers: [registry] });
-  const unpriced = new Gauge({ name: 'echodo_unpriced_checkpoints', help: 'Checkpoint rows without a price or usage',
-    labelNames: ['workspace', 'model'], registers: [registry] });
-  const [counts, queue, usage, costs] = await Promise.all([fleetRunCounts(db.app), fleetQueue(db.app),
-    fleetTokens(db.app), fleetCost(db.app)]);
+  const age = new Gauge({
+    name: 'echodo_queue_oldest_age_seconds',
+    help: 'Age of the oldest queued run',
+    registers: [registry],
+  });
+  const tokens = new Gauge({
+    name: 'echodo_tokens',
+    help: 'Tokens recorded on checkpoint rows, by kind',
+    labelNames: ['workspace', 'model', 'kind'],
+    registers: [registry],
+  });
+  const cost = new Gauge({
+    name: 'echodo_cost_usd',
+    help: 'Priced cost of the checkpoint rows (USD)',
+    labelNames: ['workspace', 'model'],
+    registers: [registry],
+  });
+  const unpriced = new Gauge({
+    name: 'echodo_unpriced_checkpoints',
+    help: 'Checkpoint rows without a price or usage',
+    labelNames: ['workspace', 'model'],
+    registers: [registry],
+  });
+  const [counts, queue, usage, costs] = await Promise.all([
+    fleetRunCounts(db.app),
+    fleetQueue(db.app),
+    fleetTokens(db.app),
+    fleetCost(db.app),
+  ]);
   for (const r of costs) {
     const labels = { workspace: r.workspace_id, model: modelLabel(r.model_id) };
     cost.inc(labels, r.cost_usd);
@@ -45,8 +68,13 @@ async function scrape(db: Database): Promise<Registry> {
   age.set(queue.oldest_age_s);
   for (const t of usage) {
     const labels = { workspace: t.workspace_id, model: modelLabel(t.model_id) };
-    const kinds = { input: t.input, output: t.output, cache_read: t.cache_read, cache_write: t.cache_write,
-      reasoning: t.reasoning };
+    const kinds = {
+      input: t.input,
+      output: t.output,
+      cache_read: t.cache_read,
+      cache_write: t.cache_write,
+      reasoning: t.reasoning,
+    };
     for (const [kind, n] of Object.entries(kinds)) if (n !== null) tokens.inc({ ...labels, kind }, n);
   }
   return registry;
@@ -61,7 +89,10 @@ export function mountMetricsRoute(app: Hono<McEnv>, deps: { db: Database; token?
         ?.remoteAddress;
       const proxied = c.req.header('x-forwarded-for') !== undefined || c.req.header('forwarded') !== undefined;
       if (!peer || !LOOPBACK.has(peer) || proxied) {
-        return c.text('metrics are served to loopback only (set MISSION_CONTROL_METRICS_TOKEN for remote scrapes)\n', 403);
+        return c.text(
+          'metrics are served to loopback only (set MISSION_CONTROL_METRICS_TOKEN for remote scrapes)\n',
+          403,
+        );
       }
     }
     const registry = await scrape(deps.db);

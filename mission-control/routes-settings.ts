@@ -7,7 +7,14 @@ import type { Database } from '../store/connection.ts';
 import { harnessOverride, modelProvider, upsertModelProvider } from '../store/workspace-config.ts';
 import { keyGrantOf } from '../store/grants.ts';
 import {
-  listHarnesses, listModelProviders, listRoutes, removeHarness, removeModelProvider, removeRoute, upsertHarness, upsertRoute,
+  listHarnesses,
+  listModelProviders,
+  listRoutes,
+  removeHarness,
+  removeModelProvider,
+  removeRoute,
+  upsertHarness,
+  upsertRoute,
 } from '../store/workspace-settings.ts';
 import { withWorkspace, type WorkspaceTx } from '../store/workspace.ts';
 import { redactString, registerSecretsFromEnv } from '../core/redact.ts';
@@ -15,7 +22,13 @@ import type { Config } from '../core/config.ts';
 import { EchodoError } from '../core/errors.ts';
 import { parseKeyVarGlobs } from '../core/key-vars.ts';
 import {
-  harnessInput, modelInput, routeInput, testHarness, testModelProvider, type HarnessTestResult, type ModelTestResult,
+  harnessInput,
+  modelInput,
+  routeInput,
+  testHarness,
+  testModelProvider,
+  type HarnessTestResult,
+  type ModelTestResult,
 } from '../operator/settings.ts';
 import { requirePrincipal, workspaceOf } from './auth.ts';
 import { builtinHarnesses } from '../worker/run/harnesses.ts';
@@ -25,7 +38,13 @@ import { sendPage } from './layout.ts';
 import { isReadOnly, mayWrite, pageCsrfToken } from './routes-actions.ts';
 import { settingsContent, type SettingsView } from './pages-settings.ts';
 
-const lines = (v: unknown) => (typeof v === 'string' ? v.split(/[\n;]/).map((x) => x.trim()).filter(Boolean) : []);
+const lines = (v: unknown) =>
+  typeof v === 'string'
+    ? v
+        .split(/[\n;]/)
+        .map((x) => x.trim())
+        .filter(Boolean)
+    : [];
 const str = (v: unknown) => (typeof v === 'string' ? v : undefined);
 
 export function mountSettingsRoutes(app: Hono<McEnv>, deps: { db: Database; config?: Partial<Config> }): void {
@@ -35,17 +54,28 @@ export function mountSettingsRoutes(app: Hono<McEnv>, deps: { db: Database; conf
   const globs = () => parseKeyVarGlobs(deps.config?.WORKER_PROVIDER_KEY_VARS);
   const inWs = <T>(c: McContext, fn: (tx: WorkspaceTx) => Promise<T>) => withWorkspace(db.app, workspaceOf(c), fn);
   const load = (c: McContext) =>
-    inWs(c, async (tx) => ({ models: await listModelProviders(tx), harnesses: await listHarnesses(tx), routes: await listRoutes(tx) }));
+    inWs(c, async (tx) => ({
+      models: await listModelProviders(tx),
+      harnesses: await listHarnesses(tx),
+      routes: await listRoutes(tx),
+    }));
   const view = (c: McContext) => {
     const csrf = pageCsrfToken(c);
     return csrf && !isReadOnly(c.get('principal')) ? { csrf } : undefined;
   };
   const render = async (c: McContext, notice?: SettingsView['notice'], status: 200 | 400 | 404 = 200) =>
-    sendPage(c, {
-      title: 'Settings',
-      who: `workspace ${workspaceOf(c)}`,
-      content: settingsContent({ ...(await load(c)), builtins: Object.values(builtinHarnesses(deps.config ?? {})), notice }, view(c)),
-    }, status);
+    sendPage(
+      c,
+      {
+        title: 'Settings',
+        who: `workspace ${workspaceOf(c)}`,
+        content: settingsContent(
+          { ...(await load(c)), builtins: Object.values(builtinHarnesses(deps.config ?? {})), notice },
+          view(c),
+        ),
+      },
+      status,
+    );
 
   /** The Test: the row is read in a transaction, the call is made after it (no connection waits on the network). */
   async function test(c: McContext, alias: string): Promise<ModelTestResult | undefined> {
@@ -75,10 +105,21 @@ export function mountSettingsRoutes(app: Hono<McEnv>, deps: { db: Database; conf
   app.get('/api/settings', api, async (c) => {
     const s = await load(c);
     return c.json({
-      models: s.models.map((m) => ({ alias: m.alias, provider: m.provider, baseUrl: m.base_url && redactString(m.base_url), model: m.model, keyEnv: m.api_key_env_var })),
+      models: s.models.map((m) => ({
+        alias: m.alias,
+        provider: m.provider,
+        baseUrl: m.base_url && redactString(m.base_url),
+        model: m.model,
+        keyEnv: m.api_key_env_var,
+      })),
       harnesses: s.harnesses.map((h) => ({
-        alias: h.alias, adapter: h.adapter, url: h.endpoint_url && redactString(h.endpoint_url), keyEnv: h.key_env_var,
-        worktree: h.needs_worktree, allow: h.allowed_commands, writePrefixes: h.write_prefixes,
+        alias: h.alias,
+        adapter: h.adapter,
+        url: h.endpoint_url && redactString(h.endpoint_url),
+        keyEnv: h.key_env_var,
+        worktree: h.needs_worktree,
+        allow: h.allowed_commands,
+        writePrefixes: h.write_prefixes,
       })),
       routes: s.routes.map((r) => ({ role: r.role_id, harness: r.harness_alias })),
     });
@@ -86,12 +127,16 @@ export function mountSettingsRoutes(app: Hono<McEnv>, deps: { db: Database; conf
 
   app.post('/api/models/:alias/test', api, mayWrite('api'), async (c) => {
     const result = await test(c, c.req.param('alias'));
-    return result ? c.json({ alias: c.req.param('alias'), ...result }) : c.json({ error: 'not_found', message: 'model not found' }, 404);
+    return result
+      ? c.json({ alias: c.req.param('alias'), ...result })
+      : c.json({ error: 'not_found', message: 'model not found' }, 404);
   });
 
   app.post('/api/harnesses/:alias/test', api, mayWrite('api'), async (c) => {
     const result = await testHarnessOf(c, c.req.param('alias'));
-    return result ? c.json({ alias: c.req.param('alias'), ...result }) : c.json({ error: 'not_found', message: 'harness not found' }, 404);
+    return result
+      ? c.json({ alias: c.req.param('alias'), ...result })
+      : c.json({ error: 'not_found', message: 'harness not found' }, 404);
   });
 
   // ------------------------------------------------------------------ pages
@@ -111,11 +156,30 @@ export function mountSettingsRoutes(app: Hono<McEnv>, deps: { db: Database; conf
       }
       if (!name) {
         if (kind === 'models') {
-          const row = modelInput({ alias: str(form.alias), provider: str(form.provider), baseUrl: str(form.baseUrl), model: str(form.model), keyEnv: str(form.keyEnv) }, globs());
+          const row = modelInput(
+            {
+              alias: str(form.alias),
+              provider: str(form.provider),
+              baseUrl: str(form.baseUrl),
+              model: str(form.model),
+              keyEnv: str(form.keyEnv),
+            },
+            globs(),
+          );
           await inWs(c, (tx) => upsertModelProvider(tx, row, globs()));
         } else if (kind === 'harnesses') {
-          const row = harnessInput({ alias: str(form.alias), worktree: form.worktree !== undefined, allow: lines(form.allow), writePrefix: lines(String(form.writePrefix ?? '').replaceAll(',', '\n')),
-            adapter: str(form.adapter), url: str(form.url), keyEnv: str(form.keyEnv) }, globs());
+          const row = harnessInput(
+            {
+              alias: str(form.alias),
+              worktree: form.worktree !== undefined,
+              allow: lines(form.allow),
+              writePrefix: lines(String(form.writePrefix ?? '').replaceAll(',', '\n')),
+              adapter: str(form.adapter),
+              url: str(form.url),
+              keyEnv: str(form.keyEnv),
+            },
+            globs(),
+          );
           await inWs(c, (tx) => upsertHarness(tx, row));
         } else if (kind === 'routes') {
           const route = routeInput({ role: str(form.role), harness: str(form.harness) });
@@ -124,7 +188,13 @@ export function mountSettingsRoutes(app: Hono<McEnv>, deps: { db: Database; conf
       } else if (verb === 'rm') {
         if (!isConfirmed(form)) return confirmRemoval(c, kind, name);
         const removed = await inWs(c, (tx) =>
-          kind === 'models' ? removeModelProvider(tx, name) : kind === 'harnesses' ? removeHarness(tx, name) : kind === 'routes' ? removeRoute(tx, name) : Promise.resolve(false),
+          kind === 'models'
+            ? removeModelProvider(tx, name)
+            : kind === 'harnesses'
+              ? removeHarness(tx, name)
+              : kind === 'routes'
+                ? removeRoute(tx, name)
+                : Promise.resolve(false),
         );
         if (!removed) return render(c, { error: `nothing to remove: ${kind} ${name}` }, 404);
       } else return render(c, { error: 'no such action' }, 404);

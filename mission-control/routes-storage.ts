@@ -31,9 +31,8 @@ export function mountStorageRoutes(app: Hono<McEnv>, deps: { db: Database; repoR
         runs: await largestRuns(tx, RUNS_SHOWN),
         convoys: await convoyBytes(tx, RUNS_SHOWN),
         policy,
-        preview: policy.keepLast === null
-          ? undefined
-          : await retentionPreview(tx, policy.keepLast, policy.keepDays ?? 0),
+        preview:
+          policy.keepLast === null ? undefined : await retentionPreview(tx, policy.keepLast, policy.keepDays ?? 0),
       };
     });
     const runs = await Promise.all(
@@ -54,8 +53,13 @@ export function mountStorageRoutes(app: Hono<McEnv>, deps: { db: Database; repoR
       gitBytes: view.runs.reduce((n, r) => n + (r.gitBytes ?? 0), 0),
       policy: { ...view.policy, measuredAt: view.policy.measuredAt?.toISOString() ?? null },
       runs: view.runs.map((r) => ({
-        agentRunId: r.agentRunId, convoyId: r.convoyId, status: r.status, checkpointRows: r.checkpointRows,
-        postgresBytes: r.postgresBytes, checkpointBytes: r.checkpointBytes, eventBytes: r.eventBytes,
+        agentRunId: r.agentRunId,
+        convoyId: r.convoyId,
+        status: r.status,
+        checkpointRows: r.checkpointRows,
+        postgresBytes: r.postgresBytes,
+        checkpointBytes: r.checkpointBytes,
+        eventBytes: r.eventBytes,
         gitBytes: r.gitBytes,
       })),
       convoys: view.convoys,
@@ -80,8 +84,8 @@ export function mountStorageRoutes(app: Hono<McEnv>, deps: { db: Database; repoR
         : 'nothing: no retention policy is set';
       return sendConfirmation(c, `workspace ${workspaceId}`, {
         title: 'Prune now?',
-        consequence: `This removes ${what}; each run keeps its last checkpoints and an anchor, ` +
-          'so its chain still verifies.',
+        consequence:
+          `This removes ${what}; each run keeps its last checkpoints and an anchor, ` + 'so its chain still verifies.',
         action: '/storage/prune',
         csrf: pageCsrfToken(c) ?? '',
         back: '/storage',

@@ -39,7 +39,11 @@ const badLimit = { error: 'bad_request', message: `limit must be an integer from
 const TIMELINE_PAGE = 50;
 
 /** One page of the run's timeline: its checkpoints older than `before` and the events among them. */
-async function runPageView(tx: WorkspaceTx, agentRunId: string, before: number | null): Promise<RunPageView | undefined> {
+async function runPageView(
+  tx: WorkspaceTx,
+  agentRunId: string,
+  before: number | null,
+): Promise<RunPageView | undefined> {
   const run = await runOverview(tx, agentRunId);
   if (!run) return undefined;
   const page = await checkpointPage(tx, agentRunId, before, TIMELINE_PAGE);
@@ -108,8 +112,9 @@ export function mountWorkspaceRoutes(app: Hono<McEnv>, db: Database, hub: Change
   // ------------------------------------------------------------------ pages
   app.get('/', pages, async (c) => {
     const cursor = c.req.query('cursor') ?? null;
-    const [page, today, cap] = await read(c, (tx) => Promise.all([listConvoys(tx, cursor), workspaceDayCost(tx),
-      dailyBudget(tx)]));
+    const [page, today, cap] = await read(c, (tx) =>
+      Promise.all([listConvoys(tx, cursor), workspaceDayCost(tx), dailyBudget(tx)]),
+    );
     const content = html`${spendTodayContent(today, cap)}${convoyListContent(page, cursor)}`;
     return sendPage(c, { title: 'Convoys', who: who(c), live: { events: '/api/events' }, content });
   });
@@ -127,7 +132,12 @@ export function mountWorkspaceRoutes(app: Hono<McEnv>, db: Database, hub: Change
       const detail = await convoyDetail(tx, c.req.param('convoyId'));
       return detail && { detail, cost: await convoyCost(tx, detail.convoyId) };
     });
-    if (!found) return sendPage(c, { title: 'Not found', who: who(c), content: messageContent('Not found', NOT_FOUND.convoy.message) }, 404);
+    if (!found)
+      return sendPage(
+        c,
+        { title: 'Not found', who: who(c), content: messageContent('Not found', NOT_FOUND.convoy.message) },
+        404,
+      );
     const convoy = found.detail;
     return sendPage(c, {
       title: convoy.convoyId,
@@ -141,12 +151,18 @@ export function mountWorkspaceRoutes(app: Hono<McEnv>, db: Database, hub: Change
     const beforeText = c.req.query('before');
     const before = beforeText && /^[1-9][0-9]{0,9}$/.test(beforeText) ? Number(beforeText) : null;
     const view = await read(c, (tx) => runPageView(tx, c.req.param('agentRunId'), before));
-    if (!view) return sendPage(c, { title: 'Not found', who: who(c), content: messageContent('Not found', NOT_FOUND.run.message) }, 404);
+    if (!view)
+      return sendPage(
+        c,
+        { title: 'Not found', who: who(c), content: messageContent('Not found', NOT_FOUND.run.message) },
+        404,
+      );
     const seqs = view.page.checkpoints.map((cp) => cp.seq);
     // The costs of the checkpoints this page shows, not of the whole run.
     const shown = seqs.length ? { from: Math.min(...seqs), to: Math.max(...seqs) } : { from: 1, to: 0 };
-    const [total, costs] = await read(c, (tx) => Promise.all([runCost(tx, view.run.agentRunId),
-      checkpointCosts(tx, view.run.agentRunId, shown)]));
+    const [total, costs] = await read(c, (tx) =>
+      Promise.all([runCost(tx, view.run.agentRunId), checkpointCosts(tx, view.run.agentRunId, shown)]),
+    );
     return sendPage(c, {
       title: `run ${view.run.agentRunId}`,
       who: who(c),

@@ -79,7 +79,10 @@ export function createMissionControl({ db, config, logger, queue }: MissionContr
       maxSize: MAX_BODY_BYTES,
       onError: (c) => {
         c.header('Connection', 'close');
-        return c.json({ error: 'payload_too_large', message: `request bodies are limited to ${MAX_BODY_BYTES} bytes` }, 413);
+        return c.json(
+          { error: 'payload_too_large', message: `request bodies are limited to ${MAX_BODY_BYTES} bytes` },
+          413,
+        );
       },
     }),
   );
@@ -89,7 +92,12 @@ export function createMissionControl({ db, config, logger, queue }: MissionContr
   mountMetricsRoute(app, { db, token: config.MISSION_CONTROL_METRICS_TOKEN });
   mountAdminRoutes(app, db, hub);
   mountWorkspaceRoutes(app, db, hub);
-  const actions = mountActionRoutes(app, { db, config: config.WORKER_REPO_ROOT ? (config as Config) : undefined, queue, log });
+  const actions = mountActionRoutes(app, {
+    db,
+    config: config.WORKER_REPO_ROOT ? (config as Config) : undefined,
+    queue,
+    log,
+  });
   mountSettingsRoutes(app, { db, config });
   mountStorageRoutes(app, { db, repoRoot: config.WORKER_REPO_ROOT });
   const agUi = mountAgUiRoutes(app, { db, config, queue, log });

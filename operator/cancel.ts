@@ -4,11 +4,7 @@
 // heartbeat or the fencing check before a tool call), checkpoints, releases its worktree, and
 // marks the run `cancelled` itself (finishCancelledRun).
 import type { Database } from '../store/connection.ts';
-import {
-  cancelIdleRun,
-  markBriefDone,
-  markCancelRequested,
-} from '../store/operator-actions.ts';
+import { cancelIdleRun, markBriefDone, markCancelRequested } from '../store/operator-actions.ts';
 import { appendEvent, getRun, type RunRow, type RunStatus } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { EchodoError } from '../core/errors.ts';
@@ -38,10 +34,18 @@ export async function requestCancel(
       const run = await getRun(tx, agentRunId);
       if (!run) throw new EchodoError('run_not_found', `run ${agentRunId} not found in workspace ${workspaceId}`);
       if (run.status === 'cancelled') {
-        return { agentRunId, status: 'cancelled', immediate: true, cancelRequestedBy: run.cancel_requested_by ?? actor };
+        return {
+          agentRunId,
+          status: 'cancelled',
+          immediate: true,
+          cancelRequestedBy: run.cancel_requested_by ?? actor,
+        };
       }
       if (run.status === 'completed' || run.status === 'failed') {
-        throw new EchodoError('action_refused', `run ${agentRunId} is already ${run.status}; only a queued or running run can be cancelled`);
+        throw new EchodoError(
+          'action_refused',
+          `run ${agentRunId} is already ${run.status}; only a queued or running run can be cancelled`,
+        );
       }
       const idle = await cancelIdleRun(tx, { agentRunId, leaseEpoch: run.lease_epoch, by: actor });
       if (idle) {
@@ -58,7 +62,12 @@ export async function requestCancel(
       }
       const live = await markCancelRequested(tx, { agentRunId, leaseEpoch: run.lease_epoch, by: actor });
       if (!live) return 'retry';
-      return { agentRunId, status: live.status, immediate: false, cancelRequestedBy: live.cancel_requested_by ?? actor };
+      return {
+        agentRunId,
+        status: live.status,
+        immediate: false,
+        cancelRequestedBy: live.cancel_requested_by ?? actor,
+      };
     });
     if (answer === 'retry') continue;
     // A dead worker's worktree, when it is on this host: released like a live worker does.

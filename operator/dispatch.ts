@@ -38,7 +38,12 @@ function refusal(admission: Admission): never {
  * and `action_refused` for a refused re-dispatch (exit 3). `defaultRepoPath` (WORKER_REPO_ROOT)
  * lets a job that leaves repoPath out match a run recorded with it spelled out.
  */
-export async function dispatchJob(db: Database, queue: JobQueue, input: unknown, options: { defaultRepoPath?: string } = {}): Promise<DispatchResult> {
+export async function dispatchJob(
+  db: Database,
+  queue: JobQueue,
+  input: unknown,
+  options: { defaultRepoPath?: string } = {},
+): Promise<DispatchResult> {
   // Each dispatch is a new job unless the caller names one.
   const withId = input && typeof input === 'object' && !('jobId' in input) ? { ...input, jobId: randomUUID() } : input;
   const parsed = parseJob(withId);
@@ -50,10 +55,18 @@ export async function dispatchJob(db: Database, queue: JobQueue, input: unknown,
   const root = options.defaultRepoPath;
   const repoReal = root === undefined ? null : await repoNeedingGrant(job.repoPath, root);
   const admission = await admitInWorkspace(db, job.workspaceId, async (tx) => {
-    if (!(await workspaceExists(tx))) throw new EchodoError('workspace_not_found', `workspaceId: workspace "${job.workspaceId}" does not exist (create it with: npm run workspace -- create ${job.workspaceId})`);
+    if (!(await workspaceExists(tx)))
+      throw new EchodoError(
+        'workspace_not_found',
+        `workspaceId: workspace "${job.workspaceId}" does not exist (create it with: npm run workspace -- create ${job.workspaceId})`,
+      );
     if (repoReal !== null) await assertRepoGranted(tx, job.repoPath!, repoReal);
     if (!parsed.agentRunIdGiven) await refuseOverQuota(tx);
-    return admitJob(tx, job, { entry: 'request', agentRunIdGiven: parsed.agentRunIdGiven, defaultRepoPath: options.defaultRepoPath });
+    return admitJob(tx, job, {
+      entry: 'request',
+      agentRunIdGiven: parsed.agentRunIdGiven,
+      defaultRepoPath: options.defaultRepoPath,
+    });
   });
   return ring(queue, admission);
 }
@@ -70,7 +83,8 @@ export async function retryRun(
 ): Promise<DispatchResult> {
   const admission = await admitInWorkspace(db, args.workspaceId, async (tx) => {
     const run = await getRun(tx, args.agentRunId);
-    if (!run || run.workspace_id !== args.workspaceId) throw new EchodoError('run_not_found', `run ${args.agentRunId} not found`);
+    if (!run || run.workspace_id !== args.workspaceId)
+      throw new EchodoError('run_not_found', `run ${args.agentRunId} not found`);
     // New budgets, when given, replace the recorded ones (admission writes them).
     const limits = {
       ...(args.maxCostUsd === undefined ? {} : { maxCostUsd: args.maxCostUsd }),

@@ -48,15 +48,27 @@ export interface ForkAnswer {
 
 /** 'run_not_found' covers an unknown run, another workspace's run and a missing checkpoint alike. */
 function noSuchCheckpoint(req: ForkRequest): EchodoError {
-  return new EchodoError('run_not_found', `run ${req.agentRunId} has no checkpoint ${req.at} in workspace ${req.workspaceId}`);
+  return new EchodoError(
+    'run_not_found',
+    `run ${req.agentRunId} has no checkpoint ${req.at} in workspace ${req.workspaceId}`,
+  );
 }
 
 export async function forkRun(
-  deps: { db: Database; queue: JobQueue; config: Pick<Config, 'WORKER_REPO_ROOT' | 'WORKER_NOTES_REF' | 'WORKER_CHECKPOINT_HISTORY_LIMIT' | 'WORKER_REPLAY_DIR'>; log: Logger },
+  deps: {
+    db: Database;
+    queue: JobQueue;
+    config: Pick<
+      Config,
+      'WORKER_REPO_ROOT' | 'WORKER_NOTES_REF' | 'WORKER_CHECKPOINT_HISTORY_LIMIT' | 'WORKER_REPLAY_DIR'
+    >;
+    log: Logger;
+  },
   req: ForkRequest,
 ): Promise<ForkAnswer> {
   const { db, config } = deps;
-  if (!Number.isInteger(req.at) || req.at < 1) throw new EchodoError('invalid_job', `at: must be a checkpoint number (1, 2, …), got ${req.at}`);
+  if (!Number.isInteger(req.at) || req.at < 1)
+    throw new EchodoError('invalid_job', `at: must be a checkpoint number (1, 2, …), got ${req.at}`);
   const source = await withWorkspace(db.app, req.workspaceId, async (tx) => {
     const run = await getRun(tx, req.agentRunId);
     if (!run) throw noSuchCheckpoint(req);
@@ -64,23 +76,37 @@ export async function forkRun(
     if (!row) {
       const keptFrom = await prunedBelow(tx, run.id);
       if (keptFrom !== undefined && req.at < keptFrom) {
-        throw new EchodoError('run_not_found', `checkpoint ${req.at} of run ${run.id} was pruned by retention (npm run prune keeps a finished run's last checkpoint, ${keptFrom} here, and an anchor); fork from checkpoint ${keptFrom} or later`);
+        throw new EchodoError(
+          'run_not_found',
+          `checkpoint ${req.at} of run ${run.id} was pruned by retention (npm run prune keeps a finished run's last checkpoint, ${keptFrom} here, and an anchor); fork from checkpoint ${keptFrom} or later`,
+        );
       }
       throw noSuchCheckpoint(req);
     }
     const chain = (await checkpointChain(tx, run.id)).filter((r) => r.checkpoint_seq <= req.at);
     const verdict = verifyChain(chain, (await anchorOf(tx, run.id)) ?? null);
-    if (!verdict.ok) throw new EchodoError('action_refused', `run ${run.id}'s checkpoint chain does not verify up to ${req.at}: ${verdict.problems.join('; ')}`);
+    if (!verdict.ok)
+      throw new EchodoError(
+        'action_refused',
+        `run ${run.id}'s checkpoint chain does not verify up to ${req.at}: ${verdict.problems.join('; ')}`,
+      );
     // A replay transcript only from the operator's folder, checked before anything is recorded.
-    if (req.model?.startsWith('replay:')) await replayPathInside(req.model.slice('replay:'.length), config.WORKER_REPLAY_DIR);
+    if (req.model?.startsWith('replay:'))
+      await replayPathInside(req.model.slice('replay:'.length), config.WORKER_REPLAY_DIR);
     if (req.model && !req.model.startsWith('replay:') && !(await modelProvider(tx, req.model))) {
-      throw new EchodoError('invalid_job', `model: "${req.model}" is neither replay:<path> nor a model alias of workspace ${req.workspaceId}`);
+      throw new EchodoError(
+        'invalid_job',
+        `model: "${req.model}" is neither replay:<path> nor a model alias of workspace ${req.workspaceId}`,
+      );
     }
     return { run, row, history: historyWindow(chain, config.WORKER_CHECKPOINT_HISTORY_LIMIT) };
   });
   const { run, row, history } = source;
   if (!row.commit_oid || !run.branch) {
-    throw new EchodoError('action_refused', `run ${run.id} has no commits to fork from (a doc-writer run writes in the repo root)`);
+    throw new EchodoError(
+      'action_refused',
+      `run ${run.id} has no commits to fork from (a doc-writer run writes in the repo root)`,
+    );
   }
   const repoPath = run.job.repoPath ?? config.WORKER_REPO_ROOT;
   const noteVerified = await verifyCommit(repoPath, config.WORKER_NOTES_REF, run, row);
@@ -103,20 +129,50 @@ export async function forkRun(
   const job: Job = { ...parsed.job, brief: redactString(parsed.job.brief) };
   const seed: ForkSeed = { step: row.step, hash: row.hash, commitOid: row.commit_oid, history };
   const by = actorLabel(req.by);
-  const from = { agentRunId: run.id, seq: row.checkpoint_seq, hash: row.hash, commitOid: row.commit_oid, step: row.step };
+  const from = {
+    agentRunId: run.id,
+    seq: row.checkpoint_seq,
+    hash: row.hash,
+    commitOid: row.commit_oid,
+    step: row.step,
+  };
 
   await withWorkspace(db.app, req.workspaceId, async (tx) => {
     await recordRun(tx, job);
-    await recordForkOrigin(tx, { agentRunId: forkId, fromRun: run.id, fromSeq: row.checkpoint_seq, baseOid: row.commit_oid!, seed });
+    await recordForkOrigin(tx, {
+      agentRunId: forkId,
+      fromRun: run.id,
+      fromSeq: row.checkpoint_seq,
+      baseOid: row.commit_oid!,
+      seed,
+    });
     await recordForkAnchor(tx, { agentRunId: forkId, hash: row.hash });
-    await appendEvent(tx, { convoyId: run.convoy_id, agentRunId: forkId, type: 'run_forked', metadata: { role: 'fork', from, by, noteVerified, cancelSource: !!req.cancelSource } });
-    await appendEvent(tx, { convoyId: run.convoy_id, agentRunId: run.id, type: 'run_forked', metadata: { role: 'source', fork: forkId, atSeq: row.checkpoint_seq, by, cancelSource: !!req.cancelSource } });
+    await appendEvent(tx, {
+      convoyId: run.convoy_id,
+      agentRunId: forkId,
+      type: 'run_forked',
+      metadata: { role: 'fork', from, by, noteVerified, cancelSource: !!req.cancelSource },
+    });
+    await appendEvent(tx, {
+      convoyId: run.convoy_id,
+      agentRunId: run.id,
+      type: 'run_forked',
+      metadata: { role: 'source', fork: forkId, atSeq: row.checkpoint_seq, by, cancelSource: !!req.cancelSource },
+    });
   });
   await deps.queue.enqueue(job);
-  const answer: ForkAnswer = { jobId: job.jobId, agentRunId: forkId, branch: branchName(job.briefId, forkId), forkedFrom: { agentRunId: run.id, seq: row.checkpoint_seq } };
+  const answer: ForkAnswer = {
+    jobId: job.jobId,
+    agentRunId: forkId,
+    branch: branchName(job.briefId, forkId),
+    forkedFrom: { agentRunId: run.id, seq: row.checkpoint_seq },
+  };
   if (req.cancelSource) {
     try {
-      answer.sourceCancel = await requestCancel(db, req.workspaceId, run.id, req.by, { repoRoot: config.WORKER_REPO_ROOT, log: deps.log });
+      answer.sourceCancel = await requestCancel(db, req.workspaceId, run.id, req.by, {
+        repoRoot: config.WORKER_REPO_ROOT,
+        log: deps.log,
+      });
     } catch (err) {
       // A finished source stays as it is: the rewind is then just a fork.
       answer.sourceCancel = { refused: errorMessage(err) };
@@ -133,14 +189,19 @@ export async function forkRun(
  */
 async function verifyCommit(repoPath: string, notesRef: string, run: RunRow, row: CheckpointRow): Promise<boolean> {
   const oid = row.commit_oid!;
-  const exists = await runGit(repoPath, ['cat-file', '-e', `${oid}^{commit}`], { allowExitCodes: [1, 128] }).catch(() => ({ exitCode: 128 }));
+  const exists = await runGit(repoPath, ['cat-file', '-e', `${oid}^{commit}`], { allowExitCodes: [1, 128] }).catch(
+    () => ({ exitCode: 128 }),
+  );
   if (exists.exitCode !== 0) {
     throw new EchodoError('action_refused', `checkpoint ${row.checkpoint_seq}'s commit ${oid} is not in ${repoPath}`);
   }
   const note = await readCheckpointNote(repoPath, notesRef, oid);
   if (!note) return false;
   if (note.agentRunId !== run.id || note.checkpointSeq !== row.checkpoint_seq || note.hash !== row.hash) {
-    throw new EchodoError('action_refused', `checkpoint ${row.checkpoint_seq}'s commit ${oid.slice(0, 12)} carries a note for run ${note.agentRunId} seq ${note.checkpointSeq} hash ${String(note.hash).slice(0, 12)}, not this checkpoint (hash ${row.hash.slice(0, 12)}): refusing to fork from it`);
+    throw new EchodoError(
+      'action_refused',
+      `checkpoint ${row.checkpoint_seq}'s commit ${oid.slice(0, 12)} carries a note for run ${note.agentRunId} seq ${note.checkpointSeq} hash ${String(note.hash).slice(0, 12)}, not this checkpoint (hash ${row.hash.slice(0, 12)}): refusing to fork from it`,
+    );
   }
   return true;
 }

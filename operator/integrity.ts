@@ -8,7 +8,12 @@ import { anchorOf } from '../store/retention.ts';
 import { getRun } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { gitStatus, inspectRun, type Finding } from '../worker/checkpoints/verify.ts';
-import { inspectRemote, RemoteVerifyError, type RemoteFinding, type RemoteInspection } from '../worker/remote/verify.ts';
+import {
+  inspectRemote,
+  RemoteVerifyError,
+  type RemoteFinding,
+  type RemoteInspection,
+} from '../worker/remote/verify.ts';
 import type { GitResult } from '../worker/git/run-git.ts';
 import { worktreePathFor } from '../worker/worktrees/worktree.ts';
 
@@ -36,13 +41,19 @@ export async function checkRunIntegrity(
   agentRunId: string,
   options: { remote?: boolean } = {},
 ): Promise<IntegrityReport | undefined> {
-  if (options.remote && !config.WORKER_CHECKPOINT_REMOTE) throw new RemoteVerifyError('--remote needs WORKER_CHECKPOINT_REMOTE (the checkpoint remote) to be set');
+  if (options.remote && !config.WORKER_CHECKPOINT_REMOTE)
+    throw new RemoteVerifyError('--remote needs WORKER_CHECKPOINT_REMOTE (the checkpoint remote) to be set');
   // `git status` is the long pole: started on the worktree the run is expected to have while
   // Postgres answers, and used only if the row names that same path (inspectRun checks).
   const prefetchedStatus = guessStatus(config, workspaceId, agentRunId);
   // The four reads in one round trip (pipelined in the transaction); a missing run returns empty reads.
   const loaded = await withWorkspace(db.app, workspaceId, async (tx) => {
-    const [run, chain, manifest, anchor] = await Promise.all([getRun(tx, agentRunId), checkpointChain(tx, agentRunId), runManifest(tx, agentRunId), anchorOf(tx, agentRunId)]);
+    const [run, chain, manifest, anchor] = await Promise.all([
+      getRun(tx, agentRunId),
+      checkpointChain(tx, agentRunId),
+      runManifest(tx, agentRunId),
+      anchorOf(tx, agentRunId),
+    ]);
     return run ? { run, chain, manifest, anchor: anchor ?? null } : undefined;
   });
   if (!loaded) {
@@ -50,10 +61,23 @@ export async function checkRunIntegrity(
     return undefined;
   }
   const { run, chain, manifest, anchor } = loaded;
-  const inspection = await inspectRun({ run, chain, anchor, manifest, repoRoot: config.WORKER_REPO_ROOT, notesRef: config.WORKER_NOTES_REF, prefetchedStatus });
+  const inspection = await inspectRun({
+    run,
+    chain,
+    anchor,
+    manifest,
+    repoRoot: config.WORKER_REPO_ROOT,
+    notesRef: config.WORKER_NOTES_REF,
+    prefetchedStatus,
+  });
   if (prefetchedStatus && prefetchedStatus.path !== run.worktree_path) await prefetchedStatus.result.catch(() => {});
   const remote = options.remote
-    ? await inspectRemote({ repoPath: run.job.repoPath ?? config.WORKER_REPO_ROOT, remote: config.WORKER_CHECKPOINT_REMOTE!, run, chain })
+    ? await inspectRemote({
+        repoPath: run.job.repoPath ?? config.WORKER_REPO_ROOT,
+        remote: config.WORKER_CHECKPOINT_REMOTE!,
+        run,
+        chain,
+      })
     : undefined;
   const findings = [...inspection.findings, ...(remote?.findings ?? [])];
   const latest = chain.at(-1);
@@ -75,7 +99,11 @@ export async function checkRunIntegrity(
 const PLAIN_ID = /^[A-Za-z0-9][A-Za-z0-9._-]*$/;
 
 /** `git status` of the worktree the run would have (worktreePathFor), if that folder exists. */
-function guessStatus(config: Config, workspaceId: string, agentRunId: string): { path: string; result: Promise<GitResult> } | undefined {
+function guessStatus(
+  config: Config,
+  workspaceId: string,
+  agentRunId: string,
+): { path: string; result: Promise<GitResult> } | undefined {
   if (!PLAIN_ID.test(workspaceId) || !PLAIN_ID.test(agentRunId)) return undefined;
   const guess = worktreePathFor(config.WORKER_WORKTREE_BASE, workspaceId, agentRunId);
   // Its .git file, or git would walk up and report on whatever repository holds the folder.

@@ -86,7 +86,12 @@ export async function pruneFinishedRuns(db: Database, options: PruneOptions): Pr
       const run = await getRun(tx, agent_run_id);
       if (!run) return undefined;
       const toDelete = await pruneRunCheckpoints(tx, agent_run_id, true); // dry: counts only
-      return { run, toDelete, prunedCommits: await prunableCommits(tx, agent_run_id), kept: await latestCheckpoint(tx, agent_run_id) };
+      return {
+        run,
+        toDelete,
+        prunedCommits: await prunableCommits(tx, agent_run_id),
+        kept: await latestCheckpoint(tx, agent_run_id),
+      };
     });
     if (!plan) continue;
     const repoPath = plan.run.job.repoPath ?? options.repoRoot;
@@ -128,7 +133,8 @@ async function worktreeKeptReason(wt: string | null): Promise<string | undefined
 const removesBranch = (plan: Plan, options: PruneOptions) => !!options.deleteBranches && !plan.worktreeKept;
 
 /** Has this run anything to change on the remote? (Rows to prune, or a branch to delete.) */
-const wantsRemote = (plan: Plan, options: PruneOptions) => !!plan.run.branch && (plan.toDelete > 0 || removesBranch(plan, options));
+const wantsRemote = (plan: Plan, options: PruneOptions) =>
+  !!plan.run.branch && (plan.toDelete > 0 || removesBranch(plan, options));
 
 /**
  * The pruned checkpoints' notes leave WORKER_NOTES_REF (with branch removal the kept checkpoint's
@@ -148,12 +154,18 @@ async function dropPrunedNotes(plans: Plan[], options: PruneOptions, report: Pru
   }
   const failed = new Set<Plan>();
   for (const [repoPath, repoPlans] of byRepo) {
-    const commits = repoPlans.flatMap((p) => [...p.prunedCommits, ...(removesBranch(p, options) && p.kept?.commit_oid ? [p.kept.commit_oid] : [])]);
+    const commits = repoPlans.flatMap((p) => [
+      ...p.prunedCommits,
+      ...(removesBranch(p, options) && p.kept?.commit_oid ? [p.kept.commit_oid] : []),
+    ]);
     try {
       report.notesRemoved += await dropCheckpointNotes(repoPath, options.notesRef, commits);
     } catch (err) {
       const reason = redactString(`the notes under ${options.notesRef} could not be pruned: ${(err as Error).message}`);
-      options.log.warn({ repoPath, reason }, 'prune: the pruned checkpoints\' notes stay; their runs are left for the next prune');
+      options.log.warn(
+        { repoPath, reason },
+        "prune: the pruned checkpoints' notes stay; their runs are left for the next prune",
+      );
       for (const p of repoPlans) {
         failed.add(p);
         report.remotePending.push({ agentRunId: p.run.id, reason });
@@ -192,20 +204,33 @@ async function listRemote(plans: Plan[], options: PruneOptions): Promise<RemoteS
 }
 
 /** The run's refs on the remote pruned; false when they could not be (the run is then left as it is). */
-async function pruneRemote(plan: Plan, remote: RemoteState, options: PruneOptions, report: PruneReport): Promise<boolean> {
+async function pruneRemote(
+  plan: Plan,
+  remote: RemoteState,
+  options: PruneOptions,
+  report: PruneReport,
+): Promise<boolean> {
   if (!wantsRemote(plan, options)) return true;
   const pending = (reason: string) => {
     report.remotePending.push({ agentRunId: plan.run.id, reason });
-    const what = 'prune: the run\'s refs on the checkpoint remote could not be pruned; its rows are kept for the next prune';
+    const what =
+      "prune: the run's refs on the checkpoint remote could not be pruned; its rows are kept for the next prune";
     options.log.warn({ agentRunId: plan.run.id, reason }, what);
     return false;
   };
   if (remote.unreachable) return pending(remote.unreachable);
-  if (!plan.repoPath || !existsSync(plan.repoPath)) return pending(`no local repository at ${plan.repoPath ?? '(unset)'} to push from`);
+  if (!plan.repoPath || !existsSync(plan.repoPath))
+    return pending(`no local repository at ${plan.repoPath ?? '(unset)'} to push from`);
   const notesRef = runNotesRef(plan.workspaceId, plan.run.id);
   const remotePlan = {
-    repoPath: plan.repoPath, remote: options.remote!, notesRef, branch: plan.run.branch!, kept: plan.kept,
-    rewriteNotes: plan.toDelete > 0, deleteBranch: !!options.deleteBranches && !plan.worktreeKept, present: remote.present,
+    repoPath: plan.repoPath,
+    remote: options.remote!,
+    notesRef,
+    branch: plan.run.branch!,
+    kept: plan.kept,
+    rewriteNotes: plan.toDelete > 0,
+    deleteBranch: !!options.deleteBranches && !plan.worktreeKept,
+    present: remote.present,
   };
   if (options.dryRun) {
     report.remoteRefsUpdated.push(...describeDryRun(remotePlan));
@@ -228,8 +253,11 @@ async function pruneRemote(plan: Plan, remote: RemoteState, options: PruneOption
 
 function describeDryRun(plan: Omit<RemotePrunePlan, 'repoPath' | 'remote' | 'kept'>): string[] {
   const branchRef = `refs/heads/${plan.branch}`;
-  if (plan.deleteBranch) return [branchRef, plan.notesRef].filter((r) => plan.present.has(r)).map((r) => `${r} -> deleted`);
-  return plan.rewriteNotes && plan.present.has(plan.notesRef) ? [`${plan.notesRef} -> (the kept checkpoint's note only)`] : [];
+  if (plan.deleteBranch)
+    return [branchRef, plan.notesRef].filter((r) => plan.present.has(r)).map((r) => `${r} -> deleted`);
+  return plan.rewriteNotes && plan.present.has(plan.notesRef)
+    ? [`${plan.notesRef} -> (the kept checkpoint's note only)`]
+    : [];
 }
 
 async function setLocalRef(repoPath: string, ref: string, oid: string): Promise<void> {
@@ -241,12 +269,16 @@ async function setLocalRef(repoPath: string, ref: string, oid: string): Promise<
 async function deleteLocalBranch(plan: Plan, options: PruneOptions, report: PruneReport): Promise<void> {
   if (!plan.run.branch || !plan.repoPath || !existsSync(plan.repoPath)) return;
   const branchRef = `refs/heads/${plan.run.branch}`;
-  const local = await runGit(plan.repoPath, ['rev-parse', '--verify', '--quiet', branchRef], { allowExitCodes: [1, 128] });
+  const local = await runGit(plan.repoPath, ['rev-parse', '--verify', '--quiet', branchRef], {
+    allowExitCodes: [1, 128],
+  });
   const remoteHad = options.remote && report.remoteRefsUpdated.includes(`${branchRef} -> deleted`);
   if (local.exitCode !== 0 && !remoteHad) return;
   if (!options.dryRun && local.exitCode === 0) {
     await runGit(plan.repoPath, ['update-ref', '-d', branchRef]);
-    await runGit(plan.repoPath, ['update-ref', '-d', runNotesRef(plan.workspaceId, plan.run.id)], { allowExitCodes: [1] });
+    await runGit(plan.repoPath, ['update-ref', '-d', runNotesRef(plan.workspaceId, plan.run.id)], {
+      allowExitCodes: [1],
+    });
   }
   report.branchesDeleted.push(plan.run.branch);
 }

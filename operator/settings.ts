@@ -3,7 +3,12 @@
 // error, redacted. Shared by `npm run workspace` and the Settings page, so both refuse the same
 // input with the same reason.
 import { generateText } from 'ai';
-import { HARNESS_ADAPTERS, type HarnessAdapter, type HarnessRow, type ModelProviderRow } from '../store/workspace-config.ts';
+import {
+  HARNESS_ADAPTERS,
+  type HarnessAdapter,
+  type HarnessRow,
+  type ModelProviderRow,
+} from '../store/workspace-config.ts';
 import type { RouteRow } from '../store/workspace-settings.ts';
 import { redactString } from '../core/redact.ts';
 import { EchodoError, errorMessage, errorWithCauses } from '../core/errors.ts';
@@ -26,7 +31,10 @@ export class SettingRefusedError extends EchodoError {
 }
 
 function name(what: string, value: string | undefined): string {
-  if (!value || !NAME.test(value)) throw new SettingRefusedError(`${what}: ${JSON.stringify(value ?? '')} must be 1-200 letters, digits, '.', '_', ':' or '-'`);
+  if (!value || !NAME.test(value))
+    throw new SettingRefusedError(
+      `${what}: ${JSON.stringify(value ?? '')} must be 1-200 letters, digits, '.', '_', ':' or '-'`,
+    );
   return value;
 }
 
@@ -42,11 +50,14 @@ export function modelInput(
   }
   // A native provider's SDK knows its endpoint; an OpenAI-compatible one has none to fall back on.
   const baseUrl = input.baseUrl?.trim() ? baseUrlInput(input.baseUrl) : null;
-  if (!baseUrl && provider === 'openai-compatible') throw new SettingRefusedError('base URL: required for openai-compatible');
+  if (!baseUrl && provider === 'openai-compatible')
+    throw new SettingRefusedError('base URL: required for openai-compatible');
   const model = input.model?.trim();
-  if (!model || model.length > 200) throw new SettingRefusedError('model: the provider\'s model name is required (at most 200 characters)');
+  if (!model || model.length > 200)
+    throw new SettingRefusedError("model: the provider's model name is required (at most 200 characters)");
   const keyEnv = input.keyEnv?.trim() || null;
-  if (keyEnv && !/^[A-Za-z_][A-Za-z0-9_]*$/.test(keyEnv)) throw new SettingRefusedError(`key variable: ${JSON.stringify(keyEnv)} is not a variable name`);
+  if (keyEnv && !/^[A-Za-z_][A-Za-z0-9_]*$/.test(keyEnv))
+    throw new SettingRefusedError(`key variable: ${JSON.stringify(keyEnv)} is not a variable name`);
   try {
     assertKeyVarAllowed(keyEnv, keyVarGlobs);
   } catch (err) {
@@ -62,8 +73,10 @@ function baseUrlInput(raw: string): string {
   } catch {
     throw new SettingRefusedError(`base URL: ${JSON.stringify(redactString(raw))} is not a URL`);
   }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new SettingRefusedError(`base URL: must be http or https, not ${url.protocol}`);
-  if (url.username || url.password) throw new SettingRefusedError('base URL: must not carry credentials; name a key variable instead');
+  if (url.protocol !== 'http:' && url.protocol !== 'https:')
+    throw new SettingRefusedError(`base URL: must be http or https, not ${url.protocol}`);
+  if (url.username || url.password)
+    throw new SettingRefusedError('base URL: must not carry credentials; name a key variable instead');
   return url.toString().replace(/\/$/, '');
 }
 
@@ -81,19 +94,31 @@ export function harnessInput(input: HarnessInput, keyVarGlobs?: readonly string[
   const alias = name('alias', input.alias);
   const { adapter, endpointUrl, keyEnvVar } = adapterInput(input, keyVarGlobs);
   const allowed = (input.allow ?? []).map((c) => c.trim()).filter(Boolean);
-  for (const c of allowed) if (c.length > 200 || /[\0\n]/.test(c)) throw new SettingRefusedError(`allowed command ${JSON.stringify(c.slice(0, 40))} is not one line of at most 200 characters`);
+  for (const c of allowed)
+    if (c.length > 200 || /[\0\n]/.test(c))
+      throw new SettingRefusedError(
+        `allowed command ${JSON.stringify(c.slice(0, 40))} is not one line of at most 200 characters`,
+      );
   const prefixes = (input.writePrefix ?? []).map((p) => p.trim()).filter(Boolean);
   for (const p of prefixes) {
-    if (p.startsWith('/') || p.split('/').includes('..') || /[\0\n]/.test(p)) throw new SettingRefusedError(`write prefix ${JSON.stringify(p)} must be a relative path inside the root`);
+    if (p.startsWith('/') || p.split('/').includes('..') || /[\0\n]/.test(p))
+      throw new SettingRefusedError(`write prefix ${JSON.stringify(p)} must be a relative path inside the root`);
   }
   const needsWorktree = input.worktree ?? true;
   if (!needsWorktree && allowed.length) {
     // Without a worktree its commands would run in the repository root, whose every file they could write.
-    throw new SettingRefusedError('allowed commands: a harness without a worktree cannot run commands (no --allow with --no-worktree)');
+    throw new SettingRefusedError(
+      'allowed commands: a harness without a worktree cannot run commands (no --allow with --no-worktree)',
+    );
   }
   return {
-    alias, needs_worktree: needsWorktree, allowed_commands: allowed, write_prefixes: prefixes.length ? prefixes : null,
-    adapter, endpoint_url: endpointUrl, key_env_var: keyEnvVar,
+    alias,
+    needs_worktree: needsWorktree,
+    allowed_commands: allowed,
+    write_prefixes: prefixes.length ? prefixes : null,
+    adapter,
+    endpoint_url: endpointUrl,
+    key_env_var: keyEnvVar,
   };
 }
 
@@ -143,7 +168,8 @@ export function routeInput(input: { role?: string; harness?: string }): RouteRow
   return { role_id: name('role', input.role), harness_alias: name('harness', input.harness) };
 }
 
-export type ModelTestResult = { ok: true; latencyMs: number; model: string } | { ok: false; latencyMs: number; error: string };
+export type ModelTestResult =
+  { ok: true; latencyMs: number; model: string } | { ok: false; latencyMs: number; error: string };
 
 /** One minimal call to the provider: a one-token completion, MODEL_TEST_TIMEOUT_MS at most, no retries. */
 export async function testModelProvider(
@@ -154,12 +180,16 @@ export async function testModelProvider(
   const latency = () => Math.round(performance.now() - started);
   try {
     const common = {
-      model: row.model, apiKeyEnvVar: row.api_key_env_var, env: options.env,
-      keyVarGlobs: options.keyVarGlobs, keyGrant: options.keyGrant,
+      model: row.model,
+      apiKeyEnvVar: row.api_key_env_var,
+      env: options.env,
+      keyVarGlobs: options.keyVarGlobs,
+      keyGrant: options.keyGrant,
     };
-    const model = row.provider === 'openai-compatible'
-      ? createOpenAICompatibleModel({ ...common, baseURL: row.base_url ?? '' })
-      : createNativeModel({ ...common, provider: row.provider, baseURL: row.base_url });
+    const model =
+      row.provider === 'openai-compatible'
+        ? createOpenAICompatibleModel({ ...common, baseURL: row.base_url ?? '' })
+        : createNativeModel({ ...common, provider: row.provider, baseURL: row.base_url });
     await generateText({
       model,
       prompt: 'Reply with: ok',
@@ -170,11 +200,12 @@ export async function testModelProvider(
     return { ok: true, latencyMs: latency(), model: row.model };
   } catch (err) {
     const timedOut = (err as Error).name === 'TimeoutError' || (err as Error).name === 'AbortError';
-    const text = timedOut ? `no answer within ${(options.timeoutMs ?? MODEL_TEST_TIMEOUT_MS) / 1000} s` : errorWithCauses(err);
+    const text = timedOut
+      ? `no answer within ${(options.timeoutMs ?? MODEL_TEST_TIMEOUT_MS) / 1000} s`
+      : errorWithCauses(err);
     return { ok: false, latencyMs: latency(), error: redactString(text).slice(0, 500) };
   }
 }
-
 
 export type HarnessTestResult = ProbeResult & { adapter: string };
 
@@ -186,7 +217,8 @@ export async function testHarness(
   row: HarnessRow,
   options: { keyGrant?: KeyGrant; keyVarGlobs?: readonly string[]; env?: NodeJS.ProcessEnv; timeoutMs?: number },
 ): Promise<HarnessTestResult> {
-  if (row.adapter === 'minimal' || !row.endpoint_url) return { ok: true, latencyMs: 0, events: 0, adapter: row.adapter };
+  if (row.adapter === 'minimal' || !row.endpoint_url)
+    return { ok: true, latencyMs: 0, events: 0, adapter: row.adapter };
   const result = await probeAgUiEndpoint({ url: row.endpoint_url, keyEnvVar: row.key_env_var }, options);
   return { ...result, adapter: row.adapter };
 }

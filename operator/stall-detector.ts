@@ -50,18 +50,30 @@ export async function sweepStalledRuns(deps: SweepDeps): Promise<SweepResult> {
   const toEnqueue: StalledRow[] = [];
   const stalled = await db.admin<StalledRow[]>`select * from echodo_stalled_runs(${queuedMs})`;
   for (const row of stalled) {
-    const why = row.status === 'running'
-      ? 'lease expired while running'
-      : deps.queuedMs === undefined ? `queued for over ${queuedMs} ms` : 'queued when the sweep came back after a failure';
+    const why =
+      row.status === 'running'
+        ? 'lease expired while running'
+        : deps.queuedMs === undefined
+          ? `queued for over ${queuedMs} ms`
+          : 'queued when the sweep came back after a failure';
     await withWorkspace(db.app, row.workspace_id, async (tx) => {
       // A paused worker may hold this row's lock mid-transaction: skip it this sweep, not block.
       await tx`set local lock_timeout = '500ms'`;
       if (row.status === 'queued') {
         // Never started (a job lost from Redis, or every worker busy): ring the doorbell again.
         // Waiting is not a failed attempt, so the attempt count stays.
-        const run = await requeueRun(tx, { agentRunId: row.agent_run_id, leaseEpoch: row.lease_epoch, nextAttempt: false });
+        const run = await requeueRun(tx, {
+          agentRunId: row.agent_run_id,
+          leaseEpoch: row.lease_epoch,
+          nextAttempt: false,
+        });
         if (!run) return;
-        await appendEvent(tx, { convoyId: run.convoy_id, agentRunId: run.id, type: 'run_reenqueued', metadata: { attempt: run.attempt, reason: why } });
+        await appendEvent(tx, {
+          convoyId: run.convoy_id,
+          agentRunId: run.id,
+          type: 'run_reenqueued',
+          metadata: { attempt: run.attempt, reason: why },
+        });
         result.reenqueued.push(run.id);
         toEnqueue.push(row);
         log.info({ workspaceId: row.workspace_id, agentRunId: run.id }, `re-enqueued: ${why}`);
@@ -71,15 +83,29 @@ export async function sweepStalledRuns(deps: SweepDeps): Promise<SweepResult> {
         const reason = `stalled on attempt ${row.attempt} of ${config.STALL_MAX_ATTEMPTS} (${why}); giving up`;
         const failed = await failStalledRun(tx, { agentRunId: row.agent_run_id, leaseEpoch: row.lease_epoch, reason });
         if (!failed) return;
-        await appendEvent(tx, { convoyId: failed.convoy_id, agentRunId: failed.id, type: 'run_failed', metadata: { reason, attempt: row.attempt } });
+        await appendEvent(tx, {
+          convoyId: failed.convoy_id,
+          agentRunId: failed.id,
+          type: 'run_failed',
+          metadata: { reason, attempt: row.attempt },
+        });
         result.failed.push(failed.id);
         log.warn({ workspaceId: row.workspace_id, agentRunId: failed.id, attempt: row.attempt }, reason);
         return;
       }
       // The same SQL as a requested re-dispatch (worker/run/admission.ts), from 'running' only.
-      const run = await redispatchRun(tx, { agentRunId: row.agent_run_id, leaseEpoch: row.lease_epoch, from: ['running'] });
+      const run = await redispatchRun(tx, {
+        agentRunId: row.agent_run_id,
+        leaseEpoch: row.lease_epoch,
+        from: ['running'],
+      });
       if (!run) return; // another detector (or the worker itself) got there first
-      await appendEvent(tx, { convoyId: run.convoy_id, agentRunId: run.id, type: 'run_redispatched', metadata: { attempt: run.attempt, reason: why } });
+      await appendEvent(tx, {
+        convoyId: run.convoy_id,
+        agentRunId: run.id,
+        type: 'run_redispatched',
+        metadata: { attempt: run.attempt, reason: why },
+      });
       result.redispatched.push(run.id);
       toEnqueue.push(row);
       log.info({ workspaceId: row.workspace_id, agentRunId: run.id, attempt: run.attempt }, `re-dispatched: ${why}`);

@@ -3,7 +3,14 @@
 import { spawnSync } from 'node:child_process';
 import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { createFloorWorktree, ensureFloorTable, measureCheckpointCost, profileGitParts, writeCheckpointInParts, type RowPayload } from '../bench/checkpoint-cost.ts';
+import {
+  createFloorWorktree,
+  ensureFloorTable,
+  measureCheckpointCost,
+  profileGitParts,
+  writeCheckpointInParts,
+  type RowPayload,
+} from '../bench/checkpoint-cost.ts';
 import { openBenchEnv } from '../bench/env.ts';
 import { createRunFixture } from '../bench/fixture.ts';
 import { measureIntegrity, profileIntegrity } from '../bench/integrity.ts';
@@ -16,7 +23,15 @@ import { createGitPeers } from '../bench/peers-git.ts';
 import { BENCH_TMP, ensurePristineRepo, HISTORY_COMMITS, spreadPaths, workingRepo } from '../bench/repos.ts';
 import { measureRemote } from '../bench/remote.ts';
 import { measureResume } from '../bench/resume.ts';
-import { evaluateTargets, renderTables, type BenchResults, type CheckpointFigure, type IntegrityFigure, type MissionControlFigure, type ResumeFigure } from '../bench/results.ts';
+import {
+  evaluateTargets,
+  renderTables,
+  type BenchResults,
+  type CheckpointFigure,
+  type IntegrityFigure,
+  type MissionControlFigure,
+  type ResumeFigure,
+} from '../bench/results.ts';
 import { ratio, round, Samples } from '../bench/stats.ts';
 import { measureThroughput, type ThroughputResult } from '../bench/throughput.ts';
 import { measureWholeCost, type WholeCostResult } from '../bench/whole-cost.ts';
@@ -27,7 +42,15 @@ import { command } from './cli.ts';
 const PROFILE_PARTS = ['load', 'verifyChain', 'statusV2', 'notesBatch', 'hashFiles'] as const;
 const GIT_PARTS = ['updateIndex', 'writeTree', 'commitTree', 'updateRef', 'noteCommonDir', 'noteRefLookup'] as const;
 const BENCHES = [
-  'checkpoint', 'integrity', 'resume', 'peers', 'throughput', 'mission-control', 'long-run', 'remote', 'outage',
+  'checkpoint',
+  'integrity',
+  'resume',
+  'peers',
+  'throughput',
+  'mission-control',
+  'long-run',
+  'remote',
+  'outage',
   'whole-cost',
 ] as const;
 type BenchName = (typeof BENCHES)[number];
@@ -102,8 +125,28 @@ const quick = args.quick ?? false;
 const only = new Set<BenchName>(args.only ? (args.only.split(',').filter(Boolean) as BenchName[]) : BENCHES);
 
 const plan = quick
-  ? { sizes: [1_000, 10_000], touches: [1, 10], samples: 5, remoteResumeSamples: 5, mcRows: [10_000, 100_000], workers: [1, 2], rounds: 10, runsPerWorker: 1, longRun: { files: 1_000, checkpoints: 200, changed: 10 } }
-  : { sizes: [1_000, 10_000, 50_000], touches: [1, 10, 100], samples: 30, remoteResumeSamples: 10, mcRows: [10_000, 100_000, 1_000_000], workers: [1, 2, 4], rounds: 50, runsPerWorker: 2, longRun: { files: 10_000, checkpoints: 2_000, changed: 10 } };
+  ? {
+      sizes: [1_000, 10_000],
+      touches: [1, 10],
+      samples: 5,
+      remoteResumeSamples: 5,
+      mcRows: [10_000, 100_000],
+      workers: [1, 2],
+      rounds: 10,
+      runsPerWorker: 1,
+      longRun: { files: 1_000, checkpoints: 200, changed: 10 },
+    }
+  : {
+      sizes: [1_000, 10_000, 50_000],
+      touches: [1, 10, 100],
+      samples: 30,
+      remoteResumeSamples: 10,
+      mcRows: [10_000, 100_000, 1_000_000],
+      workers: [1, 2, 4],
+      rounds: 50,
+      runsPerWorker: 2,
+      longRun: { files: 10_000, checkpoints: 2_000, changed: 10 },
+    };
 
 // The repository sizes, for the checkpoint, integrity and resume benches: the plan's and
 // 250k files (where Cline users report 20 s per checkpoint), with fewer samples there (one
@@ -116,7 +159,8 @@ const SAMPLES_AT: Record<number, { checkpoint: number; resume: number }> = { 250
 if (samplesArg) plan.samples = samplesArg;
 // --long-run-checkpoints=N: a shorter long run (same repository and changes), for iterating on it.
 if (longRunArg) plan.longRun.checkpoints = longRunArg;
-const samplesAt = (files: number, kind: 'checkpoint' | 'resume') => Math.min(plan.samples, SAMPLES_AT[files]?.[kind] ?? plan.samples);
+const samplesAt = (files: number, kind: 'checkpoint' | 'resume') =>
+  Math.min(plan.samples, SAMPLES_AT[files]?.[kind] ?? plan.samples);
 
 const log = (line: string) => process.stdout.write(`${line}\n`);
 /** Between phases: flush Postgres' and the kernel's dirty pages so one phase's writeback is not charged to the next. */
@@ -140,7 +184,10 @@ let results: BenchResults | undefined;
 
 /** A working clone of the cached repo with `files` files (and `history` commits), for one phase of the bench. */
 async function freshRepo(files: number, phase: string, history = HISTORY_COMMITS): Promise<string> {
-  const repo = await workingRepo(await ensurePristineRepo(files, log, { history }), path.join(env.workDir, `repo-${files}-${phase}`));
+  const repo = await workingRepo(
+    await ensurePristineRepo(files, log, { history }),
+    path.join(env.workDir, `repo-${files}-${phase}`),
+  );
   // Loose objects pile up over hundreds of commits; an auto gc in the middle of a sample would
   // measure git's housekeeping, not a commit.
   await runGit(repo, ['config', 'gc.auto', '0']);
@@ -158,7 +205,9 @@ try {
       const f = await createRunFixture(env, repo);
       const floor = await createFloorWorktree(env, repo, `f${files}`);
       // Cline-style and OpenCode-style snapshots of the floor worktree (bench/peers-git.ts).
-      const gitPeers = only.has('checkpoint') ? await createGitPeers(repo, floor.path, path.join(env.workDir, 'peers-git', String(files))) : undefined;
+      const gitPeers = only.has('checkpoint')
+        ? await createGitPeers(repo, floor.path, path.join(env.workDir, 'peers-git', String(files)))
+        : undefined;
       const samples = samplesAt(files, 'checkpoint');
       for (const touched of plan.touches) {
         const key = `cp.${files}.${touched}`;
@@ -180,8 +229,13 @@ try {
             total,
             behind: s.summary(`${key}.behind`),
             parts: {
-              fence: s.summary(`${key}.fence`), content: s.summary(`${key}.content`), hash: s.summary(`${key}.hash`), row: s.summary(`${key}.row`),
-              note: s.summary(`${key}.note`), partsSum: s.summary(`${key}.partsSum`), indexBehind: s.summary(`${key}.indexBehind`),
+              fence: s.summary(`${key}.fence`),
+              content: s.summary(`${key}.content`),
+              hash: s.summary(`${key}.hash`),
+              row: s.summary(`${key}.row`),
+              note: s.summary(`${key}.note`),
+              partsSum: s.summary(`${key}.partsSum`),
+              indexBehind: s.summary(`${key}.indexBehind`),
             },
             floors: { insert, gitCommit, sumOfMedians: round(insert.median + gitCommit.median) },
             withoutNote: s.summary(`${key}.withoutNote`),
@@ -190,9 +244,16 @@ try {
             ratioToFloors: ratio(total.median, insert.median + gitCommit.median),
             withoutNoteRatioToFloors: ratio(s.summary(`${key}.withoutNote`).median, insert.median + gitCommit.median),
             samples,
-            gitPeers: { cline, opencode, oursOverCline: ratio(total.median, cline.median), oursOverOpencode: ratio(total.median, opencode.median) },
+            gitPeers: {
+              cline,
+              opencode,
+              oursOverCline: ratio(total.median, cline.median),
+              oursOverOpencode: ratio(total.median, opencode.median),
+            },
           });
-          log(`checkpoint ${files} files / ${touched} touched: ${total.median.toFixed(1)} ms vs floors ${(insert.median + gitCommit.median).toFixed(1)} ms, Cline-style ${cline.median.toFixed(1)} ms, OpenCode-style ${opencode.median.toFixed(1)} ms (${since()})`);
+          log(
+            `checkpoint ${files} files / ${touched} touched: ${total.median.toFixed(1)} ms vs floors ${(insert.median + gitCommit.median).toFixed(1)} ms, Cline-style ${cline.median.toFixed(1)} ms, OpenCode-style ${opencode.median.toFixed(1)} ms (${since()})`,
+          );
         }
         if (only.has('integrity')) {
           const ikey = `int.${files}.${touched}`;
@@ -201,8 +262,20 @@ try {
           const check = s.summary(`${ikey}.check`);
           const gitStatus = s.summary(`${ikey}.gitStatus`);
           const profile = Object.fromEntries(PROFILE_PARTS.map((p) => [p, s.summary(`${ikey}.profile.${p}`)]));
-          integrity.push({ files, touched: report.filesTouched, checkpoints: report.checkpoints, intact: report.intact, findings: report.findings, check, gitStatus, ratioToGitStatus: ratio(check.median, gitStatus.median), profile });
-          log(`integrity ${files} files / ${report.filesTouched} touched: ${check.median.toFixed(1)} ms vs git status ${gitStatus.median.toFixed(1)} ms (${since()})`);
+          integrity.push({
+            files,
+            touched: report.filesTouched,
+            checkpoints: report.checkpoints,
+            intact: report.intact,
+            findings: report.findings,
+            check,
+            gitStatus,
+            ratioToGitStatus: ratio(check.median, gitStatus.median),
+            profile,
+          });
+          log(
+            `integrity ${files} files / ${report.filesTouched} touched: ${check.median.toFixed(1)} ms vs git status ${gitStatus.median.toFixed(1)} ms (${since()})`,
+          );
         }
         if (only.has('checkpoint')) {
           await profileGitParts(env, f, paths, samples, s, key);
@@ -246,13 +319,16 @@ try {
       },
       forShareOverLanggraph: ratio(s.summary('peers.profile.fencedInsertForShare').median, lg.median),
     };
-    log(`peers: ours ${ours.median.toFixed(2)} ms, LangGraph put ${lg.median.toFixed(2)} ms${dbos ? `, DBOS step ${dbos.median.toFixed(2)} ms` : ''} (${since()})`);
+    log(
+      `peers: ours ${ours.median.toFixed(2)} ms, LangGraph put ${lg.median.toFixed(2)} ms${dbos ? `, DBOS step ${dbos.median.toFixed(2)} ms` : ''} (${since()})`,
+    );
   }
 
   const throughput: ThroughputResult[] = [];
   if (only.has('throughput')) {
     const repo = await freshRepo(plan.sizes[0]!, 'throughput');
-    for (const workers of plan.workers) throughput.push(await measureThroughput(env, repo, workers, plan.rounds, plan.runsPerWorker, log));
+    for (const workers of plan.workers)
+      throughput.push(await measureThroughput(env, repo, workers, plan.rounds, plan.runsPerWorker, log));
     log(`throughput done (${since()})`);
   }
 
@@ -290,7 +366,9 @@ try {
       fig.speedupNoWatcherVsClone = ratio(fig.clone.median, fig.resumeNoWatcher.median);
       if (fig.cloneNoHistory) fig.speedupVsCloneNoHistory = ratio(fig.cloneNoHistory.median, fig.resume.median);
       resume.push(fig);
-      log(`resume ${files} files: ${fig.resume.median.toFixed(1)} ms vs clone ${fig.clone.median.toFixed(1)} ms (${since()})`);
+      log(
+        `resume ${files} files: ${fig.resume.median.toFixed(1)} ms vs clone ${fig.clone.median.toFixed(1)} ms (${since()})`,
+      );
     }
   }
 
@@ -305,27 +383,48 @@ try {
   if (only.has('long-run')) {
     const { files, checkpoints, changed } = plan.longRun;
     const repo = await freshRepo(files, 'long-run');
-    longRun = await measureLongRun(env, repo, { files, checkpoints, changed, at: [1, 100, 1_000, 2_000].filter((n) => n <= checkpoints).concat(checkpoints < 2_000 ? [checkpoints] : []) }, log);
-    const at = Object.entries(longRun.timeAt).map(([seq, t]) => `seq ${seq} ${t.median.toFixed(1)} ms`).join(', ');
-    log(`long run ${checkpoints} checkpoints / ${files} files / ${changed} changed: ${at}; Postgres ${longRun.postgresBytesPerCheckpoint} B/checkpoint, git ${longRun.gitBytesPerCheckpoint} B/checkpoint, ${longRun.looseObjectsAtEnd} loose objects, ${longRun.packsAtEnd} packs (${since()})`);
+    longRun = await measureLongRun(
+      env,
+      repo,
+      {
+        files,
+        checkpoints,
+        changed,
+        at: [1, 100, 1_000, 2_000].filter((n) => n <= checkpoints).concat(checkpoints < 2_000 ? [checkpoints] : []),
+      },
+      log,
+    );
+    const at = Object.entries(longRun.timeAt)
+      .map(([seq, t]) => `seq ${seq} ${t.median.toFixed(1)} ms`)
+      .join(', ');
+    log(
+      `long run ${checkpoints} checkpoints / ${files} files / ${changed} changed: ${at}; Postgres ${longRun.postgresBytesPerCheckpoint} B/checkpoint, git ${longRun.gitBytesPerCheckpoint} B/checkpoint, ${longRun.looseObjectsAtEnd} loose objects, ${longRun.packsAtEnd} packs (${since()})`,
+    );
   }
 
   await settle();
   const missionControl: MissionControlFigure[] = [];
   if (only.has('mission-control')) {
     const levels = await measureMissionControl(env, plan.mcRows, plan.samples, payload!, s, log);
-    plan.mcRows.forEach((rows, i) => missionControl.push({
-      ...levels[i]!, convoyDetail: s.summary(`mc.${rows}.convoyDetail`), runHistory: s.summary(`mc.${rows}.runHistory`),
-      timelineShort: s.summary(`mc.${rows}.timelineShort`), timelineLongFirst: s.summary(`mc.${rows}.timelineLongFirst`),
-      timelineLongLast: s.summary(`mc.${rows}.timelineLongLast`),
-    }));
+    plan.mcRows.forEach((rows, i) =>
+      missionControl.push({
+        ...levels[i]!,
+        convoyDetail: s.summary(`mc.${rows}.convoyDetail`),
+        runHistory: s.summary(`mc.${rows}.runHistory`),
+        timelineShort: s.summary(`mc.${rows}.timelineShort`),
+        timelineLongFirst: s.summary(`mc.${rows}.timelineLongFirst`),
+        timelineLongLast: s.summary(`mc.${rows}.timelineLongLast`),
+      }),
+    );
     log(`mission control done (${since()})`);
   }
 
   let outage: OutageFigure | undefined;
   if (only.has('outage')) {
     outage = await measureOutageRecovery(log, { samples: quick ? 2 : plan.samples >= 10 ? 5 : 3 });
-    log(`outage: lapsed runs running again ${outage.recovery.median.toFixed(0)} ms (median) after Postgres answered, ${outage.recoveryOverLease}× the lease (${since()})`);
+    log(
+      `outage: lapsed runs running again ${outage.recovery.median.toFixed(0)} ms (median) after Postgres answered, ${outage.recoveryOverLease}× the lease (${since()})`,
+    );
   }
 
   await settle();
@@ -335,12 +434,22 @@ try {
     const files = 10_000;
     const repetitions = quick ? 3 : Math.min(plan.samples, 9);
     const [repo, floorRepo] = [await freshRepo(files, 'whole-cost'), await freshRepo(files, 'whole-cost-floor')];
-    wholeCost = await measureWholeCost(env, repo, floorRepo, { files, rounds: 40, changed: 10, repetitions }, settle, log);
+    wholeCost = await measureWholeCost(
+      env,
+      repo,
+      floorRepo,
+      { files, rounds: 40, changed: 10, repetitions },
+      settle,
+      log,
+    );
     const [ours, floor] = [wholeCost.cost.ours, wholeCost.cost.floor].map((c) => c.median.toFixed(0));
     log(`whole cost: ours ${ours} ms vs floor ${floor} ms = ${wholeCost.ratio}× (${since()})`);
   }
 
-  const mcRatio = missionControl.length > 1 ? ratio(missionControl.at(-1)!.convoyDetail.median, missionControl[0]!.convoyDetail.median) : null;
+  const mcRatio =
+    missionControl.length > 1
+      ? ratio(missionControl.at(-1)!.convoyDetail.median, missionControl[0]!.convoyDetail.median)
+      : null;
 
   const partial: Omit<BenchResults, 'targets'> = {
     generatedAt: new Date().toISOString(),

@@ -17,7 +17,7 @@ export const ENV_HELP: Record<string, string> = {
   WORKER_NOTES_REF: 'git notes ref of the checkpoint mirror (default refs/notes/echodo-checkpoints)',
   WORKER_HEARTBEAT_MS: 'heartbeat period (default 2000)',
   WORKER_LEASE_MS: 'a run whose lease is older than this is stalled (default 10000)',
-  WORKER_ID: 'this worker\'s id (default hostname-pid)',
+  WORKER_ID: "this worker's id (default hostname-pid)",
   WORKER_ALLOWED_COMMANDS: 'comma-separated run_command allowlist of the code harness',
   WORKER_SANDBOX: 'how run_command is confined: bwrap (default) or off',
   WORKER_PROVIDER_KEY_VARS: 'globs of the env variables a model provider may name (default *_API_KEY)',
@@ -27,7 +27,7 @@ export const ENV_HELP: Record<string, string> = {
   STALL_CHECK_MS: 'stall detector period (default 2000)',
   STALL_MAX_ATTEMPTS: 'attempts before a stalled run is failed (default 5)',
   WORKER_RETENTION_SWEEP_MS: 'how often the stall detector applies storage policies and quotas (default 60000)',
-  MISSION_CONTROL_PORT: 'the panel\'s port on 127.0.0.1 (default 4700)',
+  MISSION_CONTROL_PORT: "the panel's port on 127.0.0.1 (default 4700)",
   ECHODO_SUPERVISE: 'the daemon restarts itself after a crash (default true; 0 when systemd or the like does)',
   LOG_LEVEL: 'fatal, error, warn, info (default), debug, trace or silent',
 };

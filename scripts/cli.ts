@@ -29,8 +29,12 @@ export interface CommandSpec<F extends Record<string, FlagSpec>> {
 }
 
 type FlagValue<S extends FlagSpec> = S['type'] extends 'boolean'
-  ? S['multiple'] extends true ? boolean[] : boolean
-  : S['multiple'] extends true ? string[] : string;
+  ? S['multiple'] extends true
+    ? boolean[]
+    : boolean
+  : S['multiple'] extends true
+    ? string[]
+    : string;
 
 export type FlagValues<F extends Record<string, FlagSpec>> = { [K in keyof F]?: FlagValue<F[K]> };
 

@@ -58,7 +58,9 @@ async function main(args: string[]): Promise<number> {
   const external = Boolean(config.DATABASE_URL);
   const appOnly = Boolean(config.DATABASE_APP_URL) && !external;
   if (appOnly && (verb === 'up' || verb === 'migrate')) {
-    process.stderr.write('db: only DATABASE_APP_URL is set, and that login cannot migrate: set DATABASE_URL to a superuser URL\n');
+    process.stderr.write(
+      'db: only DATABASE_APP_URL is set, and that login cannot migrate: set DATABASE_URL to a superuser URL\n',
+    );
     return 2;
   }
   switch (verb) {

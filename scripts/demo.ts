@@ -31,7 +31,7 @@ command({
   exitCodes: { 0: 'the story completed as told', 1: 'it did not (the summary says what differed)', 2: 'bad arguments' },
   env: [
     ['DATABASE_URL', 'Postgres (unset: the embedded PostgreSQL under ECHODO_HOME)'],
-    ['ECHODO_HOME', 'the embedded database, and the demo\'s repository, transcript and worktrees under demo/'],
+    ['ECHODO_HOME', "the embedded database, and the demo's repository, transcript and worktrees under demo/"],
     'REDIS_URL',
     'MISSION_CONTROL_PORT',
   ],
@@ -66,23 +66,37 @@ say(`queue            ${queue.backend}\n`);
 const workspaceId = 'demo';
 await withWorkspace(db.app, workspaceId, (tx) => createWorkspace(tx, 'Demo workspace'));
 const { agentRunId } = await dispatchJob(db, queue, {
-  workspaceId, convoyId: 'demo-convoy', briefId: 'greeting', roleId: 'coder', harnessAlias: 'code',
-  repoPath: repo, baseRef: 'main', brief: 'Add a greeting module, its test and a doc page.', model: `replay:${transcriptPath}`,
+  workspaceId,
+  convoyId: 'demo-convoy',
+  briefId: 'greeting',
+  roleId: 'coder',
+  harnessAlias: 'code',
+  repoPath: repo,
+  baseRef: 'main',
+  brief: 'Add a greeting module, its test and a doc page.',
+  model: `replay:${transcriptPath}`,
 });
 say(`dispatched run   ${agentRunId}`);
 
 const childEnv = {
   ...process.env,
-  WORKER_WORKTREE_BASE: worktreeBase, WORKER_REPO_ROOT: repo, WORKER_LEASE_MS: '3000', WORKER_HEARTBEAT_MS: '500',
+  WORKER_WORKTREE_BASE: worktreeBase,
+  WORKER_REPO_ROOT: repo,
+  WORKER_LEASE_MS: '3000',
+  WORKER_HEARTBEAT_MS: '500',
   WORKER_REPLAY_DIR: home, // the demo's transcript is the only replay model its workers may read
-  STALL_CHECK_MS: '500', WORKER_BLPOP_TIMEOUT_S: '1', LOG_LEVEL: 'info',
+  STALL_CHECK_MS: '500',
+  WORKER_BLPOP_TIMEOUT_S: '1',
+  LOG_LEVEL: 'info',
   ECHODO_SUPERVISE: '0', // the story kills a worker for good: no supervisor may bring it back
 };
 const children: ChildProcess[] = [];
 let roundsRun = 0;
 function start(script: string, name: string, onLog: (log: Record<string, any>) => void): ChildProcess {
   const child = spawn(process.execPath, ['--import', 'tsx', path.join(PROJECT_ROOT, 'scripts', script)], {
-    cwd: PROJECT_ROOT, env: { ...childEnv, WORKER_ID: name }, stdio: ['ignore', 'pipe', 'pipe'],
+    cwd: PROJECT_ROOT,
+    env: { ...childEnv, WORKER_ID: name },
+    stdio: ['ignore', 'pipe', 'pipe'],
   });
   children.push(child);
   for (const stream of [child.stdout!, child.stderr!]) {
@@ -107,8 +121,12 @@ const onWorkerLog = (name: string, onRound?: (step: number) => void) => (log: Re
     onRound?.(log.step);
   }
   if (log.msg === 'worktree verified against Postgres and the git notes') {
-    say(`  ${name}  resuming from checkpoint ${log.fromSeq}; verified: worktree exists, belongs to the repo, on the run's branch;`);
-    say(`           branch tip = checkpoint commit, git note matches the row, hash chain valid, touched files match their sha256`);
+    say(
+      `  ${name}  resuming from checkpoint ${log.fromSeq}; verified: worktree exists, belongs to the repo, on the run's branch;`,
+    );
+    say(
+      `           branch tip = checkpoint commit, git note matches the row, hash chain valid, touched files match their sha256`,
+    );
     for (const f of log.findings) say(`           found:    ${f.kind}: ${f.detail}`);
     for (const r of log.repairs) say(`           repaired: ${r}`);
     if (!log.findings.length) say('           nothing to repair: the worktree is reused as it is');
@@ -116,26 +134,35 @@ const onWorkerLog = (name: string, onRound?: (step: number) => void) => (log: Re
   if (log.msg === 'run completed') say(`  ${name}  run completed after ${log.steps} rounds`);
 };
 
-const first = start('worker.ts', 'worker-1', onWorkerLog('worker-1', (step) => {
-  if (step === KILL_AFTER_ROUND) {
-    // Mid-brief: the worker is inside its next model call ("thinking") when it is killed.
-    setTimeout(() => {
-      say(`\n  SIGKILL worker-1 (pid ${first.pid}) mid-brief, during round ${KILL_AFTER_ROUND + 1}\n`);
-      first.kill('SIGKILL');
-    }, 150);
-  }
-}));
+const first = start(
+  'worker.ts',
+  'worker-1',
+  onWorkerLog('worker-1', (step) => {
+    if (step === KILL_AFTER_ROUND) {
+      // Mid-brief: the worker is inside its next model call ("thinking") when it is killed.
+      setTimeout(() => {
+        say(`\n  SIGKILL worker-1 (pid ${first.pid}) mid-brief, during round ${KILL_AFTER_ROUND + 1}\n`);
+        first.kill('SIGKILL');
+      }, 150);
+    }
+  }),
+);
 await new Promise((resolve) => first.once('exit', resolve));
 say(`  stall detector  waiting for the lease (${childEnv.WORKER_LEASE_MS} ms) to expire…`);
 start('stall-detector.ts', 'stall-detector', (log) => {
-  if (log.msg?.startsWith('re-dispatched')) say(`  stall detector  ${log.msg} (attempt ${log.attempt}, resumeFromCheckpoint: true)`);
+  if (log.msg?.startsWith('re-dispatched'))
+    say(`  stall detector  ${log.msg} (attempt ${log.attempt}, resumeFromCheckpoint: true)`);
 });
 start('worker.ts', 'worker-2', onWorkerLog('worker-2'));
 
 const deadline = Date.now() + 60_000;
 let status = '';
 while (Date.now() < deadline) {
-  const [row] = await withWorkspace(db.app, workspaceId, (tx) => tx<{ status: string }[]>`select status from agent_runs where id = ${agentRunId}`);
+  const [row] = await withWorkspace(
+    db.app,
+    workspaceId,
+    (tx) => tx<{ status: string }[]>`select status from agent_runs where id = ${agentRunId}`,
+  );
   status = row!.status;
   if (status === 'completed' || status === 'failed') break;
   await sleep(200);
@@ -143,14 +170,22 @@ while (Date.now() < deadline) {
 for (const child of children) if (child.exitCode === null) child.kill('SIGTERM');
 
 const report = await checkRunIntegrity(db, config, workspaceId, agentRunId);
-const [counts] = await withWorkspace(db.app, workspaceId, (tx) => tx<{ checkpoints: number; worktrees: number; attempt: number; step: number }[]>`
+const [counts] = await withWorkspace(
+  db.app,
+  workspaceId,
+  (tx) => tx<{ checkpoints: number; worktrees: number; attempt: number; step: number }[]>`
   select (select count(*)::int from worker_checkpoints where agent_run_id = ${agentRunId}) as checkpoints,
          (select count(*)::int from convoy_events where agent_run_id = ${agentRunId} and type = 'worktree_created') as worktrees,
-         attempt, step from agent_runs where id = ${agentRunId}`);
+         attempt, step from agent_runs where id = ${agentRunId}`,
+);
 say(`\n$ git -C ${report?.worktreePath} notes --ref=echodo-checkpoints show HEAD`);
 say(await git(report!.worktreePath!, 'notes', '--ref=echodo-checkpoints', 'show', 'HEAD').catch((e) => String(e)));
 say(`\n$ npm run integrity-check -- --workspace ${workspaceId} --run ${agentRunId}`);
-say(report!.intact ? 'intact: worktree, Postgres and git notes agree' : report!.findings.map((f) => `DRIFT ${f.kind}: ${f.detail}`).join('\n'));
+say(
+  report!.intact
+    ? 'intact: worktree, Postgres and git notes agree'
+    : report!.findings.map((f) => `DRIFT ${f.kind}: ${f.detail}`).join('\n'),
+);
 
 const token = await createWorkspaceToken(db.app, workspaceId);
 say('\nsummary');
@@ -160,7 +195,9 @@ say(`  rounds redone      ${roundsRun - counts!.step}`);
 say(`  worktrees created  ${counts!.worktrees} (resume re-used it: no clone, no second worktree)`);
 say(`  branch             echodo/greeting-${agentRunId.slice(0, 8)} in ${repo}`);
 say(`\nthe embedded Postgres keeps running for later commands (npm run db -- down stops it)`);
-say(`mission control: npm run mission-control, then open http://127.0.0.1:${config.MISSION_CONTROL_PORT}/convoys/demo-convoy`);
+say(
+  `mission control: npm run mission-control, then open http://127.0.0.1:${config.MISSION_CONTROL_PORT}/convoys/demo-convoy`,
+);
 say(`  sign in with the demo workspace token: ${token}`);
 
 await queue.close();

@@ -56,7 +56,9 @@ try {
       by: 'cli',
     },
   );
-  process.stdout.write(`${JSON.stringify({ jobId: answer.jobId, agentRunId: answer.agentRunId, branch: answer.branch })}\n`);
+  process.stdout.write(
+    `${JSON.stringify({ jobId: answer.jobId, agentRunId: answer.agentRunId, branch: answer.branch })}\n`,
+  );
   if (answer.sourceCancel) process.stderr.write(`source run ${values.run}: ${JSON.stringify(answer.sourceCancel)}\n`);
 } catch (err) {
   // No such run or checkpoint (a pruned one included, with the retention reason) or a bad --model: 2.

@@ -51,10 +51,17 @@ try {
     code = report.intact ? 0 : 1;
     if (values.json) process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
     else {
-      process.stdout.write(`run ${report.agentRunId} (${report.status}) in ${report.workspaceId}: ${report.checkpoints} checkpoint(s), latest seq ${report.latestSeq ?? "-"} at ${report.commitOid?.slice(0, 12) ?? "-"}, ${report.manifest.length} file(s) in the manifest\n`);
+      process.stdout.write(
+        `run ${report.agentRunId} (${report.status}) in ${report.workspaceId}: ${report.checkpoints} checkpoint(s), latest seq ${report.latestSeq ?? '-'} at ${report.commitOid?.slice(0, 12) ?? '-'}, ${report.manifest.length} file(s) in the manifest\n`,
+      );
       for (const f of report.findings) process.stdout.write(`  DRIFT ${f.kind}: ${f.detail}\n`);
-      if (report.remote) process.stdout.write(`remote ${report.remote.remote}: ${report.remote.branch ?? '-'} at ${report.remote.branchTip?.slice(0, 12) ?? '(missing)'}, ${report.remote.rowsChecked} checkpoint(s) compared\n`);
-      const agree = report.remote ? 'worktree, Postgres, git notes and the checkpoint remote agree' : 'worktree, Postgres and git notes agree';
+      if (report.remote)
+        process.stdout.write(
+          `remote ${report.remote.remote}: ${report.remote.branch ?? '-'} at ${report.remote.branchTip?.slice(0, 12) ?? '(missing)'}, ${report.remote.rowsChecked} checkpoint(s) compared\n`,
+        );
+      const agree = report.remote
+        ? 'worktree, Postgres, git notes and the checkpoint remote agree'
+        : 'worktree, Postgres and git notes agree';
       process.stdout.write(report.intact ? `intact: ${agree}\n` : `${report.findings.length} finding(s)\n`);
     }
   }

@@ -2,7 +2,12 @@
 import { openDatabase, type Database } from '../store/connection.ts';
 import { setUpTrees } from '../worker/tree/setup.ts';
 import {
-  createAdminTokenWithId, createWorkspaceTokenWithId, listTokens, parseDuration, revokeToken, type TokenInfo,
+  createAdminTokenWithId,
+  createWorkspaceTokenWithId,
+  listTokens,
+  parseDuration,
+  revokeToken,
+  type TokenInfo,
 } from '../store/tokens.ts';
 import { loadConfigOrExit } from '../core/config.ts';
 import { EchodoError, errorMessage } from '../core/errors.ts';
@@ -26,7 +31,11 @@ const { values, positionals, fail } = command({
     '-- token revoke ID',
   ],
   flags: {
-    workspace: { type: 'string', value: 'W', help: 'token create: the workspace the token opens; token list: only its' },
+    workspace: {
+      type: 'string',
+      value: 'W',
+      help: 'token create: the workspace the token opens; token list: only its',
+    },
     admin: { type: 'boolean', help: 'token create: an admin (fleet) token' },
     'read-only': { type: 'boolean', help: 'token create: a token that may only read (every POST answers 403)' },
     expires: { type: 'string', value: 'DURATION', help: 'token create: expiry, e.g. 30d, 12h, 90m or 2w' },
@@ -102,7 +111,16 @@ function tokenTable(tokens: TokenInfo[]): string {
   ]);
   const header = ['id', 'workspace', 'kind', 'created', 'last used', 'expires', 'status'];
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
-  return [header, ...rows].map((r) => r.map((cell, i) => cell.padEnd(widths[i]!)).join('  ').trimEnd()).join('\n') + '\n';
+  return (
+    [header, ...rows]
+      .map((r) =>
+        r
+          .map((cell, i) => cell.padEnd(widths[i]!))
+          .join('  ')
+          .trimEnd(),
+      )
+      .join('\n') + '\n'
+  );
 }
 
 async function runTokenCommand(db: Database, command: Exclude<Command, { kind: 'serve' }>): Promise<number> {
@@ -111,9 +129,14 @@ async function runTokenCommand(db: Database, command: Exclude<Command, { kind: '
       try {
         const created = command.admin
           ? await createAdminTokenWithId(db.admin, { expiresAt: command.expiresAt })
-          : await createWorkspaceTokenWithId(db.app, command.workspace!, { readOnly: command.readOnly, expiresAt: command.expiresAt });
+          : await createWorkspaceTokenWithId(db.app, command.workspace!, {
+              readOnly: command.readOnly,
+              expiresAt: command.expiresAt,
+            });
         process.stdout.write(`${created.token}\n`);
-        const what = command.admin ? 'admin token' : `${command.readOnly ? 'read-only' : 'read-write'} token for workspace ${command.workspace}`;
+        const what = command.admin
+          ? 'admin token'
+          : `${command.readOnly ? 'read-only' : 'read-write'} token for workspace ${command.workspace}`;
         const until = command.expiresAt ? `, expires ${command.expiresAt.toISOString()}` : '';
         process.stderr.write(`${what} (id ${created.id}${until}): shown once, stored only as its sha256\n`);
         return 0;
@@ -133,7 +156,9 @@ async function runTokenCommand(db: Database, command: Exclude<Command, { kind: '
     case 'revoke': {
       const outcome = await revokeToken(db.admin, command.id);
       if (outcome === 'unknown') {
-        process.stderr.write(`no token with id ${JSON.stringify(command.id)} (see: npm run mission-control -- token list)\n`);
+        process.stderr.write(
+          `no token with id ${JSON.stringify(command.id)} (see: npm run mission-control -- token list)\n`,
+        );
         return 2;
       }
       process.stdout.write(`token ${command.id} ${outcome}\n`);

@@ -23,8 +23,18 @@ const { values } = command({
   flags: { once: { type: 'boolean', help: 'run one sweep, print its result as JSON and exit' } },
   exitCodes: { 0: 'stopped cleanly (or --once done)', 1: 'could not start (e.g. the database)', 2: 'bad arguments' },
   env: [
-    ...DATABASE_ENV, 'REDIS_URL', 'WORKER_QUEUE_KEY', 'WORKER_LEASE_MS', 'STALL_CHECK_MS', 'STALL_MAX_ATTEMPTS', 'WORKER_RETENTION_SWEEP_MS',
-    'WORKER_CHECKPOINT_RETENTION_DAYS', 'WORKER_CHECKPOINT_REMOTE', 'WORKER_REPO_ROOT', 'WORKER_NOTES_REF', 'ECHODO_SUPERVISE',
+    ...DATABASE_ENV,
+    'REDIS_URL',
+    'WORKER_QUEUE_KEY',
+    'WORKER_LEASE_MS',
+    'STALL_CHECK_MS',
+    'STALL_MAX_ATTEMPTS',
+    'WORKER_RETENTION_SWEEP_MS',
+    'WORKER_CHECKPOINT_RETENTION_DAYS',
+    'WORKER_CHECKPOINT_REMOTE',
+    'WORKER_REPO_ROOT',
+    'WORKER_NOTES_REF',
+    'ECHODO_SUPERVISE',
     'LOG_LEVEL',
   ],
 });
@@ -41,7 +51,9 @@ const PRUNE_EVERY_MS = 60 * 60 * 1000;
 const sweeper = new StallSweeper({ config, db, queue, log });
 
 let stopping = false;
-const stop = () => { stopping = true; };
+const stop = () => {
+  stopping = true;
+};
 process.once('SIGTERM', stop);
 process.once('SIGINT', stop);
 
@@ -60,8 +72,12 @@ do {
       lastPrune = Date.now();
       // The remote's refs too (never branches: their removal is the operator's call, `prune --delete-branches`).
       await pruneFinishedRuns(db, {
-        olderThanDays: config.WORKER_CHECKPOINT_RETENTION_DAYS, dryRun: false, log,
-        remote: config.WORKER_CHECKPOINT_REMOTE, repoRoot: config.WORKER_REPO_ROOT, notesRef: config.WORKER_NOTES_REF,
+        olderThanDays: config.WORKER_CHECKPOINT_RETENTION_DAYS,
+        dryRun: false,
+        log,
+        remote: config.WORKER_CHECKPOINT_REMOTE,
+        repoRoot: config.WORKER_REPO_ROOT,
+        notesRef: config.WORKER_NOTES_REF,
       });
     }
   } catch (err) {

@@ -71,9 +71,11 @@ export function findRequirements(searchPath: string): { found: Found; missing: R
 export function planPreflight(env: PreflightEnv): Plan {
   const { found, missing } = findRequirements(env.path);
   if (!missing.length) return { action: 'ready', found };
-  if (!env.installAllowed) return { action: 'refuse', found, missing, why: 'installing is turned off (ECHODO_PREFLIGHT_INSTALL=never)' };
+  if (!env.installAllowed)
+    return { action: 'refuse', found, missing, why: 'installing is turned off (ECHODO_PREFLIGHT_INSTALL=never)' };
   if (!env.isRoot) return { action: 'refuse', found, missing, why: 'not running as root, so nothing is installed' };
-  if (!env.aptGet) return { action: 'refuse', found, missing, why: 'not a Debian-like system with apt-get, so nothing is installed' };
+  if (!env.aptGet)
+    return { action: 'refuse', found, missing, why: 'not a Debian-like system with apt-get, so nothing is installed' };
   return { action: 'install', found, missing, aptGet: env.aptGet };
 }
 
@@ -115,16 +117,24 @@ export function ensureTestPrerequisites(options: { env?: NodeJS.ProcessEnv; say:
   if (plan.action === 'refuse') throw new PreflightError(refusalText(plan));
 
   const packages = plan.missing.map((m) => m.aptPackage);
-  options.say(`preflight: missing ${plan.missing.map((m) => m.names[0]).join(', ')}; installing ${packages.join(' ')} with apt-get (root, Debian-like)`);
+  options.say(
+    `preflight: missing ${plan.missing.map((m) => m.names[0]).join(', ')}; installing ${packages.join(' ')} with apt-get (root, Debian-like)`,
+  );
   const aptEnv = { ...env, DEBIAN_FRONTEND: 'noninteractive' };
-  const run = (args: string[]) => spawnSync(plan.aptGet, args, { env: aptEnv, stdio: ['ignore', 'inherit', 'inherit'] });
+  const run = (args: string[]) =>
+    spawnSync(plan.aptGet, args, { env: aptEnv, stdio: ['ignore', 'inherit', 'inherit'] });
   const update = run(['update', '-qq']);
-  if (update.status !== 0) throw new PreflightError(`${refusalText({ ...plan, action: 'refuse', why: 'apt-get update failed' })}`);
+  if (update.status !== 0)
+    throw new PreflightError(`${refusalText({ ...plan, action: 'refuse', why: 'apt-get update failed' })}`);
   const install = run(['install', '-y', '-qq', '--no-install-recommends', ...packages]);
-  if (install.status !== 0) throw new PreflightError(`${refusalText({ ...plan, action: 'refuse', why: 'apt-get install failed' })}`);
+  if (install.status !== 0)
+    throw new PreflightError(`${refusalText({ ...plan, action: 'refuse', why: 'apt-get install failed' })}`);
 
   const after = planPreflight({ ...where, installAllowed: false });
-  if (after.action !== 'ready') throw new PreflightError(refusalText({ ...(after as Extract<Plan, { action: 'refuse' }>), why: 'still missing after apt-get install' }));
+  if (after.action !== 'ready')
+    throw new PreflightError(
+      refusalText({ ...(after as Extract<Plan, { action: 'refuse' }>), why: 'still missing after apt-get install' }),
+    );
   options.say(`preflight: installed ${packages.join(' ')}`);
   return after.found;
 }
@@ -134,7 +144,11 @@ if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.me
   const say = (line: string) => process.stderr.write(`${line}\n`);
   try {
     const found = ensureTestPrerequisites({ say });
-    say(`preflight: ready: ${Object.entries(found).map(([pkg, at]) => `${pkg} ${at}`).join(', ')}`);
+    say(
+      `preflight: ready: ${Object.entries(found)
+        .map(([pkg, at]) => `${pkg} ${at}`)
+        .join(', ')}`,
+    );
     process.exit(0);
   } catch (err) {
     say(err instanceof Error ? err.message : String(err));

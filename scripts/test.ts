@@ -21,7 +21,7 @@ const { values, positionals: fileArgs } = command({
   name: 'test',
   summary:
     'the test suite: a preflight (redis-server, Chromium and bwrap must be there, installed with apt-get where ' +
-    'it may), then one embedded PostgreSQL with a migrated template database and one redis-server, then node\'s ' +
+    "it may), then one embedded PostgreSQL with a migrated template database and one redis-server, then node's " +
     'test runner on test/**/*.test.ts (or the files given); everything it started is stopped at the end.',
   usage: ['[-- [--load] [FILE…]]'],
   flags: { load: { type: 'boolean', help: 'the load tests at full size (npm run test:load)' } },
@@ -59,10 +59,28 @@ interface Started {
 async function startRedisDaemon(bin: string, home: string): Promise<{ url: string; pidFile: string }> {
   const port = await freePort();
   const pidFile = path.join(home, 'redis.pid');
-  const result = spawnSync(bin, [
-    '--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no',
-    '--daemonize', 'yes', '--pidfile', pidFile, '--dir', home, '--logfile', path.join(home, 'redis.log'),
-  ], { encoding: 'utf8' });
+  const result = spawnSync(
+    bin,
+    [
+      '--port',
+      String(port),
+      '--bind',
+      '127.0.0.1',
+      '--save',
+      '',
+      '--appendonly',
+      'no',
+      '--daemonize',
+      'yes',
+      '--pidfile',
+      pidFile,
+      '--dir',
+      home,
+      '--logfile',
+      path.join(home, 'redis.log'),
+    ],
+    { encoding: 'utf8' },
+  );
   if (result.status !== 0) throw new Error(`redis-server failed to start: ${result.stderr || result.stdout}`);
   const deadline = Date.now() + 10_000;
   while (!(await pings(port))) {
@@ -152,7 +170,14 @@ async function main(load: boolean): Promise<number> {
     env.ECHODO_TEST_REDIS_BIN = redisBin;
     say(`Redis on ${redis.url}`);
 
-    const args = ['--import', 'tsx', '--test', '--test-concurrency=2', ...(load ? [] : ['--test-timeout=900000']), ...files];
+    const args = [
+      '--import',
+      'tsx',
+      '--test',
+      '--test-concurrency=2',
+      ...(load ? [] : ['--test-timeout=900000']),
+      ...files,
+    ];
     runner = spawn(process.execPath, args, { cwd: PROJECT_ROOT, env, stdio: 'inherit' });
     const code = await new Promise<number>((resolve) => {
       runner!.on('error', (err) => {

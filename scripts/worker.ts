@@ -31,11 +31,28 @@ command({
     3: 'a lease lost while the process was paused: a fresh process is wanted (the supervisor starts one)',
   },
   env: [
-    ...DATABASE_ENV, 'REDIS_URL', 'WORKER_QUEUE_KEY', 'WORKER_DRY_RUN', 'WORKER_ID', 'WORKER_REPO_ROOT',
-    'WORKER_WORKTREE_BASE', 'WORKER_NOTES_REF', 'WORKER_BLPOP_TIMEOUT_S', 'WORKER_MAX_TOOL_STEPS',
-    'WORKER_CHECKPOINT_EVERY_N_STEPS', 'WORKER_HEARTBEAT_MS', 'WORKER_LEASE_MS', 'WORKER_ALLOWED_COMMANDS',
-    'WORKER_SANDBOX', 'WORKER_PROVIDER_KEY_VARS', 'WORKER_HOST_ID', 'WORKER_CHECKPOINT_REMOTE',
-    'WORKER_SPARE_WORKTREE', 'WORKER_METRICS_PORT', 'ECHODO_SUPERVISE', 'LOG_LEVEL',
+    ...DATABASE_ENV,
+    'REDIS_URL',
+    'WORKER_QUEUE_KEY',
+    'WORKER_DRY_RUN',
+    'WORKER_ID',
+    'WORKER_REPO_ROOT',
+    'WORKER_WORKTREE_BASE',
+    'WORKER_NOTES_REF',
+    'WORKER_BLPOP_TIMEOUT_S',
+    'WORKER_MAX_TOOL_STEPS',
+    'WORKER_CHECKPOINT_EVERY_N_STEPS',
+    'WORKER_HEARTBEAT_MS',
+    'WORKER_LEASE_MS',
+    'WORKER_ALLOWED_COMMANDS',
+    'WORKER_SANDBOX',
+    'WORKER_PROVIDER_KEY_VARS',
+    'WORKER_HOST_ID',
+    'WORKER_CHECKPOINT_REMOTE',
+    'WORKER_SPARE_WORKTREE',
+    'WORKER_METRICS_PORT',
+    'ECHODO_SUPERVISE',
+    'LOG_LEVEL',
   ],
 });
 
@@ -49,7 +66,9 @@ const sandboxLine = describeSandbox(sandbox);
 const treesLine = await setUpTrees(config, sandbox);
 
 if (config.WORKER_DRY_RUN) {
-  process.stdout.write(`echodo-worker ${config.WORKER_ID} (dry run)\n${JSON.stringify(maskedConfig(config), null, 2)}\nsandbox: ${sandboxLine}\n`);
+  process.stdout.write(
+    `echodo-worker ${config.WORKER_ID} (dry run)\n${JSON.stringify(maskedConfig(config), null, 2)}\nsandbox: ${sandboxLine}\n`,
+  );
   process.exit(0);
 }
 await superviseUnlessChild({ name: 'worker', enabled: config.ECHODO_SUPERVISE, log });
@@ -63,18 +82,33 @@ try {
     process.exit(2);
   }
   const { registered } = await registerStartupSecrets(config, db);
-  const queue = createQueue({ config, db, workerId: config.WORKER_ID, onError: (err) => log.warn({ error: errorMessage(err) }, 'queue error') });
+  const queue = createQueue({
+    config,
+    db,
+    workerId: config.WORKER_ID,
+    onError: (err) => log.warn({ error: errorMessage(err) }, 'queue error'),
+  });
   const daemon = new WorkerDaemon({ config, db, queue, workerId: config.WORKER_ID, log });
   guardDaemon('worker', log);
   if (sandbox.mode === 'bwrap' && sandbox.usable) log.info({ sandbox: sandboxLine }, 'sandbox ready');
-  else log.warn({ sandbox: sandboxLine }, sandbox.mode === 'off' ? 'WORKER_SANDBOX=off: run_command is not confined' : 'sandbox unusable: run_command will be refused');
+  else
+    log.warn(
+      { sandbox: sandboxLine },
+      sandbox.mode === 'off'
+        ? 'WORKER_SANDBOX=off: run_command is not confined'
+        : 'sandbox unusable: run_command will be refused',
+    );
   process.once('SIGTERM', () => daemon.stop());
   process.once('SIGINT', () => daemon.stop());
-  if (config.WORKER_SANDBOX === 'bwrap' && sandbox.mode === 'bwrap' && sandbox.usable) log.info({ trees: treesLine }, 'trees confined');
+  if (config.WORKER_SANDBOX === 'bwrap' && sandbox.mode === 'bwrap' && sandbox.usable)
+    log.info({ trees: treesLine }, 'trees confined');
   else log.warn({ trees: treesLine }, 'trees not confined');
   if (process.getuid?.() === 0) log.warn('running as root: run the worker as a dedicated user (docs/operations.md)');
   const metrics = config.WORKER_METRICS_PORT ? await startWorkerMetrics(config.WORKER_METRICS_PORT) : undefined;
-  log.info({ queue: queue.backend, secretsRegistered: registered, metricsPort: metrics?.port ?? null }, 'worker started');
+  log.info(
+    { queue: queue.backend, secretsRegistered: registered, metricsPort: metrics?.port ?? null },
+    'worker started',
+  );
   const code = await daemon.run();
   await metrics?.close();
   log.info({ results: daemon.results, exitCode: code }, 'worker stopped');

@@ -11,8 +11,16 @@ export const COST_COMMANDS = ['price set', 'price list', 'price rm', 'budget set
 export const COST_FLAGS = {
   'input-per-mtok': { type: 'string', value: 'N', help: 'price set: USD per million input tokens' },
   'output-per-mtok': { type: 'string', value: 'N', help: 'price set: USD per million output tokens' },
-  'cache-read-per-mtok': { type: 'string', value: 'N', help: 'price set: USD per million cache-read tokens (default: input)' },
-  'cache-write-per-mtok': { type: 'string', value: 'N', help: 'price set: USD per million cache-write tokens (default: input)' },
+  'cache-read-per-mtok': {
+    type: 'string',
+    value: 'N',
+    help: 'price set: USD per million cache-read tokens (default: input)',
+  },
+  'cache-write-per-mtok': {
+    type: 'string',
+    value: 'N',
+    help: 'price set: USD per million cache-write tokens (default: input)',
+  },
   'daily-usd': { type: 'string', value: 'N', help: "budget set: the workspace's daily spending cap in USD (UTC days)" },
 } as const;
 
@@ -24,7 +32,9 @@ function usd(values: Values, flag: string): number | undefined {
   const raw = values[flag];
   if (raw === undefined) return undefined;
   if (typeof raw !== 'string' || !/^[0-9]{1,9}(\.[0-9]{1,9})?$/.test(raw)) {
-    throw new SettingRefusedError(`--${flag}: ${JSON.stringify(String(raw).slice(0, 40))} is not an amount (e.g. 3 or 0.3)`);
+    throw new SettingRefusedError(
+      `--${flag}: ${JSON.stringify(String(raw).slice(0, 40))} is not an amount (e.g. 3 or 0.3)`,
+    );
   }
   return Number(raw);
 }
@@ -36,7 +46,8 @@ function needed<T>(value: T | undefined, flag: string): T {
 
 function model(values: Values): string {
   const m = values.model;
-  if (typeof m !== 'string' || !MODEL.test(m)) throw new SettingRefusedError('--model: the model id (1-200 characters)');
+  if (typeof m !== 'string' || !MODEL.test(m))
+    throw new SettingRefusedError('--model: the model id (1-200 characters)');
   return m;
 }
 
@@ -70,7 +81,7 @@ export function planCostCommand(
     case 'price rm': {
       const m = model(values);
       return async (tx) => {
-        if (await removePrice(tx, m)) return out(`price of ${m} removed from ${tx.workspaceId}`), 0;
+        if (await removePrice(tx, m)) return (out(`price of ${m} removed from ${tx.workspaceId}`), 0);
         throw new SettingRefusedError(`no price of ${m} in workspace ${tx.workspaceId} (shipped prices stay)`);
       };
     }

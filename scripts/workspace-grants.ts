@@ -8,7 +8,13 @@ import { EchodoError } from '../core/errors.ts';
 import { normalizeGrantHost } from '../core/key-grants.ts';
 import { keyVarAllowed } from '../core/key-vars.ts';
 import {
-  deleteKeyGrant, deleteRepoGrant, listKeyGrants, listRepoGrants, lockRepoPath, otherRepoGrants, upsertKeyGrant,
+  deleteKeyGrant,
+  deleteRepoGrant,
+  listKeyGrants,
+  listRepoGrants,
+  lockRepoPath,
+  otherRepoGrants,
+  upsertKeyGrant,
   upsertRepoGrant,
 } from '../store/grants.ts';
 import { withWorkspace } from '../store/workspace.ts';
@@ -70,7 +76,8 @@ export async function keyRevoke(owner: Sql, workspaceId: string, variable: strin
 export async function keyList(owner: Sql, workspaceId: string | null): Promise<string[]> {
   const rows = await listKeyGrants(owner, workspaceId);
   return rows.map((r) =>
-    JSON.stringify({ workspace: r.workspace_id, variable: r.env_var, hosts: r.hosts.length ? r.hosts : 'any' }));
+    JSON.stringify({ workspace: r.workspace_id, variable: r.env_var, hosts: r.hosts.length ? r.hosts : 'any' }),
+  );
 }
 
 /**
@@ -99,8 +106,9 @@ export async function repoAdd(owner: Sql, workspaceId: string, realPath: string,
 /** Removes a registration, named by its path as given or as resolved (the folder may be gone). */
 export async function repoRemove(owner: Sql, workspaceId: string, given: string): Promise<void> {
   const real = await realpath(given).catch(() => path.resolve(given));
-  const removed = (await deleteRepoGrant(owner, workspaceId, real))
-    || (await deleteRepoGrant(owner, workspaceId, path.resolve(given)));
+  const removed =
+    (await deleteRepoGrant(owner, workspaceId, real)) ||
+    (await deleteRepoGrant(owner, workspaceId, path.resolve(given)));
   if (!removed) throw new GrantRefusedError(`${given} is not registered to workspace ${workspaceId}`);
 }
 

@@ -8,7 +8,13 @@ import { registerConfigSecrets, registerStartupSecrets } from '../worker/secrets
 import { createWorkspace, workspaceExists } from '../store/runs.ts';
 import { harnessOverride, modelProvider, upsertModelProvider } from '../store/workspace-config.ts';
 import {
-  listHarnesses, listModelProviders, listRoutes, removeHarness, removeModelProvider, removeRoute, upsertHarness,
+  listHarnesses,
+  listModelProviders,
+  listRoutes,
+  removeHarness,
+  removeModelProvider,
+  removeRoute,
+  upsertHarness,
   upsertRoute,
 } from '../store/workspace-settings.ts';
 import { keyGrantOf } from '../store/grants.ts';
@@ -19,7 +25,15 @@ import { parseKeyVarGlobs } from '../core/key-vars.ts';
 import { builtinHarnesses } from '../worker/run/harnesses.ts';
 import { harnessInput, modelInput, routeInput, testHarness, testModelProvider } from '../operator/settings.ts';
 import {
-  grantHosts, grantVariable, keyGrant, keyList, keyRevoke, repoAdd, repoList, repoRealpath, repoRemove,
+  grantHosts,
+  grantVariable,
+  keyGrant,
+  keyList,
+  keyRevoke,
+  repoAdd,
+  repoList,
+  repoRealpath,
+  repoRemove,
 } from './workspace-grants.ts';
 import { COST_COMMANDS, COST_FLAGS, planCostCommand } from './workspace-cost.ts';
 import { setQuota, setRetention } from '../store/storage.ts';
@@ -33,7 +47,7 @@ const { values, positionals, fail } = command({
     'creates a workspace and manages its settings (model providers, harnesses, role → harness routes) and the ' +
     "operator's grants: the key variables its provider rows may name (and the hosts a key may go to), and the " +
     'repositories its jobs may name as repoPath. The workspace may also be given as the first argument after ' +
-    'the subcommand (e.g. `model list acme`). Grants (key, repo) are written with the owner\'s connection ' +
+    "the subcommand (e.g. `model list acme`). Grants (key, repo) are written with the owner's connection " +
     '(DATABASE_URL, or the embedded server), never the app login.',
   usage: [
     `-- create ${W}`,
@@ -56,10 +70,22 @@ const { values, positionals, fail } = command({
     alias: { type: 'string', value: 'A', help: 'model or harness alias' },
     'base-url': { type: 'string', value: 'URL', help: 'model add: the endpoint (required for openai-compatible)' },
     model: { type: 'string', value: 'M', help: "model add: the provider's model name; price set/rm: the model id" },
-    'key-env': { type: 'string', value: 'VAR', help: 'model/harness add: the env variable holding the key (must be granted)' },
-    adapter: { type: 'string', value: 'KIND', help: 'harness add: minimal (default), remote-ag-ui, langgraph or crewai' },
+    'key-env': {
+      type: 'string',
+      value: 'VAR',
+      help: 'model/harness add: the env variable holding the key (must be granted)',
+    },
+    adapter: {
+      type: 'string',
+      value: 'KIND',
+      help: 'harness add: minimal (default), remote-ag-ui, langgraph or crewai',
+    },
     url: { type: 'string', value: 'URL', help: "harness add: a remote adapter's AG-UI endpoint" },
-    provider: { type: 'string', value: 'KIND', help: 'model add: openai-compatible (the default), anthropic or openai' },
+    provider: {
+      type: 'string',
+      value: 'KIND',
+      help: 'model add: openai-compatible (the default), anthropic or openai',
+    },
     ...COST_FLAGS,
     'no-worktree': { type: 'boolean', help: 'harness add: the harness works without a worktree' },
     allow: { type: 'string', value: 'CMD', multiple: true, help: 'harness add: an allowed run_command' },
@@ -92,15 +118,27 @@ exitOnStartupError('workspace');
 /** Extra positional arguments each command takes after the workspace; `optionalWorkspace`: lists of all. */
 /** `optionalAlias`: the alias may be given as a positional ALIAS instead of --alias. */
 const COMMANDS: Record<string, { args: string[]; optionalWorkspace?: boolean; optionalAlias?: boolean }> = {
-  'create': { args: [] },
-  'model add': { args: [] }, 'model list': { args: [] }, 'model rm': { args: [] }, 'model test': { args: [] },
-  'harness add': { args: [], optionalAlias: true }, 'harness list': { args: [] },
-  'harness rm': { args: [], optionalAlias: true }, 'harness test': { args: [], optionalAlias: true },
-  'route add': { args: [] }, 'route list': { args: [] }, 'route rm': { args: [] },
-  'key grant': { args: ['VAR'] }, 'key list': { args: [], optionalWorkspace: true }, 'key revoke': { args: ['VAR'] },
+  create: { args: [] },
+  'model add': { args: [] },
+  'model list': { args: [] },
+  'model rm': { args: [] },
+  'model test': { args: [] },
+  'harness add': { args: [], optionalAlias: true },
+  'harness list': { args: [] },
+  'harness rm': { args: [], optionalAlias: true },
+  'harness test': { args: [], optionalAlias: true },
+  'route add': { args: [] },
+  'route list': { args: [] },
+  'route rm': { args: [] },
+  'key grant': { args: ['VAR'] },
+  'key list': { args: [], optionalWorkspace: true },
+  'key revoke': { args: ['VAR'] },
   ...Object.fromEntries(COST_COMMANDS.map((c) => [c, { args: [] }])),
-  'repo add': { args: ['PATH'] }, 'repo list': { args: [], optionalWorkspace: true }, 'repo rm': { args: ['PATH'] },
-  'retention set': { args: [] }, 'quota set': { args: [] },
+  'repo add': { args: ['PATH'] },
+  'repo list': { args: [], optionalWorkspace: true },
+  'repo rm': { args: ['PATH'] },
+  'retention set': { args: [] },
+  'quota set': { args: [] },
 };
 const WORKSPACE_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 
@@ -121,8 +159,10 @@ if (rest.length > shape.args.length) fail(`unexpected argument(s): ${rest.slice(
 if (rest.length < shape.args.length) fail(`${key} needs ${shape.args.slice(rest.length).join(' ')}`);
 if (workspaceId === null && !shape.optionalWorkspace) fail(`${key} needs ${W}`);
 if (workspaceId !== null && !WORKSPACE_NAME.test(workspaceId)) {
-  fail(`workspace ${JSON.stringify(workspaceId)} must be 1-64 letters, digits, '.', '_' or '-', ` +
-    'starting with a letter or digit');
+  fail(
+    `workspace ${JSON.stringify(workspaceId)} must be 1-64 letters, digits, '.', '_' or '-', ` +
+      'starting with a letter or digit',
+  );
 }
 const [arg] = rest;
 
@@ -138,7 +178,9 @@ const need = (value: string | undefined, flag: string): string => value ?? fail(
 /** A whole number flag (absent: null); anything else is a usage error. */
 const count = (value: string | undefined, flag: string, min: number): number | null => {
   if (value === undefined) return null;
-  return /^[0-9]{1,15}$/.test(value) && Number(value) >= min ? Number(value) : fail(`--${flag} must be a whole number >= ${min}`);
+  return /^[0-9]{1,15}$/.test(value) && Number(value) >= min
+    ? Number(value)
+    : fail(`--${flag} must be a whole number >= ${min}`);
 };
 /** The answer of an rm: done, or nothing of that name (exit 2). */
 const removed = (done: boolean, what: string): number =>
@@ -168,7 +210,10 @@ async function planCommand(): Promise<Planned | Granted> {
     case 'model add': {
       const row = modelInput(
         {
-          alias: values.alias, provider: values.provider, baseUrl: values['base-url'], model: values.model,
+          alias: values.alias,
+          provider: values.provider,
+          baseUrl: values['base-url'],
+          model: values.model,
           keyEnv: values['key-env'],
         },
         keyVarGlobs,
@@ -176,7 +221,7 @@ async function planCommand(): Promise<Planned | Granted> {
       return app(async (tx) => {
         if (legacyAddModel) await createWorkspace(tx);
         await upsertModelProvider(tx, row, keyVarGlobs);
-        return out(`model ${row.alias} added to ${ws}`), 0;
+        return (out(`model ${row.alias} added to ${ws}`), 0);
       });
     }
     case 'model list':
@@ -208,10 +253,18 @@ async function planCommand(): Promise<Planned | Granted> {
       });
     }
     case 'harness add': {
-      const row = harnessInput({
-        alias: harnessAlias, worktree: !values['no-worktree'], allow: values.allow, writePrefix: values['write-prefix'],
-        adapter: values.adapter, url: values.url, keyEnv: values['key-env'],
-      }, keyVarGlobs);
+      const row = harnessInput(
+        {
+          alias: harnessAlias,
+          worktree: !values['no-worktree'],
+          allow: values.allow,
+          writePrefix: values['write-prefix'],
+          adapter: values.adapter,
+          url: values.url,
+          keyEnv: values['key-env'],
+        },
+        keyVarGlobs,
+      );
       return app(async (tx) => (await upsertHarness(tx, row), out(`harness ${row.alias} added to ${ws}`), 0));
     }
     case 'harness list':
@@ -228,7 +281,8 @@ async function planCommand(): Promise<Planned | Granted> {
       const alias = need(harnessAlias, 'alias');
       return app(async (tx) => {
         const row = await harnessOverride(tx, alias);
-        if (!row && builtinHarnesses(config)[alias]) return out(JSON.stringify({ alias, ok: true, adapter: 'minimal' })), 0;
+        if (!row && builtinHarnesses(config)[alias])
+          return (out(JSON.stringify({ alias, ok: true, adapter: 'minimal' })), 0);
         if (!row) return refuse(`no harness ${alias} in workspace ${ws}`);
         const grant = row.key_env_var ? await keyGrantOf(tx, row.key_env_var) : undefined;
         // The probe is made after the transaction: no connection waits on the network.
@@ -254,7 +308,7 @@ async function planCommand(): Promise<Planned | Granted> {
           return refuse(`harness ${h} is neither built in (${builtin.join(', ')}) nor a harness of workspace ${ws}`);
         }
         await upsertRoute(tx, route);
-        return out(`role ${route.role_id} → harness ${route.harness_alias}`), 0;
+        return (out(`role ${route.role_id} → harness ${route.harness_alias}`), 0);
       });
     }
     case 'route list':
@@ -271,7 +325,7 @@ async function planCommand(): Promise<Planned | Granted> {
       const hosts = grantHosts(values.host);
       return owner(async (sql) => {
         await keyGrant(sql, ws, variable, hosts);
-        return out(`${variable} granted to ${ws} for ${hosts.length ? hosts.join(', ') : 'any host'}`), 0;
+        return (out(`${variable} granted to ${ws} for ${hosts.length ? hosts.join(', ') : 'any host'}`), 0);
       });
     }
     case 'key revoke':
@@ -283,7 +337,7 @@ async function planCommand(): Promise<Planned | Granted> {
       const shared = values.shared ?? false;
       return owner(async (sql) => {
         await repoAdd(sql, ws, real, shared);
-        return out(`${real} registered to ${ws}${shared ? ' (shared)' : ''}`), 0;
+        return (out(`${real} registered to ${ws}${shared ? ' (shared)' : ''}`), 0);
       });
     }
     case 'repo rm':
@@ -296,14 +350,22 @@ async function planCommand(): Promise<Planned | Granted> {
       if (keepLast === null && keepDays === null) fail('retention set needs --keep-last K and/or --keep-days D');
       return app(async (tx) => {
         await setRetention(tx, keepLast, keepDays);
-        return out(`retention of ${ws}: keep the last ${keepLast ?? 'all'} checkpoints of runs finished ${keepDays ?? 0} days ago`), 0;
+        return (
+          out(
+            `retention of ${ws}: keep the last ${keepLast ?? 'all'} checkpoints of runs finished ${keepDays ?? 0} days ago`,
+          ),
+          0
+        );
       });
     }
     case 'quota set': {
       const bytes = count(need(values.bytes, 'bytes'), 'bytes', 0)!;
       return app(async (tx) => (await setQuota(tx, bytes), out(`quota of ${ws}: ${bytes} bytes`), 0));
     }
-    case 'price set': case 'price list': case 'price rm': case 'budget set':
+    case 'price set':
+    case 'price list':
+    case 'price rm':
+    case 'budget set':
       return app(planCostCommand(key, values, out));
     default:
       return fail(`unknown command: ${key}`);

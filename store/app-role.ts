@@ -17,8 +17,11 @@ const SCRAM_ITERATIONS = 4096;
 
 /** Predefined roles that read or write any data or files: membership in one is a privilege. */
 const PRIVILEGED_PREDEFINED = [
-  'pg_read_all_data', 'pg_write_all_data', 'pg_execute_server_program',
-  'pg_read_server_files', 'pg_write_server_files',
+  'pg_read_all_data',
+  'pg_write_all_data',
+  'pg_execute_server_program',
+  'pg_read_server_files',
+  'pg_write_server_files',
 ];
 
 export class DatabaseRoleError extends EchodoError {
@@ -112,7 +115,13 @@ export function verifierAccepts(stored: string, password: string, role: string):
     const expected = Buffer.from(scram[3]!, 'base64');
     return expected.length === storedKey.length && timingSafeEqual(expected, storedKey);
   }
-  if (stored.startsWith('md5')) return stored === `md5${createHash('md5').update(password + role).digest('hex')}`;
+  if (stored.startsWith('md5'))
+    return (
+      stored ===
+      `md5${createHash('md5')
+        .update(password + role)
+        .digest('hex')}`
+    );
   return false;
 }
 
@@ -130,16 +139,26 @@ function scramKeys(password: string, salt: Buffer, iterations: number): { stored
  * failed with it. A role whose password another home set is left alone unless `mayReset` (the
  * embedded server belongs to this home): overwriting it would lock that home's processes out.
  */
-export async function setAppLoginPassword(su: Sql, credentials: AppCredentials, options: { mayReset: boolean; home: string }): Promise<void> {
+export async function setAppLoginPassword(
+  su: Sql,
+  credentials: AppCredentials,
+  options: { mayReset: boolean; home: string },
+): Promise<void> {
   await su.begin(async (tx) => {
     await tx`select pg_advisory_xact_lock(${LOCK_KEY})`;
     const [me] = await tx<{ rolsuper: boolean }[]>`select rolsuper from pg_roles where rolname = current_user`;
-    const [role] = await tx<{ rolcanlogin: boolean }[]>`select rolcanlogin from pg_roles where rolname = ${credentials.role}`;
+    const [role] = await tx<
+      { rolcanlogin: boolean }[]
+    >`select rolcanlogin from pg_roles where rolname = ${credentials.role}`;
     if (!role) {
-      throw new DatabaseRoleError(`role ${credentials.role} does not exist: migrate the database first (npm run db -- migrate)`);
+      throw new DatabaseRoleError(
+        `role ${credentials.role} does not exist: migrate the database first (npm run db -- migrate)`,
+      );
     }
     if (me?.rolsuper) {
-      const [row] = await tx<{ rolpassword: string | null }[]>`select rolpassword from pg_authid where rolname = ${credentials.role}`;
+      const [row] = await tx<
+        { rolpassword: string | null }[]
+      >`select rolpassword from pg_authid where rolname = ${credentials.role}`;
       if (row?.rolpassword && verifierAccepts(row.rolpassword, credentials.password, credentials.role)) return; // set meanwhile
       if (row?.rolpassword && !options.mayReset) {
         throw new DatabaseRoleError(
@@ -192,7 +211,9 @@ export async function assertUnprivileged(sql: Sql, source: string): Promise<stri
     );
   }
   if (!me.in_app) {
-    throw new DatabaseRoleError(`${source} logs in as ${me.role}, which is not a member of ${APP_GROUP_ROLE}: grant ${APP_GROUP_ROLE} to ${me.role}`);
+    throw new DatabaseRoleError(
+      `${source} logs in as ${me.role}, which is not a member of ${APP_GROUP_ROLE}: grant ${APP_GROUP_ROLE} to ${me.role}`,
+    );
   }
   return me.role;
 }

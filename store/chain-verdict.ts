@@ -83,7 +83,12 @@ export async function chainVerdict(tx: WorkspaceTx, agentRunId: string): Promise
   const anchor = from > 0 ? (stored?.verifiedHash ?? null) : await runAnchor(tx, agentRunId);
   const result = verifyChain(rows, anchor);
   // A chain that starts after seq 1 with no anchor fails as a whole, though each row verifies.
-  const firstBad = result.ok ? -1 : Math.max(0, result.verified.findIndex((ok) => !ok));
+  const firstBad = result.ok
+    ? -1
+    : Math.max(
+        0,
+        result.verified.findIndex((ok) => !ok),
+      );
   if (firstBad === -1) {
     const last = rows.at(-1)!;
     const verified = { verifiedSeq: last.checkpoint_seq, verifiedHash: last.hash, brokenSeq: null, problem: null };

@@ -120,7 +120,11 @@ export async function checkpointTail(tx: WorkspaceTx, agentRunId: string, n: num
     ) tail order by checkpoint_seq`;
 }
 
-export async function checkpointAt(tx: WorkspaceTx, agentRunId: string, seq: number): Promise<CheckpointRow | undefined> {
+export async function checkpointAt(
+  tx: WorkspaceTx,
+  agentRunId: string,
+  seq: number,
+): Promise<CheckpointRow | undefined> {
   const [row] = await tx<CheckpointRow[]>`
     select * from worker_checkpoints
      where workspace_id = ${tx.workspaceId} and agent_run_id = ${agentRunId} and checkpoint_seq = ${seq}`;

@@ -7,8 +7,15 @@ import type { Config } from '../core/config.ts';
 import { ensureEmbeddedPostgres } from './embedded.ts';
 import { migrate, assertSchemaCurrent, assertSchemaNotNewer } from './migrate.ts';
 import {
-  APP_GROUP_ROLE, APP_LOGIN_ROLE, DatabaseRoleError, appLoginUrl, assertUnprivileged, isAuthFailure,
-  readOrCreateAppCredentials, setAppLoginPassword, type AppCredentials,
+  APP_GROUP_ROLE,
+  APP_LOGIN_ROLE,
+  DatabaseRoleError,
+  appLoginUrl,
+  assertUnprivileged,
+  isAuthFailure,
+  readOrCreateAppCredentials,
+  setAppLoginPassword,
+  type AppCredentials,
 } from './app-role.ts';
 
 export const APP_ROLE = APP_GROUP_ROLE;
@@ -52,7 +59,14 @@ export function reconnectDelayS(retries: number): number {
 }
 
 export function connect(url: string, options: postgres.Options<{}> = {}): Sql {
-  return postgres(url, { ...quiet, max: 4, idle_timeout: 30, connect_timeout: 10, backoff: reconnectDelayS, ...options });
+  return postgres(url, {
+    ...quiet,
+    max: 4,
+    idle_timeout: 30,
+    connect_timeout: 10,
+    backoff: reconnectDelayS,
+    ...options,
+  });
 }
 
 /** What the superuser step leaves behind: the app URL, and how to fix the login if it is refused. */
@@ -105,7 +119,10 @@ async function prepare(config: DbConfig, migrateNow: boolean): Promise<Prepared>
  * Opens both clients as the app login. Migrates first unless told not to, and refuses a schema
  * newer than this code, or a login that is (or can become) privileged.
  */
-export async function openDatabase(config: DbConfig, options: { migrate?: boolean; max?: number } = {}): Promise<Database> {
+export async function openDatabase(
+  config: DbConfig,
+  options: { migrate?: boolean; max?: number } = {},
+): Promise<Database> {
   const prepared = await prepare(config, options.migrate !== false);
   const admin = connect(prepared.appUrl, { max: 2 });
   const app = connect(prepared.appUrl, {

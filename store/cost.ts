@@ -92,8 +92,13 @@ export async function checkpointCosts(
     select checkpoint_seq, model_id, input_tokens::float8, output_tokens::float8, cache_read_tokens::float8,
            cache_write_tokens::float8, reasoning_tokens::float8, cost_usd::float8 from costed order by checkpoint_seq`;
   return rows.map((r) => ({
-    seq: r.checkpoint_seq, modelId: r.model_id, costUsd: r.cost_usd, inputTokens: r.input_tokens,
-    outputTokens: r.output_tokens, cacheReadTokens: r.cache_read_tokens, cacheWriteTokens: r.cache_write_tokens,
+    seq: r.checkpoint_seq,
+    modelId: r.model_id,
+    costUsd: r.cost_usd,
+    inputTokens: r.input_tokens,
+    outputTokens: r.output_tokens,
+    cacheReadTokens: r.cache_read_tokens,
+    cacheWriteTokens: r.cache_write_tokens,
     reasoningTokens: r.reasoning_tokens,
   }));
 }
@@ -109,10 +114,16 @@ export async function convoyCost(tx: WorkspaceTx, convoyId: string): Promise<Cos
 }
 
 /** The run's latest checkpoint: its priced cost and its tokens (input and output), the guess at the next one. */
-export async function lastCheckpointSpend(tx: WorkspaceTx, agentRunId: string): Promise<{ usd: number; tokens: number }> {
-  const [row] = await tx`${costed(tx, tx`c.agent_run_id = ${agentRunId} and c.checkpoint_seq = (
+export async function lastCheckpointSpend(
+  tx: WorkspaceTx,
+  agentRunId: string,
+): Promise<{ usd: number; tokens: number }> {
+  const [row] = await tx`${costed(
+    tx,
+    tx`c.agent_run_id = ${agentRunId} and c.checkpoint_seq = (
       select max(checkpoint_seq) from worker_checkpoints where workspace_id = ${tx.workspaceId}
-         and agent_run_id = ${agentRunId})`)}
+         and agent_run_id = ${agentRunId})`,
+  )}
     select coalesce(cost_usd, 0)::float8 as usd,
            (coalesce(input_tokens, 0) + coalesce(output_tokens, 0))::float8 as tokens from costed`;
   return { usd: row?.usd ?? 0, tokens: row?.tokens ?? 0 };
@@ -120,9 +131,12 @@ export async function lastCheckpointSpend(tx: WorkspaceTx, agentRunId: string): 
 
 /** The workspace's spend on one UTC day (default today): what its daily cap is measured against. */
 export async function workspaceDayCost(tx: WorkspaceTx, day?: string): Promise<CostTotal> {
-  const [row] = await tx`${costed(tx, tx`c.occurred_at >= coalesce(${day ?? null}::date, (now() at time zone 'utc')::date)
+  const [row] = await tx`${costed(
+    tx,
+    tx`c.occurred_at >= coalesce(${day ?? null}::date, (now() at time zone 'utc')::date)
       at time zone 'utc' and c.occurred_at < (coalesce(${day ?? null}::date, (now() at time zone 'utc')::date) + 1)
-      at time zone 'utc'`)} select ${totals(tx)} from costed`;
+      at time zone 'utc'`,
+  )} select ${totals(tx)} from costed`;
   return toTotal(row);
 }
 

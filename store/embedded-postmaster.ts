@@ -81,10 +81,15 @@ export async function initialise(files: Layout): Promise<void> {
     try { await pg.initialise(); process.exit(0); }
     catch (err) { process.stderr.write(log.join('') + '\\n' + String(err && err.message || err) + '\\n'); process.exit(1); }
   `;
-  const env = { ...process.env, ECHODO_PG_INIT: JSON.stringify({ data: files.data, passwordFile: files.passwordFile, asRoot }) };
+  const env = {
+    ...process.env,
+    ECHODO_PG_INIT: JSON.stringify({ data: files.data, passwordFile: files.passwordFile, asRoot }),
+  };
   const result = await run(process.execPath, ['--input-type=module', '-e', code], { env, cwd: files.pg });
   if (result.code !== 0) {
-    throw new EmbeddedPostgresError(`initdb of embedded PostgreSQL in ${files.data} failed: ${result.output.trim().slice(-2000)}`);
+    throw new EmbeddedPostgresError(
+      `initdb of embedded PostgreSQL in ${files.data} failed: ${result.output.trim().slice(-2000)}`,
+    );
   }
 }
 
@@ -135,7 +140,6 @@ export async function launch(files: Layout, password: string): Promise<EmbeddedS
   throw new EmbeddedPostgresError(`embedded PostgreSQL in ${files.data} did not start: ${lastError.slice(-2000)}`);
 }
 
-
 /** `pg_ctl stop` of the home's postmaster; false when none was running. */
 export async function stopPostmaster(files: Layout): Promise<boolean> {
   const running = await readPostmasterPid(files);
@@ -150,7 +154,9 @@ export async function stopPostmaster(files: Layout): Promise<boolean> {
   const deadline = Date.now() + 10_000;
   while (pidAlive(running.pid)) {
     if (Date.now() > deadline) {
-      throw new EmbeddedPostgresError(`the postmaster (pid ${running.pid}) of ${files.data} did not exit after pg_ctl stop`);
+      throw new EmbeddedPostgresError(
+        `the postmaster (pid ${running.pid}) of ${files.data} did not exit after pg_ctl stop`,
+      );
     }
     await sleep(20);
   }
@@ -226,7 +232,8 @@ export async function serverOwner(): Promise<{ uid: number; gid: number } | null
 
 async function runAsOwner(command: string, args: string[], files: Layout, detached = false) {
   const owner = await serverOwner();
-  if (process.getuid?.() === 0 && !owner) throw new EmbeddedPostgresError('running as root but there is no `postgres` user');
+  if (process.getuid?.() === 0 && !owner)
+    throw new EmbeddedPostgresError('running as root but there is no `postgres` user');
   return run(command, args, { cwd: files.pg, detached, ...(owner ?? {}) });
 }
 

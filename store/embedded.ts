@@ -153,7 +153,9 @@ async function readOrCreatePassword(files: Layout, initialised: boolean): Promis
     // none yet
   }
   if (initialised) {
-    throw new EmbeddedPostgresError(`${files.passwordFile} is missing but ${files.data} exists: restore the file or remove ${files.pg}`);
+    throw new EmbeddedPostgresError(
+      `${files.passwordFile} is missing but ${files.data} exists: restore the file or remove ${files.pg}`,
+    );
   }
   const password = randomBytes(18).toString('hex');
   await writeFileAtomic(files.passwordFile, `${password}\n`, 0o600);

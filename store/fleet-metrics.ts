@@ -30,8 +30,9 @@ export async function fleetTokens(sql: Sql): Promise<FleetTokens[]> {
 }
 
 /** Priced cost (USD) and unpriced checkpoints by workspace and model. */
-export async function fleetCost(sql: Sql): Promise<{ workspace_id: string; model_id: string; cost_usd: number;
-  unpriced: number }[]> {
+export async function fleetCost(
+  sql: Sql,
+): Promise<{ workspace_id: string; model_id: string; cost_usd: number; unpriced: number }[]> {
   return sql`select workspace_id, model_id, cost_usd, unpriced::float8 as unpriced
                from echodo_fleet_cost(${sql.json(SHIPPED_PRICES as never)})`;
 }

@@ -61,14 +61,22 @@ export async function upsertKeyGrant(
   variable: string,
   hosts: readonly string[],
 ): Promise<void> {
-  await withWorkspace(owner, workspaceId, (tx) => tx`
+  await withWorkspace(
+    owner,
+    workspaceId,
+    (tx) => tx`
     insert into key_grants (workspace_id, env_var, hosts) values (${workspaceId}, ${variable}, ${[...hosts]})
-    on conflict (workspace_id, env_var) do update set hosts = excluded.hosts, granted_at = now()`);
+    on conflict (workspace_id, env_var) do update set hosts = excluded.hosts, granted_at = now()`,
+  );
 }
 
 export async function deleteKeyGrant(owner: Sql, workspaceId: string, variable: string): Promise<boolean> {
-  const rows = await withWorkspace(owner, workspaceId, (tx) => tx`
-    delete from key_grants where workspace_id = ${workspaceId} and env_var = ${variable} returning 1`);
+  const rows = await withWorkspace(
+    owner,
+    workspaceId,
+    (tx) => tx`
+    delete from key_grants where workspace_id = ${workspaceId} and env_var = ${variable} returning 1`,
+  );
   return rows.length > 0;
 }
 
@@ -107,8 +115,12 @@ export async function upsertRepoGrant(
 }
 
 export async function deleteRepoGrant(owner: Sql, workspaceId: string, realPath: string): Promise<boolean> {
-  const rows = await withWorkspace(owner, workspaceId, (tx) => tx`
-    delete from repo_grants where workspace_id = ${workspaceId} and path = ${realPath} returning 1`);
+  const rows = await withWorkspace(
+    owner,
+    workspaceId,
+    (tx) => tx`
+    delete from repo_grants where workspace_id = ${workspaceId} and path = ${realPath} returning 1`,
+  );
   return rows.length > 0;
 }
 

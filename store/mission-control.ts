@@ -64,7 +64,12 @@ export interface RunEvent {
 }
 
 export interface RunHistory {
-  run: RunSummary & { convoyId: string; branch: string | null; harnessAlias: string | null; failureReason: string | null };
+  run: RunSummary & {
+    convoyId: string;
+    branch: string | null;
+    harnessAlias: string | null;
+    failureReason: string | null;
+  };
   checkpoints: CheckpointEntry[];
   chain: { ok: boolean; problems: string[] };
   events: RunEvent[];
@@ -103,7 +108,12 @@ export interface ConvoyPage {
 export async function listConvoys(tx: WorkspaceTx, cursor: string | null = null, limit = 50): Promise<ConvoyPage> {
   const after = decodeKeyset(cursor);
   const size = Math.max(1, Math.min(MAX_PAGE, Math.floor(limit)));
-  const rows = await tx.unsafe(LIST_CONVOYS_SQL, [tx.workspaceId, size + 1, after?.createdKey ?? null, after?.id ?? null]);
+  const rows = await tx.unsafe(LIST_CONVOYS_SQL, [
+    tx.workspaceId,
+    size + 1,
+    after?.createdKey ?? null,
+    after?.id ?? null,
+  ]);
   const page = rows.slice(0, size);
   const last = page.at(-1);
   const next = rows.length > size && last ? encodeKeyset(last.created_key, last.convoy_id) : null;
@@ -116,7 +126,11 @@ function convoySummaryOf(row: Record<string, any>): ConvoySummary {
     createdAt: row.created_at,
     // Asserted: the statuses counted are those the schema allows, whatever RunStatus lists today.
     runs: {
-      queued: row.queued, running: row.running, completed: row.completed, failed: row.failed, cancelled: row.cancelled,
+      queued: row.queued,
+      running: row.running,
+      completed: row.completed,
+      failed: row.failed,
+      cancelled: row.cancelled,
       budget_exhausted: row.budget_exhausted,
     } as Record<RunStatus, number>,
     checkpointCount: row.checkpoint_count,
@@ -217,7 +231,11 @@ export async function runHistory(tx: WorkspaceTx, agentRunId: string): Promise<R
   const last = stored.at(-1);
   return {
     run: {
-      ...runSummaryOf({ ...row, checkpoint_count: stored.length, last_checkpoint_at: last ? new Date(last.occurred_at) : null }),
+      ...runSummaryOf({
+        ...row,
+        checkpoint_count: stored.length,
+        last_checkpoint_at: last ? new Date(last.occurred_at) : null,
+      }),
       convoyId: row.convoy_id,
       branch: row.branch,
       harnessAlias: row.harness_alias,

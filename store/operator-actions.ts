@@ -64,7 +64,10 @@ export async function markCancelRequested(
 }
 
 /** The worker's side: the lease holder ends its run as cancelled (after its last checkpoint). */
-export async function cancelHeldRun(tx: WorkspaceTx, args: { agentRunId: string; leaseEpoch: number }): Promise<RunRow | undefined> {
+export async function cancelHeldRun(
+  tx: WorkspaceTx,
+  args: { agentRunId: string; leaseEpoch: number },
+): Promise<RunRow | undefined> {
   const [run] = await tx<RunRow[]>`
     update agent_runs set status = 'cancelled', finished_at = now(), lease_expires_at = null
      where id = ${args.agentRunId} and lease_epoch = ${args.leaseEpoch} and status = 'running'

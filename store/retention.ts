@@ -4,7 +4,9 @@ import type { WorkspaceTx } from './workspace.ts';
 
 /** The anchor the run's oldest remaining checkpoint links to; undefined if never pruned. */
 export async function anchorOf(tx: WorkspaceTx, agentRunId: string): Promise<string | undefined> {
-  const [row] = await tx<{ anchor_hash: string }[]>`select anchor_hash from checkpoint_anchors where agent_run_id = ${agentRunId}`;
+  const [row] = await tx<
+    { anchor_hash: string }[]
+  >`select anchor_hash from checkpoint_anchors where agent_run_id = ${agentRunId}`;
   return row?.anchor_hash;
 }
 
@@ -27,7 +29,8 @@ export async function pruneRunCheckpoints(tx: WorkspaceTx, agentRunId: string, d
   await tx`insert into checkpoint_anchors (workspace_id, agent_run_id, anchor_seq, anchor_hash)
            values (${tx.workspaceId}, ${agentRunId}, ${anchor.seq}, ${anchor.hash})
            on conflict (workspace_id, agent_run_id) do update set anchor_seq = excluded.anchor_seq, anchor_hash = excluded.anchor_hash, pruned_at = now()`;
-  const deleted = await tx`delete from worker_checkpoints where agent_run_id = ${agentRunId} and checkpoint_seq < ${last.seq}`;
+  const deleted =
+    await tx`delete from worker_checkpoints where agent_run_id = ${agentRunId} and checkpoint_seq < ${last.seq}`;
   return deleted.count;
 }
 
@@ -86,11 +89,7 @@ export interface RetentionPreview {
 }
 
 /** What a policy prune would remove now (a dry run): runs, checkpoint rows and their stored bytes. */
-export async function retentionPreview(
-  tx: WorkspaceTx,
-  keepLast: number,
-  keepDays: number,
-): Promise<RetentionPreview> {
+export async function retentionPreview(tx: WorkspaceTx, keepLast: number, keepDays: number): Promise<RetentionPreview> {
   const [row] = await tx<{ runs: number; rows: number; bytes: string }[]>`
     select count(distinct c.agent_run_id)::int as runs, count(c.*)::int as rows,
            coalesce(sum(pg_column_size(c.*)), 0)::bigint as bytes

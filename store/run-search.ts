@@ -7,7 +7,13 @@ import type { WorkspaceTx } from './workspace.ts';
 /** 'stalled': running with its lease expired, not yet re-dispatched by the stall detector. */
 export type RunStatusFilter = RunStatus | 'stalled';
 export const RUN_STATUS_FILTERS: readonly RunStatusFilter[] = [
-  'queued', 'running', 'stalled', 'completed', 'failed', 'cancelled', 'budget_exhausted',
+  'queued',
+  'running',
+  'stalled',
+  'completed',
+  'failed',
+  'cancelled',
+  'budget_exhausted',
 ];
 
 export interface RunFilter {

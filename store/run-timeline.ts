@@ -143,7 +143,9 @@ export async function checkpointPage(
         attempt: row.attempt,
         calls: callsOfRounds(row.tool_history, previousStep, row.step),
         files: (row.files_touched as FileTouched[]).map((f) => ({
-          path: f.path, sha256: f.sha256, deleted: Boolean(f.deleted),
+          path: f.path,
+          sha256: f.sha256,
+          deleted: Boolean(f.deleted),
         })),
         commitOid: row.commit_oid,
         hash: row.hash,

@@ -67,8 +67,11 @@ export async function recordRun(tx: WorkspaceTx, job: Job): Promise<{ agentRunId
     returning id`;
   if (inserted.length) return { agentRunId: inserted[0]!.id, created: true };
   // Ids are unique per workspace (migration 005): a run of another workspace neither conflicts nor is found here.
-  const [existing] = await tx<{ id: string }[]>`select id from agent_runs where workspace_id = ${tx.workspaceId} and job_id = ${job.jobId}`;
-  if (!existing) throw new Error(`run for job ${job.jobId} could not be recorded (agentRunId ${job.agentRunId} taken?)`);
+  const [existing] = await tx<
+    { id: string }[]
+  >`select id from agent_runs where workspace_id = ${tx.workspaceId} and job_id = ${job.jobId}`;
+  if (!existing)
+    throw new Error(`run for job ${job.jobId} could not be recorded (agentRunId ${job.agentRunId} taken?)`);
   return { agentRunId: existing.id, created: false };
 }
 
@@ -99,7 +102,10 @@ export async function claimRun(
 }
 
 /** Renews the lease if it is still ours. Returns false when the run was taken over or finished. */
-export async function heartbeatRun(tx: WorkspaceTx, args: { agentRunId: string; leaseEpoch: number; leaseMs: number }): Promise<boolean> {
+export async function heartbeatRun(
+  tx: WorkspaceTx,
+  args: { agentRunId: string; leaseEpoch: number; leaseMs: number },
+): Promise<boolean> {
   const rows = await tx`
     update agent_runs set heartbeat_at = now(), lease_expires_at = now() + make_interval(secs => ${args.leaseMs / 1000})
      where id = ${args.agentRunId} and lease_epoch = ${args.leaseEpoch} and status = 'running'
@@ -116,7 +122,15 @@ export async function holdsLease(tx: WorkspaceTx, args: { agentRunId: string; le
 
 export async function setRunWorkspace(
   tx: WorkspaceTx,
-  args: { agentRunId: string; leaseEpoch: number; harnessAlias: string; branch: string | null; worktreePath: string | null; baseOid: string | null; hostId?: string | null },
+  args: {
+    agentRunId: string;
+    leaseEpoch: number;
+    harnessAlias: string;
+    branch: string | null;
+    worktreePath: string | null;
+    baseOid: string | null;
+    hostId?: string | null;
+  },
 ): Promise<boolean> {
   // The host goes with the path (migration 012): a worktree path means something only on its host.
   const rows = await tx`
@@ -140,7 +154,10 @@ export async function completeRun(tx: WorkspaceTx, args: { agentRunId: string; l
 }
 
 /** Fails the run with a reason; only the lease holder can. The brief is done either way. */
-export async function failRun(tx: WorkspaceTx, args: { agentRunId: string; leaseEpoch: number; reason: string }): Promise<boolean> {
+export async function failRun(
+  tx: WorkspaceTx,
+  args: { agentRunId: string; leaseEpoch: number; reason: string },
+): Promise<boolean> {
   const [run] = await tx<{ brief_id: string }[]>`
     update agent_runs set status = 'failed', failure_reason = ${storableText(args.reason, REASON_MAX_CHARS)}, finished_at = now(), lease_expires_at = null
      where id = ${args.agentRunId} and lease_epoch = ${args.leaseEpoch} and status = 'running'
@@ -224,7 +241,10 @@ export async function reopenBrief(tx: WorkspaceTx, args: { briefId: string; agen
 }
 
 /** Stall detector: a run out of attempts is failed (fencing whoever held it). */
-export async function failStalledRun(tx: WorkspaceTx, args: { agentRunId: string; leaseEpoch: number; reason: string }): Promise<RunRow | undefined> {
+export async function failStalledRun(
+  tx: WorkspaceTx,
+  args: { agentRunId: string; leaseEpoch: number; reason: string },
+): Promise<RunRow | undefined> {
   const [run] = await tx<RunRow[]>`
     update agent_runs set status = 'failed', failure_reason = ${storableText(args.reason, REASON_MAX_CHARS)}, finished_at = now(),
            lease_epoch = lease_epoch + 1, lease_expires_at = null

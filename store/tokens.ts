@@ -45,7 +45,11 @@ export function generateToken(): string {
 }
 
 /** Creates a token for a workspace (which must exist). Returns the token text: the only time it is seen. */
-export async function createWorkspaceToken(app: Sql, workspaceId: string, options: { readOnly?: boolean; expiresAt?: Date } = {}): Promise<string> {
+export async function createWorkspaceToken(
+  app: Sql,
+  workspaceId: string,
+  options: { readOnly?: boolean; expiresAt?: Date } = {},
+): Promise<string> {
   return (await createWorkspaceTokenWithId(app, workspaceId, options)).token;
 }
 
@@ -58,7 +62,10 @@ export async function createWorkspaceTokenWithId(
   const kind: TokenKind = options.readOnly ? 'read-only' : 'read-write';
   const id = await withWorkspace(app, workspaceId, async (tx) => {
     if (!(await workspaceExists(tx))) {
-      throw new EchodoError('workspace_not_found', `workspace "${workspaceId}" does not exist; create it first (npm run workspace -- create ${workspaceId})`);
+      throw new EchodoError(
+        'workspace_not_found',
+        `workspace "${workspaceId}" does not exist; create it first (npm run workspace -- create ${workspaceId})`,
+      );
     }
     const [row] = await tx<{ id: string }[]>`
       insert into mission_control_tokens (workspace_id, is_admin, kind, token_sha256, expires_at)
@@ -87,19 +94,34 @@ export async function createAdminTokenWithId(admin: Sql, options: { expiresAt?: 
  */
 export async function lookupToken(admin: Sql, token: string | undefined | null): Promise<Principal | undefined> {
   if (!token || !token.startsWith(TOKEN_PREFIX) || token.length > 200) return undefined;
-  const [row] = await admin<{ id: string; workspace_id: string; is_admin: boolean; kind: TokenKind; expires_at: Date | null }[]>`
+  const [row] = await admin<
+    { id: string; workspace_id: string; is_admin: boolean; kind: TokenKind; expires_at: Date | null }[]
+  >`
     select id::text, workspace_id, is_admin, kind, expires_at from echodo_token_lookup(${tokenSha256(token)})`;
   if (!row) return undefined;
   if (row.is_admin) return { kind: 'admin', tokenId: row.id, readOnly: false, expiresAt: row.expires_at };
-  return { kind: 'workspace', workspaceId: row.workspace_id, tokenId: row.id, readOnly: row.kind === 'read-only', expiresAt: row.expires_at };
+  return {
+    kind: 'workspace',
+    workspaceId: row.workspace_id,
+    tokenId: row.id,
+    readOnly: row.kind === 'read-only',
+    expiresAt: row.expires_at,
+  };
 }
 
 /** Every token, or one workspace's: never the token nor its hash. */
 export async function listTokens(admin: Sql, workspaceId?: string): Promise<TokenInfo[]> {
-  const rows = await admin<{
-    id: string; workspace_id: string; kind: TokenKind; created_at: Date;
-    last_used_at: Date | null; expires_at: Date | null; revoked_at: Date | null;
-  }[]>`select id::text, workspace_id, kind, created_at, last_used_at, expires_at, revoked_at
+  const rows = await admin<
+    {
+      id: string;
+      workspace_id: string;
+      kind: TokenKind;
+      created_at: Date;
+      last_used_at: Date | null;
+      expires_at: Date | null;
+      revoked_at: Date | null;
+    }[]
+  >`select id::text, workspace_id, kind, created_at, last_used_at, expires_at, revoked_at
          from echodo_token_list(${workspaceId ?? null})`;
   return rows.map((r) => ({
     id: r.id,
@@ -115,7 +137,9 @@ export async function listTokens(admin: Sql, workspaceId?: string): Promise<Toke
 /** Revokes token `id`: 'revoked', 'already revoked', or 'unknown'. */
 export async function revokeToken(admin: Sql, id: string): Promise<'revoked' | 'already revoked' | 'unknown'> {
   if (!/^\d{1,18}$/.test(id)) return 'unknown';
-  const [row] = await admin<{ outcome: 'revoked' | 'already revoked' | null }[]>`select echodo_token_revoke(${id}::bigint) as outcome`;
+  const [row] = await admin<
+    { outcome: 'revoked' | 'already revoked' | null }[]
+  >`select echodo_token_revoke(${id}::bigint) as outcome`;
   return row?.outcome ?? 'unknown';
 }
 

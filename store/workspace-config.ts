@@ -39,7 +39,9 @@ export async function harnessOverride(tx: WorkspaceTx, alias: string): Promise<H
 }
 
 export async function harnessAliasForRole(tx: WorkspaceTx, roleId: string): Promise<string | undefined> {
-  const [row] = await tx<{ harness_alias: string }[]>`select harness_alias from role_harness_routes where role_id = ${roleId}`;
+  const [row] = await tx<
+    { harness_alias: string }[]
+  >`select harness_alias from role_harness_routes where role_id = ${roleId}`;
   return row?.harness_alias;
 }
 
@@ -70,7 +72,11 @@ export async function allApiKeyEnvVars(sql: Sql): Promise<string[]> {
  * ProviderKeyVarRefusedError, naming the variable and the globs, otherwise; and it must be granted
  * to the workspace for the host of base_url: KeyNotGrantedError, naming the variable, otherwise.
  */
-export async function upsertModelProvider(tx: WorkspaceTx, row: ModelProviderRow, keyVarGlobs?: readonly string[]): Promise<void> {
+export async function upsertModelProvider(
+  tx: WorkspaceTx,
+  row: ModelProviderRow,
+  keyVarGlobs?: readonly string[],
+): Promise<void> {
   assertKeyVarAllowed(row.api_key_env_var, keyVarGlobs);
   if (row.api_key_env_var) {
     const url = row.provider === 'openai-compatible' ? (row.base_url ?? '') : nativeBaseUrl(row.provider, row.base_url);

@@ -18,7 +18,13 @@ export async function withWorkspace<T>(sql: Sql, workspaceId: string, fn: (tx: W
 
 /** withWorkspace bound to one workspace, retrying transient database errors (each retry logged). */
 export function inWorkspace(sql: Sql, workspaceId: string, log?: { warn(obj: object, msg: string): void }) {
-  const onRetry = log && ((err: unknown, attempt: number, delayMs: number) =>
-    log.warn({ attempt, delayMs: Math.round(delayMs), error: (err as Error).message }, 'transient database error; retrying'));
-  return <T>(fn: (tx: WorkspaceTx) => Promise<T>): Promise<T> => retryTransient(() => withWorkspace(sql, workspaceId, fn), { onRetry });
+  const onRetry =
+    log &&
+    ((err: unknown, attempt: number, delayMs: number) =>
+      log.warn(
+        { attempt, delayMs: Math.round(delayMs), error: (err as Error).message },
+        'transient database error; retrying',
+      ));
+  return <T>(fn: (tx: WorkspaceTx) => Promise<T>): Promise<T> =>
+    retryTransient(() => withWorkspace(sql, workspaceId, fn), { onRetry });
 }

@@ -13,21 +13,28 @@ import { frame } from './support/ag-ui-agent.ts';
 
 let server: Server;
 let base: string;
-const input = { threadId: 't', runId: 'r', messages: [{ id: 'u', role: 'user' as const, content: 'hi' }], tools: [], context: [] };
+const input = {
+  threadId: 't',
+  runId: 'r',
+  messages: [{ id: 'u', role: 'user' as const, content: 'hi' }],
+  tools: [],
+  context: [],
+};
 
 before(async () => {
   server = createServer((req, res) => {
-    if (req.url === '/silent') return void res.writeHead(200, { 'content-type': 'text/event-stream' }).write(': waiting\n\n');
+    if (req.url === '/silent')
+      return void res.writeHead(200, { 'content-type': 'text/event-stream' }).write(': waiting\n\n');
     if (req.url === '/redirect') return void res.writeHead(307, { location: 'http://example.invalid/' }).end();
     res.writeHead(200, { 'content-type': 'text/event-stream' });
     res.end(
       frame({ type: EventType.RUN_STARTED, threadId: 't', runId: 'r' }) +
-      frame({ type: 'NOT_AN_EVENT', x: 1 }) +
-      'data: not json\n\n' +
-      frame({ type: EventType.TOOL_CALL_ARGS, toolCallId: 'never-started', delta: '{}' }) +
-      frame({ type: EventType.TEXT_MESSAGE_CONTENT, messageId: 'm', delta: 'hello' }) +
-      frame({ type: EventType.TOOL_CALL_START, toolCallId: 'open', toolCallName: 'grep' }) +
-      frame({ type: EventType.RUN_FINISHED, threadId: 't', runId: 'r' }),
+        frame({ type: 'NOT_AN_EVENT', x: 1 }) +
+        'data: not json\n\n' +
+        frame({ type: EventType.TOOL_CALL_ARGS, toolCallId: 'never-started', delta: '{}' }) +
+        frame({ type: EventType.TEXT_MESSAGE_CONTENT, messageId: 'm', delta: 'hello' }) +
+        frame({ type: EventType.TOOL_CALL_START, toolCallId: 'open', toolCallName: 'grep' }) +
+        frame({ type: EventType.RUN_FINISHED, threadId: 't', runId: 'r' }),
     );
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -44,11 +51,20 @@ test('a silent agent times out; a redirect is refused; junk events are ignored a
 });
 
 test('a header key goes only to a granted host', () => {
-  const harness = { ...builtinHarnesses({ WORKER_ALLOWED_COMMANDS: undefined } as never).code!, adapter: 'remote-ag-ui' as const,
-    endpointUrl: `${base}/ok`, keyEnvVar: 'AGENT_API_KEY' };
+  const harness = {
+    ...builtinHarnesses({ WORKER_ALLOWED_COMMANDS: undefined } as never).code!,
+    adapter: 'remote-ag-ui' as const,
+    endpointUrl: `${base}/ok`,
+    keyEnvVar: 'AGENT_API_KEY',
+  };
   const env = { AGENT_API_KEY: 'sk-x' };
   const args = { agentRunId: 'run', attempt: 1, history: () => [], env, keyVarGlobs: ['*_API_KEY'] };
   assert.throws(() => remoteAgentModel(harness, args), /not granted/);
-  assert.throws(() => remoteAgentModel(harness, { ...args, keyGrant: { variable: 'AGENT_API_KEY', hosts: ['agents.example'] } }), /granted .* only for agents\.example/);
-  assert.ok(remoteAgentModel(harness, { ...args, keyGrant: { variable: 'AGENT_API_KEY', hosts: ['127.0.0.1'] } }).model);
+  assert.throws(
+    () => remoteAgentModel(harness, { ...args, keyGrant: { variable: 'AGENT_API_KEY', hosts: ['agents.example'] } }),
+    /granted .* only for agents\.example/,
+  );
+  assert.ok(
+    remoteAgentModel(harness, { ...args, keyGrant: { variable: 'AGENT_API_KEY', hosts: ['127.0.0.1'] } }).model,
+  );
 });

@@ -23,8 +23,13 @@ before(async () => {
   await withWorkspace(t.db.app, WS, (tx) => createWorkspace(tx));
   token = await createWorkspaceToken(t.db.app, WS);
   agent = await startAgUiAgent({ hello: [{ text: 'ok' }] });
-  server = await createMissionControl({ db: t.db, config: t.config, logger: createLogger({ level: 'silent' }) }).start(0);
-  browser = await chromium.launch({ executablePath: '/usr/bin/chromium', args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-sync'] });
+  server = await createMissionControl({ db: t.db, config: t.config, logger: createLogger({ level: 'silent' }) }).start(
+    0,
+  );
+  browser = await chromium.launch({
+    executablePath: '/usr/bin/chromium',
+    args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-sync'],
+  });
 });
 after(async () => {
   await browser?.close();
@@ -63,9 +68,19 @@ test('Settings → Harnesses: add a remote-ag-ui harness; Test shows ok, then th
   await form.locator('button').click();
   assert.match(await page.locator('[data-testid="settings-error"]').innerText(), /needs the agent's AG-UI endpoint/);
 
-  const api = await (await fetch(`${server.url}/api/settings`, { headers: { authorization: `Bearer ${token}` } })).json() as
-    { harnesses: { alias: string; adapter: string }[] };
-  assert.deepEqual(api.harnesses.map((h) => [h.alias, h.adapter]), [['dead', 'remote-ag-ui'], ['remote', 'remote-ag-ui']]);
-  const probe = await fetch(`${server.url}/api/harnesses/remote/test`, { method: 'POST', headers: { authorization: `Bearer ${token}` } });
+  const api = (await (
+    await fetch(`${server.url}/api/settings`, { headers: { authorization: `Bearer ${token}` } })
+  ).json()) as { harnesses: { alias: string; adapter: string }[] };
+  assert.deepEqual(
+    api.harnesses.map((h) => [h.alias, h.adapter]),
+    [
+      ['dead', 'remote-ag-ui'],
+      ['remote', 'remote-ag-ui'],
+    ],
+  );
+  const probe = await fetch(`${server.url}/api/harnesses/remote/test`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${token}` },
+  });
   assert.equal(((await probe.json()) as { ok: boolean }).ok, true);
 });

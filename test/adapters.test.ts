@@ -27,16 +27,38 @@ const GREET = 'export const greet = (n: string) => `hello ${n}`;\n';
 const scripts: Record<string, AgentEntry[]> = {
   good: [
     { toolCalls: [{ name: 'write_file', args: JSON.stringify({ path: 'src/greet.ts', content: GREET }) }] },
-    { toolCalls: [{ name: 'read_file', args: JSON.stringify({ path: 'src/greet.ts' }) }, { name: 'grep', args: JSON.stringify({ pattern: 'greet' }) }] },
+    {
+      toolCalls: [
+        { name: 'read_file', args: JSON.stringify({ path: 'src/greet.ts' }) },
+        { name: 'grep', args: JSON.stringify({ pattern: 'greet' }) },
+      ],
+    },
     { toolCalls: [{ name: 'run_command', args: JSON.stringify({ command: 'git status' }) }] },
     { text: 'Done.' },
   ],
   unknownTool: [{ toolCalls: [{ name: 'rm_rf', args: '{}' }] }, { text: 'Gave up.' }],
   badArgs: [{ toolCalls: [{ name: 'write_file', args: '{"path": "x.ts", "content": ' }] }, { text: 'Gave up.' }],
-  runError: [{ raw: frame({ type: EventType.RUN_STARTED, threadId: 't', runId: 'r' }) + frame({ type: EventType.RUN_ERROR, message: 'model overloaded' }) }],
-  cut: [{ raw: frame({ type: EventType.RUN_STARTED, threadId: 't', runId: 'r' }) + 'data: {"type":"TOOL_CALL_START","toolCallId":"a",' }],
-  flood: [{ raw: frame({ type: EventType.RUN_STARTED, threadId: 't', runId: 'r' }) +
-    Array.from({ length: 10_000 }, (_, i) => frame({ type: EventType.CUSTOM, name: 'noise', value: i })).join('') }],
+  runError: [
+    {
+      raw:
+        frame({ type: EventType.RUN_STARTED, threadId: 't', runId: 'r' }) +
+        frame({ type: EventType.RUN_ERROR, message: 'model overloaded' }),
+    },
+  ],
+  cut: [
+    {
+      raw:
+        frame({ type: EventType.RUN_STARTED, threadId: 't', runId: 'r' }) +
+        'data: {"type":"TOOL_CALL_START","toolCallId":"a",',
+    },
+  ],
+  flood: [
+    {
+      raw:
+        frame({ type: EventType.RUN_STARTED, threadId: 't', runId: 'r' }) +
+        Array.from({ length: 10_000 }, (_, i) => frame({ type: EventType.CUSTOM, name: 'noise', value: i })).join(''),
+    },
+  ],
   http500: [{ status: 500, body: 'internal error' }],
   slow: [
     { toolCalls: [{ name: 'write_file', args: JSON.stringify({ path: 'a.txt', content: 'a\n' }) }] },
@@ -55,7 +77,10 @@ before(async () => {
   agent = await startAgUiAgent(scripts);
   await withWorkspace(s.t.db.app, s.workspaceId, async (tx) => {
     for (const name of Object.keys(scripts)) {
-      await upsertHarness(tx, harnessInput({ alias: name, adapter: 'remote-ag-ui', url: agent.url(name), allow: ['git status'] }));
+      await upsertHarness(
+        tx,
+        harnessInput({ alias: name, adapter: 'remote-ag-ui', url: agent.url(name), allow: ['git status'] }),
+      );
     }
   });
 });
@@ -65,23 +90,30 @@ after(async () => {
   await agent?.close();
 });
 
-test('remote-ag-ui: the agent\'s tool calls run in the worktree, a checkpoint per round, every result goes back', async () => {
+test("remote-ag-ui: the agent's tool calls run in the worktree, a checkpoint per round, every result goes back", async () => {
   const w = s.spawnWorker();
   const { agentRunId } = await s.dispatch({ harnessAlias: 'good', model: undefined });
   const run = await s.waitForStatus(agentRunId, 'completed');
   const rows = await s.checkpoints(agentRunId);
-  assert.deepEqual(rows.map((r) => r.step), [1, 2, 3], 'one checkpoint per tool round');
+  assert.deepEqual(
+    rows.map((r) => r.step),
+    [1, 2, 3],
+    'one checkpoint per tool round',
+  );
   assert.equal(await git(run.worktree_path, 'show', 'HEAD:src/greet.ts'), GREET.trimEnd());
   const inputs = agent.inputs.get('good')!;
   assert.equal(inputs.length, 4, 'one AG-UI run per round, and the final one');
-  assert.ok(inputs.every((i) => i.threadId === agentRunId), 'the thread is the run');
+  assert.ok(
+    inputs.every((i) => i.threadId === agentRunId),
+    'the thread is the run',
+  );
   assert.deepEqual(inputs[0]!.tools.map((t) => t.name).sort(), ['grep', 'read_file', 'run_command', 'write_file']);
   assert.equal((inputs[0]!.tools.find((t) => t.name === 'write_file')!.parameters as { type: string }).type, 'object');
   const last = inputs.at(-1)!;
   const results = last.messages.filter((m) => m.role === 'tool');
   assert.equal(results.length, 4, 'every tool result was sent back');
   assert.match(String(results[1]!.content), /"content":"export const greet/, 'read_file returned the file');
-  assert.match(String(results[3]!.content), /On branch echodo\//, 'git status ran in the run\'s worktree');
+  assert.match(String(results[3]!.content), /On branch echodo\//, "git status ran in the run's worktree");
   assert.equal(last.messages.find((m) => m.role === 'user')!.content, 'Add a greeting module and a test for it.');
   await w.stop('SIGTERM');
 });
@@ -94,15 +126,20 @@ test('hostile agents: an unknown tool or bad arguments go back as errors; RUN_ER
   }
   for (const name of ['unknownTool', 'badArgs']) {
     await s.waitForStatus(ids[name]!, 'completed');
-    const sent = agent.inputs.get(name)!.at(-1)!.messages.filter((m) => m.role === 'tool');
+    const sent = agent.inputs
+      .get(name)!
+      .at(-1)!
+      .messages.filter((m) => m.role === 'tool');
     assert.equal(sent.length, 1, `${name}: the error went back to the agent`);
     assert.ok((sent[0] as { error?: string }).error, `${name}: marked as an error`);
     const [row] = await s.checkpoints(ids[name]!);
     assert.equal(row?.tool_history[0]?.ok, false, `${name}: the failed call is in the checkpoint`);
   }
   const reasons: Record<string, RegExp> = {
-    runError: /reported an error: model overloaded/, cut: /ended in the middle of an event|without RUN_FINISHED/,
-    flood: /more than \d+ events/, http500: /HTTP 500/,
+    runError: /reported an error: model overloaded/,
+    cut: /ended in the middle of an event|without RUN_FINISHED/,
+    flood: /more than \d+ events/,
+    http500: /HTTP 500/,
   };
   for (const [name, reason] of Object.entries(reasons)) {
     const run = await s.waitForStatus(ids[name]!, 'failed');
@@ -122,17 +159,34 @@ test('harness add --adapter --url --key-env, list shows the adapter, test probes
   const W = ['--workspace', s.workspaceId];
   for (const [args, reason] of [
     [['harness', 'add', ...W, 'remote', '--adapter', 'remote-ag-ui'], /needs the agent's AG-UI endpoint/],
-    [['harness', 'add', ...W, 'remote', '--adapter', 'autogen', '--url', agent.url('good')], /adapter: unknown "autogen"/],
+    [
+      ['harness', 'add', ...W, 'remote', '--adapter', 'autogen', '--url', agent.url('good')],
+      /adapter: unknown "autogen"/,
+    ],
     [['harness', 'add', ...W, 'remote', '--adapter', 'remote-ag-ui', '--url', 'ftp://h/x'], /http or https/],
     [['harness', 'add', ...W, 'remote', '--url', agent.url('good')], /only a remote adapter has an endpoint/],
-    [['harness', 'add', ...W, 'remote', '--adapter', 'remote-ag-ui', '--url', agent.url('good'), '--key-env', KEY_VAR], /not granted/],
+    [
+      ['harness', 'add', ...W, 'remote', '--adapter', 'remote-ag-ui', '--url', agent.url('good'), '--key-env', KEY_VAR],
+      /not granted/,
+    ],
   ] as const) {
     const r = await cli([...args]);
     assert.equal(r.code, 2, `${args.join(' ')}: ${r.err}`);
     assert.match(r.err, reason);
   }
   await grantKey(s.su, s.workspaceId, KEY_VAR, ['127.0.0.1']);
-  const add = await cli(['harness', 'add', ...W, 'remote', '--adapter', 'langgraph', '--url', agent.url('good'), '--key-env', KEY_VAR]);
+  const add = await cli([
+    'harness',
+    'add',
+    ...W,
+    'remote',
+    '--adapter',
+    'langgraph',
+    '--url',
+    agent.url('good'),
+    '--key-env',
+    KEY_VAR,
+  ]);
   assert.equal(add.code, 0, add.err);
   const listed = (await cli(['harness', 'list', ...W])).out.split('\n').map((l) => JSON.parse(l));
   const remote = listed.find((h) => h.alias === 'remote');
@@ -166,20 +220,38 @@ test('harness add --adapter --url --key-env, list shows the adapter, test probes
 test('resume: a worker SIGKILLed mid-brief, the stall detector, a second worker: the same thread continues, no round runs twice', async () => {
   const first = s.spawnWorker();
   const { agentRunId } = await s.dispatch({ harnessAlias: 'slow', model: undefined });
-  await waitFor(async () => ((agent.inputs.get('slow')?.length ?? 0) >= 3 ? true : undefined), { timeoutMs: 30_000, what: 'round 3 asked' });
+  await waitFor(async () => ((agent.inputs.get('slow')?.length ?? 0) >= 3 ? true : undefined), {
+    timeoutMs: 30_000,
+    what: 'round 3 asked',
+  });
   assert.equal((await s.checkpoints(agentRunId)).length, 2);
   await first.stop('SIGKILL');
-  await waitFor(async () => {
-    await s.sweep();
-    return (await s.run(agentRunId)).status === 'queued' ? true : undefined;
-  }, { timeoutMs: 30_000, what: 're-dispatch' });
+  await waitFor(
+    async () => {
+      await s.sweep();
+      return (await s.run(agentRunId)).status === 'queued' ? true : undefined;
+    },
+    { timeoutMs: 30_000, what: 're-dispatch' },
+  );
   const second = s.spawnWorker();
   const run = await s.waitForStatus(agentRunId, 'completed');
   assert.equal(run.attempt, 2);
-  assert.deepEqual((await s.checkpoints(agentRunId)).map((r) => r.step), [1, 2, 3], 'seqs without gaps or repeats');
+  assert.deepEqual(
+    (await s.checkpoints(agentRunId)).map((r) => r.step),
+    [1, 2, 3],
+    'seqs without gaps or repeats',
+  );
   assert.deepEqual(agent.roundsPlayed.get('slow')!.slice(0, 2), [0, 1], 'rounds 1 and 2 played once');
-  assert.ok(!agent.roundsPlayed.get('slow')!.slice(2).some((i) => i < 2), 'no checkpointed round played again');
-  const executed = [first, second].flatMap((w) => w.lines).filter((l) => l.includes('"tool round done"') && l.includes(agentRunId)).length;
+  assert.ok(
+    !agent.roundsPlayed
+      .get('slow')!
+      .slice(2)
+      .some((i) => i < 2),
+    'no checkpointed round played again',
+  );
+  const executed = [first, second]
+    .flatMap((w) => w.lines)
+    .filter((l) => l.includes('"tool round done"') && l.includes(agentRunId)).length;
   assert.equal(executed, 3, 'three rounds executed across both workers');
   const resumedInput = agent.inputs.get('slow')!.find((i) => i.runId.startsWith(`${agentRunId}:2:`))!;
   assert.equal(resumedInput.threadId, agentRunId, 'the same thread');
@@ -193,24 +265,38 @@ test('resume: a worker SIGKILLed mid-brief, the stall detector, a second worker:
 async function postAgUi(body: unknown, token?: string) {
   return fetch(`${mc.url}/api/ag-ui`, {
     method: 'POST',
-    headers: { 'content-type': 'application/json', accept: 'text/event-stream', ...(token ? { authorization: `Bearer ${token}` } : {}) },
+    headers: {
+      'content-type': 'application/json',
+      accept: 'text/event-stream',
+      ...(token ? { authorization: `Bearer ${token}` } : {}),
+    },
     body: JSON.stringify(body),
   });
 }
 
 test('POST /api/ag-ui: HttpAgent dispatches a run and receives it as AG-UI events matching its checkpoints; a repost resumes the stream', async () => {
-  mc = await createMissionControl({ db: s.t.db, config: s.config, queue: s.queue, logger: createLogger({ level: 'silent' }) }).start(0);
+  mc = await createMissionControl({
+    db: s.t.db,
+    config: s.config,
+    queue: s.queue,
+    logger: createLogger({ level: 'silent' }),
+  }).start(0);
   const token = await createWorkspaceToken(s.t.db.app, s.workspaceId);
   const w = s.spawnWorker();
   const brief = 'Write the greeting module.';
   const client = new HttpAgent({
-    url: `${mc.url}/api/ag-ui`, headers: { authorization: `Bearer ${token}` }, threadId: 'thread-1',
+    url: `${mc.url}/api/ag-ui`,
+    headers: { authorization: `Bearer ${token}` },
+    threadId: 'thread-1',
     initialMessages: [{ id: 'u1', role: 'user', content: brief }],
   });
   const events: { type: string; [k: string]: unknown }[] = [];
-  await client.runAgent({ runId: 'run-1', forwardedProps: { harnessAlias: 'good' } }, {
-    onEvent: ({ event }) => void events.push(event as never),
-  });
+  await client.runAgent(
+    { runId: 'run-1', forwardedProps: { harnessAlias: 'good' } },
+    {
+      onEvent: ({ event }) => void events.push(event as never),
+    },
+  );
   for (const e of events) assert.ok(EventSchemas.safeParse(e).success, `${e.type} validates`);
   const types = events.map((e) => e.type);
   assert.equal(types[0], EventType.RUN_STARTED);
@@ -218,23 +304,39 @@ test('POST /api/ag-ui: HttpAgent dispatches a run and receives it as AG-UI event
   const [run] = await s.su`select * from agent_runs where job->>'brief' = ${brief}`;
   assert.equal(run!.status, 'completed');
   const rows = await s.checkpoints(run!.id);
-  const snapshots = events.filter((e) => e.type === EventType.STATE_SNAPSHOT).map((e) => e.snapshot as Record<string, unknown>);
-  assert.deepEqual(snapshots.map((x) => [x.checkpointSeq, x.hash, x.commitOid]), rows.map((r) => [r.checkpoint_seq, r.hash, r.commit_oid]));
+  const snapshots = events
+    .filter((e) => e.type === EventType.STATE_SNAPSHOT)
+    .map((e) => e.snapshot as Record<string, unknown>);
+  assert.deepEqual(
+    snapshots.map((x) => [x.checkpointSeq, x.hash, x.commitOid]),
+    rows.map((r) => [r.checkpoint_seq, r.hash, r.commit_oid]),
+  );
   assert.equal(types.filter((t) => t === EventType.STEP_STARTED).length, 3, 'a step per tool round');
   assert.equal(types.filter((t) => t === EventType.STEP_FINISHED).length, 3);
   const started = events.filter((e) => e.type === EventType.TOOL_CALL_START).map((e) => e.toolCallName);
-  assert.deepEqual(started, rows.flatMap((r) => r.tool_history.map((h: { tool: string }) => h.tool)));
+  assert.deepEqual(
+    started,
+    rows.flatMap((r) => r.tool_history.map((h: { tool: string }) => h.tool)),
+  );
   assert.equal(types.filter((t) => t === EventType.TOOL_CALL_RESULT).length, started.length);
 
   // The same threadId and runId again: the same run's events, no second run.
-  const again = await postAgUi({ threadId: 'thread-1', runId: 'run-1', messages: [{ id: 'u1', role: 'user', content: brief }] }, token);
+  const again = await postAgUi(
+    { threadId: 'thread-1', runId: 'run-1', messages: [{ id: 'u1', role: 'user', content: brief }] },
+    token,
+  );
   assert.equal(again.status, 200);
   const text = await again.text();
   assert.equal((text.match(/"type":"STATE_SNAPSHOT"/g) ?? []).length, rows.length);
   assert.match(text, /"type":"RUN_FINISHED"/);
-  assert.equal((await s.su`select count(*)::int as n from agent_runs where job->>'brief' = ${brief}`)[0]!.n, 1, 'no duplicate run');
-  const shown = await (await fetch(`${mc.url}/api/runs/${run!.id}`, { headers: { authorization: `Bearer ${token}` } })).json() as
-    { adapter: string; threadId: string };
+  assert.equal(
+    (await s.su`select count(*)::int as n from agent_runs where job->>'brief' = ${brief}`)[0]!.n,
+    1,
+    'no duplicate run',
+  );
+  const shown = (await (
+    await fetch(`${mc.url}/api/runs/${run!.id}`, { headers: { authorization: `Bearer ${token}` } })
+  ).json()) as { adapter: string; threadId: string };
   assert.deepEqual([shown.adapter, shown.threadId], ['remote-ag-ui', run!.id], 'the run shows its adapter and thread');
   await w.stop('SIGTERM');
 });

@@ -44,7 +44,13 @@ before(async () => {
   await chmod(hook, 0o755);
   await grantKey(s.su, s.workspaceId, KEY_VAR);
   await withWorkspace(s.t.db.app, s.workspaceId, async (tx) => {
-    await upsertModelProvider(tx, { alias: 'local', provider: 'openai-compatible', base_url: server.baseURL, model: 'e2e-model', api_key_env_var: KEY_VAR });
+    await upsertModelProvider(tx, {
+      alias: 'local',
+      provider: 'openai-compatible',
+      base_url: server.baseURL,
+      model: 'e2e-model',
+      api_key_env_var: KEY_VAR,
+    });
     // `env` allowlisted for this workspace's code harness, so a command can show its environment.
     await tx`insert into harness_providers (workspace_id, alias, needs_worktree, allowed_commands, write_prefixes)
              values (${tx.workspaceId}, 'code', true, ${['env', 'git status']}, null)`;
@@ -52,10 +58,13 @@ before(async () => {
   // The key is in the worker's environment only (never in this test process's).
   worker = s.spawnWorker({ ...CALM_LEASE, [KEY_VAR]: KEY, LOG_LEVEL: 'debug' });
   ({ agentRunId } = await s.dispatch({ model: 'local' }));
-  await waitFor(async () => {
-    const row = await s.run(agentRunId);
-    return row.status === 'completed' || row.status === 'failed';
-  }, { timeoutMs: 120_000, what: 'the run to finish' }).catch((err) => {
+  await waitFor(
+    async () => {
+      const row = await s.run(agentRunId);
+      return row.status === 'completed' || row.status === 'failed';
+    },
+    { timeoutMs: 120_000, what: 'the run to finish' },
+  ).catch((err) => {
     throw new Error(`${(err as Error).message}\n${worker.output()}`);
   });
   await worker.stop('SIGTERM', 5000);
@@ -80,7 +89,11 @@ test('the run with the openai-compatible model completes, the key sent as a bear
 
 test('the command environment holds no key, and neither does the tool result sent back to the model', async () => {
   const rows = await s.checkpoints(agentRunId);
-  const history = rows.flatMap((r) => r.tool_history) as { tool: string; ok: boolean; result?: { exitCode: number; tail: string } }[];
+  const history = rows.flatMap((r) => r.tool_history) as {
+    tool: string;
+    ok: boolean;
+    result?: { exitCode: number; tail: string };
+  }[];
   const envCall = history.find((h) => h.tool === 'run_command');
   assert.equal(envCall?.ok, true, 'env ran');
   assert.equal(envCall!.result!.exitCode, 0);
@@ -97,7 +110,9 @@ test('the command environment holds no key, and neither does the tool result sen
 });
 
 test('no row of any table holds the key', async () => {
-  const tables = await s.su<{ tablename: string }[]>`select tablename from pg_tables where schemaname = 'public' order by tablename`;
+  const tables = await s.su<
+    { tablename: string }[]
+  >`select tablename from pg_tables where schemaname = 'public' order by tablename`;
   assert.ok(tables.length >= 10, `tables: ${tables.map((t) => t.tablename).join(', ')}`);
   let dump = '';
   for (const { tablename } of tables) {
@@ -126,7 +141,10 @@ test('no git note or commit holds the key', async () => {
     assert.equal(note, await git(s.repo, 'cat-file', '-p', noteBlob!));
     assert.ok(!note.includes(KEY.slice(7)), `note on ${commit} holds the key`);
   }
-  assert.ok(!(await git(s.repo, 'log', '--all', '-p', '--notes=*')).includes(KEY.slice(7)), '!(await git(s.repo, \'log\', \'--all\', \'-p\', \'--notes=*\')).includes(KEY.sli');
+  assert.ok(
+    !(await git(s.repo, 'log', '--all', '-p', '--notes=*')).includes(KEY.slice(7)),
+    "!(await git(s.repo, 'log', '--all', '-p', '--notes=*')).includes(KEY.sli",
+  );
 });
 
 test('a worker without the key fails the run with a reason naming the variable, and sends nothing', async () => {
@@ -134,10 +152,13 @@ test('a worker without the key fails the run with a reason naming the variable, 
   const keyless = s.spawnWorker({ ...CALM_LEASE, [KEY_VAR]: '' });
   try {
     const { agentRunId: id } = await s.dispatch({ model: 'local' });
-    const run = await waitFor(async () => {
-      const row = await s.run(id);
-      return row.status === 'completed' || row.status === 'failed' ? row : undefined;
-    }, { timeoutMs: 60_000, what: 'the keyless run to finish' });
+    const run = await waitFor(
+      async () => {
+        const row = await s.run(id);
+        return row.status === 'completed' || row.status === 'failed' ? row : undefined;
+      },
+      { timeoutMs: 60_000, what: 'the keyless run to finish' },
+    );
     assert.equal(run.status, 'failed');
     assert.match(run.failure_reason, new RegExp(`${KEY_VAR} is not set`));
     assert.equal(server.requests.length, sent, 'no request went out without the key');
@@ -156,46 +177,92 @@ test("the repo's hooks do not run while the worker makes its worktree, so they c
 // Reproduction 7: a model_providers row naming DATABASE_URL, with base_url pointing at a
 // listener, delivered the database URL as a bearer token. Such a row is refused when written
 // (store, CLI) and, if one exists anyway (written before the rule, or by hand), when it is used.
-test('a row naming DATABASE_URL fails the run with a clear reason, and the listener gets nothing', { timeout: 90_000 }, async () => {
-  const listener = await startChatServer([{ text: 'never served' }]);
-  const password = decodeURIComponent(new URL(s.env.DATABASE_URL!).password);
-  const w = s.spawnWorker({ ...CALM_LEASE, [KEY_VAR]: KEY });
-  try {
-    await s.su`insert into model_providers (workspace_id, alias, provider, base_url, model, api_key_env_var)
+test(
+  'a row naming DATABASE_URL fails the run with a clear reason, and the listener gets nothing',
+  { timeout: 90_000 },
+  async () => {
+    const listener = await startChatServer([{ text: 'never served' }]);
+    const password = decodeURIComponent(new URL(s.env.DATABASE_URL!).password);
+    const w = s.spawnWorker({ ...CALM_LEASE, [KEY_VAR]: KEY });
+    try {
+      await s.su`insert into model_providers (workspace_id, alias, provider, base_url, model, api_key_env_var)
                values (${s.workspaceId}, 'leaky', 'openai-compatible', ${listener.baseURL}, 'm', 'DATABASE_URL')`;
-    const { agentRunId: id } = await s.dispatch({ model: 'leaky' });
-    const run = await waitFor(async () => {
-      const row = await s.run(id);
-      return row.status === 'completed' || row.status === 'failed' ? row : undefined;
-    }, { timeoutMs: 60_000, what: 'the run naming DATABASE_URL to finish' });
-    assert.equal(run.status, 'failed');
-    assert.match(run.failure_reason, /api_key_env_var "DATABASE_URL" is refused: .*WORKER_PROVIDER_KEY_VARS \(\*_API_KEY\)/, run.failure_reason);
-    assert.equal(run.worktree_path, null, 'refused before any worktree was made');
-    assert.equal(listener.requests.length, 0, 'nothing was sent to the listener');
-    assert.ok(!JSON.stringify(await s.events(id)).includes(password), 'no event holds the database password');
-    assert.ok(!w.output().includes(password), 'no log line holds the database password');
-  } finally {
-    await w.stop('SIGTERM', 5000);
-    await listener.close();
-  }
-});
+      const { agentRunId: id } = await s.dispatch({ model: 'leaky' });
+      const run = await waitFor(
+        async () => {
+          const row = await s.run(id);
+          return row.status === 'completed' || row.status === 'failed' ? row : undefined;
+        },
+        { timeoutMs: 60_000, what: 'the run naming DATABASE_URL to finish' },
+      );
+      assert.equal(run.status, 'failed');
+      assert.match(
+        run.failure_reason,
+        /api_key_env_var "DATABASE_URL" is refused: .*WORKER_PROVIDER_KEY_VARS \(\*_API_KEY\)/,
+        run.failure_reason,
+      );
+      assert.equal(run.worktree_path, null, 'refused before any worktree was made');
+      assert.equal(listener.requests.length, 0, 'nothing was sent to the listener');
+      assert.ok(!JSON.stringify(await s.events(id)).includes(password), 'no event holds the database password');
+      assert.ok(!w.output().includes(password), 'no log line holds the database password');
+    } finally {
+      await w.stop('SIGTERM', 5000);
+      await listener.close();
+    }
+  },
+);
 
 test('writing a row that names a variable outside WORKER_PROVIDER_KEY_VARS is refused, naming it and the globs', async () => {
   await assert.rejects(
     withWorkspace(s.t.db.app, s.workspaceId, (tx) =>
-      upsertModelProvider(tx, { alias: 'bad', provider: 'openai-compatible', base_url: 'http://127.0.0.1:9/v1', model: 'm', api_key_env_var: 'DATABASE_URL' }, ['*_API_KEY'])),
-    (err: unknown) => err instanceof ProviderKeyVarRefusedError && /"DATABASE_URL" is refused.*\(\*_API_KEY\)/.test(err.message),
+      upsertModelProvider(
+        tx,
+        {
+          alias: 'bad',
+          provider: 'openai-compatible',
+          base_url: 'http://127.0.0.1:9/v1',
+          model: 'm',
+          api_key_env_var: 'DATABASE_URL',
+        },
+        ['*_API_KEY'],
+      ),
+    ),
+    (err: unknown) =>
+      err instanceof ProviderKeyVarRefusedError && /"DATABASE_URL" is refused.*\(\*_API_KEY\)/.test(err.message),
   );
   assert.equal((await s.su`select 1 from model_providers where alias = 'bad'`).length, 0, 'no row was written');
 
   const cli = (keyEnv: string, env: Record<string, string> = {}) =>
-    spawnNode('scripts/workspace.ts', ['add-model', s.workspaceId, '--alias', `cli-${keyEnv.toLowerCase()}`, '--base-url', 'http://127.0.0.1:9/v1', '--model', 'm', '--key-env', keyEnv], { env: { ...s.env, ...env } });
+    spawnNode(
+      'scripts/workspace.ts',
+      [
+        'add-model',
+        s.workspaceId,
+        '--alias',
+        `cli-${keyEnv.toLowerCase()}`,
+        '--base-url',
+        'http://127.0.0.1:9/v1',
+        '--model',
+        'm',
+        '--key-env',
+        keyEnv,
+      ],
+      { env: { ...s.env, ...env } },
+    );
   const refused = cli('DATABASE_URL');
   assert.equal((await refused.exited).code, 2, refused.output());
-  assert.match(refused.output(), /api_key_env_var "DATABASE_URL" is refused: a model provider may only name a variable matching WORKER_PROVIDER_KEY_VARS \(\*_API_KEY\)/);
+  assert.match(
+    refused.output(),
+    /api_key_env_var "DATABASE_URL" is refused: a model provider may only name a variable matching WORKER_PROVIDER_KEY_VARS \(\*_API_KEY\)/,
+  );
   await grantKey(s.su, s.workspaceId, 'LLM_ACCESS');
   const custom = cli('LLM_ACCESS', { WORKER_PROVIDER_KEY_VARS: '*_API_KEY,LLM_*' });
   assert.equal((await custom.exited).code, 0, custom.output());
-  const rows = await s.su<{ alias: string }[]>`select alias from model_providers where alias like 'cli-%' order by alias`;
-  assert.deepEqual(rows.map((r) => r.alias), ['cli-llm_access']);
+  const rows = await s.su<
+    { alias: string }[]
+  >`select alias from model_providers where alias like 'cli-%' order by alias`;
+  assert.deepEqual(
+    rows.map((r) => r.alias),
+    ['cli-llm_access'],
+  );
 });

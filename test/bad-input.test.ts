@@ -38,7 +38,8 @@ interface CallCase {
   expect: { error?: string; result?: Record<string, unknown> };
 }
 
-const fixture = (name: string) => JSON.parse(readFileSync(new URL(`./fixtures/bad-input/${name}`, import.meta.url), 'utf8'));
+const fixture = (name: string) =>
+  JSON.parse(readFileSync(new URL(`./fixtures/bad-input/${name}`, import.meta.url), 'utf8'));
 const JOB_CASES: JobCase[] = fixture('jobs.json').cases;
 const CALL_CASES: CallCase[] = fixture('tool-calls.json').calls;
 
@@ -60,7 +61,8 @@ function fill(value: unknown, placeholders: Record<string, string>): unknown {
     return out;
   }
   if (Array.isArray(value)) return value.map((v) => fill(v, placeholders));
-  if (value && typeof value === 'object') return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, fill(v, placeholders)]));
+  if (value && typeof value === 'object')
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, fill(v, placeholders)]));
   return value;
 }
 
@@ -94,10 +96,13 @@ describe('bad input: jobs, runs and tool calls', () => {
   };
 
   const ended = (agentRunId: string, worker: Child, timeoutMs = 60_000) =>
-    waitFor(async () => {
-      const row = await s.run(agentRunId).catch(() => undefined);
-      return row && (row.status === 'completed' || row.status === 'failed') ? row : undefined;
-    }, { timeoutMs, what: `run ${agentRunId} to finish` }).catch((err: Error) => {
+    waitFor(
+      async () => {
+        const row = await s.run(agentRunId).catch(() => undefined);
+        return row && (row.status === 'completed' || row.status === 'failed') ? row : undefined;
+      },
+      { timeoutMs, what: `run ${agentRunId} to finish` },
+    ).catch((err: Error) => {
       throw new Error(`${err.message}\nworker output (tail):\n${worker.lines.slice(-40).join('\n')}`);
     });
 
@@ -138,7 +143,8 @@ describe('bad input: jobs, runs and tool calls', () => {
     };
     // Registered to the workspace, so what fails is the folder itself, not its grant (test/grants.test.ts).
     const real = await realpath(scratch);
-    for (const folder of ['not-a-repo', 'no-such-folder']) await registerRepo(s.su, s.workspaceId, path.join(real, folder));
+    for (const folder of ['not-a-repo', 'no-such-folder'])
+      await registerRepo(s.su, s.workspaceId, path.join(real, folder));
 
     // Branch bad-input of the repo: the odd files and symlinks the model-level run trips over.
     await git(s.repo, 'checkout', '-q', '-b', 'bad-input');
@@ -172,119 +178,175 @@ describe('bad input: jobs, runs and tool calls', () => {
     await redis?.stop();
   });
 
-  test(`each of ${JOB_CASES.length} bad jobs is dead-lettered or failed with a reason naming the problem`, { timeout: 120_000 }, async () => {
-    assert.equal((await s.run(bystanderRunId)).status, 'running', 'the bystander run is under way while the corpus arrives');
-    const pushed = JOB_CASES.map((c) => {
-      if (c.raw !== undefined) return { c, raw: c.raw, agentRunId: undefined as string | undefined };
-      const job = goodJob();
-      for (const field of c.unset ?? []) delete job[field];
-      Object.assign(job, fill(c.set ?? {}, placeholders));
-      return { c, raw: JSON.stringify(job), agentRunId: typeof job.agentRunId === 'string' ? job.agentRunId : undefined };
-    });
-    for (const { raw } of pushed) await client.lpush(KEY_A, raw);
+  test(
+    `each of ${JOB_CASES.length} bad jobs is dead-lettered or failed with a reason naming the problem`,
+    { timeout: 120_000 },
+    async () => {
+      assert.equal(
+        (await s.run(bystanderRunId)).status,
+        'running',
+        'the bystander run is under way while the corpus arrives',
+      );
+      const pushed = JOB_CASES.map((c) => {
+        if (c.raw !== undefined) return { c, raw: c.raw, agentRunId: undefined as string | undefined };
+        const job = goodJob();
+        for (const field of c.unset ?? []) delete job[field];
+        Object.assign(job, fill(c.set ?? {}, placeholders));
+        return {
+          c,
+          raw: JSON.stringify(job),
+          agentRunId: typeof job.agentRunId === 'string' ? job.agentRunId : undefined,
+        };
+      });
+      for (const { raw } of pushed) await client.lpush(KEY_A, raw);
 
-    for (const { c, raw, agentRunId } of pushed) {
-      if (c.expect.deadLetter) {
-        const dead = await waitFor(async () => {
-          const rows = await s.su`select reason, workspace_id from dead_letters where md5(raw) = ${md5(raw)}`;
-          return rows[0];
-        }, { timeoutMs: 60_000, what: `the dead letter of "${c.name}"` });
-        assert.match(dead.reason, new RegExp(c.expect.deadLetter), `${c.name}: dead letter reason`);
-        if (agentRunId) {
-          const [{ n }] = await s.su`select count(*)::int as n from agent_runs where id = ${agentRunId}`;
-          assert.equal(n, 0, `${c.name}: no run recorded for a job that is not one`);
+      for (const { c, raw, agentRunId } of pushed) {
+        if (c.expect.deadLetter) {
+          const dead = await waitFor(
+            async () => {
+              const rows = await s.su`select reason, workspace_id from dead_letters where md5(raw) = ${md5(raw)}`;
+              return rows[0];
+            },
+            { timeoutMs: 60_000, what: `the dead letter of "${c.name}"` },
+          );
+          assert.match(dead.reason, new RegExp(c.expect.deadLetter), `${c.name}: dead letter reason`);
+          if (agentRunId) {
+            const [{ n }] = await s.su`select count(*)::int as n from agent_runs where id = ${agentRunId}`;
+            assert.equal(n, 0, `${c.name}: no run recorded for a job that is not one`);
+          }
+        } else {
+          const run = await ended(agentRunId!, workerA);
+          const expected = new RegExp(c.expect.runFailed!);
+          assert.equal(run.status, 'failed', `${c.name}: the run fails`);
+          assert.match(run.failure_reason, expected, `${c.name}: failure_reason`);
+          const [event] = await s.events(agentRunId!, 'run_failed');
+          assert.ok(event, `${c.name}: a run_failed event`);
+          assert.match(
+            `${event.metadata.code}: ${event.metadata.reason}`,
+            expected,
+            `${c.name}: run_failed event metadata`,
+          );
         }
-      } else {
-        const run = await ended(agentRunId!, workerA);
-        const expected = new RegExp(c.expect.runFailed!);
-        assert.equal(run.status, 'failed', `${c.name}: the run fails`);
-        assert.match(run.failure_reason, expected, `${c.name}: failure_reason`);
-        const [event] = await s.events(agentRunId!, 'run_failed');
-        assert.ok(event, `${c.name}: a run_failed event`);
-        assert.match(`${event.metadata.code}: ${event.metadata.reason}`, expected, `${c.name}: run_failed event metadata`);
       }
-    }
 
-    // The Redis dead list mirrors each dead letter with its reason, and nothing is left behind.
-    const mirrored = (await client.lrange(`${KEY_A}:dead`, 0, -1)).map((e) => JSON.parse(e) as { raw: string; reason: string });
-    for (const { c, raw } of pushed.filter((p) => p.c.expect.deadLetter)) {
-      const entry = mirrored.find((e) => e.raw === deadLetterText(raw));
-      assert.ok(entry, `${c.name}: mirrored on ${KEY_A}:dead`);
-      assert.match(entry.reason, new RegExp(c.expect.deadLetter!));
-    }
-    await waitFor(async () => (await client.llen(KEY_A)) === 0 && (await client.llen(`${KEY_A}:processing:${WORKER_A}`)) === 0, {
-      what: 'the queue and the processing list to be empty',
-    });
-    assert.equal(workerA.process.exitCode, null, 'worker A is still running');
-  });
-
-  test(`each of ${CALL_CASES.length} bad tool calls comes back to the model as a clear tool error; the run completes`, { timeout: 180_000 }, async () => {
-    const bigPlaceholders = { ...placeholders, $CONTENT_100MB: 'x'.repeat(100 * MB) };
-    const steps: TranscriptStep[] = CALL_CASES.map((c) => ({ toolCalls: [{ toolName: c.toolName, input: fill(c.input, bigPlaceholders) as Record<string, unknown> }] }));
-    steps.push({ text: 'Done, despite everything.' });
-    const transcript = path.join(path.dirname(s.transcriptPath), 'bad-tool-calls.json');
-    await writeFile(transcript, JSON.stringify({ steps }));
-
-    const job = goodJob({ baseRef: 'bad-input', model: `replay:${transcript}` });
-    const agentRunId = job.agentRunId as string;
-    await client.lpush(KEY_A, JSON.stringify(job));
-    const run = await ended(agentRunId, workerA, 150_000);
-    assert.equal(run.status, 'completed', `run failed: ${run.failure_reason}`);
-    assert.equal(run.worker_id, WORKER_A);
-
-    const rows = await s.checkpoints(agentRunId);
-    assert.deepEqual(rows.map((r) => r.checkpoint_seq), CALL_CASES.map((_, i) => i + 1), 'one checkpoint per round, seqs without gaps');
-    assert.ok(verifyChain(rows as never).ok, 'hash chain verifies');
-    const history = rows.flatMap((r) => r.tool_history) as { round: number; tool: string; ok: boolean; error?: string; result?: Record<string, unknown> }[];
-    for (const [i, c] of CALL_CASES.entries()) {
-      const records = history.filter((h) => h.round === i + 1);
-      assert.equal(records.length, 1, `${c.name}: one record in round ${i + 1}`);
-      const record = records[0]!;
-      assert.equal(record.tool, c.toolName, `${c.name}: the tool as the model named it`);
-      if (c.expect.error) {
-        assert.equal(record.ok, false, `${c.name}: a tool error, got ${JSON.stringify(record.result)}`);
-        assert.match(record.error ?? '', new RegExp(c.expect.error), `${c.name}: the error names the problem`);
-      } else {
-        assert.equal(record.ok, true, `${c.name}: succeeds, got error ${record.error}`);
-        for (const [key, value] of Object.entries(c.expect.result!)) assert.deepEqual(record.result?.[key], value, `${c.name}: result.${key}`);
+      // The Redis dead list mirrors each dead letter with its reason, and nothing is left behind.
+      const mirrored = (await client.lrange(`${KEY_A}:dead`, 0, -1)).map(
+        (e) => JSON.parse(e) as { raw: string; reason: string },
+      );
+      for (const { c, raw } of pushed.filter((p) => p.c.expect.deadLetter)) {
+        const entry = mirrored.find((e) => e.raw === deadLetterText(raw));
+        assert.ok(entry, `${c.name}: mirrored on ${KEY_A}:dead`);
+        assert.match(entry.reason, new RegExp(c.expect.deadLetter!));
       }
-    }
+      await waitFor(
+        async () => (await client.llen(KEY_A)) === 0 && (await client.llen(`${KEY_A}:processing:${WORKER_A}`)) === 0,
+        {
+          what: 'the queue and the processing list to be empty',
+        },
+      );
+      assert.equal(workerA.process.exitCode, null, 'worker A is still running');
+    },
+  );
 
-    // Bounded records: no file contents (the 256 KiB shown of big.txt, the 100 MB write) reached the rows.
-    const largest = Math.max(...rows.map((r) => JSON.stringify(r.tool_history).length));
-    assert.ok(largest < 100_000, `tool_history stays small (${largest} characters)`);
+  test(
+    `each of ${CALL_CASES.length} bad tool calls comes back to the model as a clear tool error; the run completes`,
+    { timeout: 180_000 },
+    async () => {
+      const bigPlaceholders = { ...placeholders, $CONTENT_100MB: 'x'.repeat(100 * MB) };
+      const steps: TranscriptStep[] = CALL_CASES.map((c) => ({
+        toolCalls: [{ toolName: c.toolName, input: fill(c.input, bigPlaceholders) as Record<string, unknown> }],
+      }));
+      steps.push({ text: 'Done, despite everything.' });
+      const transcript = path.join(path.dirname(s.transcriptPath), 'bad-tool-calls.json');
+      await writeFile(transcript, JSON.stringify({ steps }));
 
-    // Nothing escaped: outside the worktree nothing was planted, inside only the good write landed.
-    assert.deepEqual(await readdir(outside), ['secret.txt']);
-    assert.equal(existsSync('/tmp/echodo-evil.txt') || existsSync('/tmp/echodo-evil.patch'), false, 'nothing written to /tmp');
-    assert.equal(existsSync(path.join(s.repo, '.git', 'hooks', 'pre-commit')), false, 'no hook planted');
-    const branchFiles = (await git(s.repo, 'ls-tree', '-r', '--name-only', run.branch)).split('\n');
-    assert.ok(branchFiles.includes('notes/ok.txt'), 'the good write after the bad ones is on the branch');
-    for (const stray of ['a.txt', 'huge.txt', 'surrogate.txt', 'out.patch']) assert.ok(!branchFiles.includes(stray), `${stray} was not written`);
-    const report = await checkRunIntegrity(s.t.db, s.config, s.workspaceId, agentRunId);
-    assert.deepEqual(report?.findings, [], 'the worktree matches its last checkpoint');
-  });
+      const job = goodJob({ baseRef: 'bad-input', model: `replay:${transcript}` });
+      const agentRunId = job.agentRunId as string;
+      await client.lpush(KEY_A, JSON.stringify(job));
+      const run = await ended(agentRunId, workerA, 150_000);
+      assert.equal(run.status, 'completed', `run failed: ${run.failure_reason}`);
+      assert.equal(run.worker_id, WORKER_A);
 
-  test('after the corpus the same worker completes a good job, and the concurrent run was not disturbed', { timeout: 120_000 }, async () => {
-    const job = goodJob();
-    await client.lpush(KEY_A, JSON.stringify(job));
-    const run = await ended(job.agentRunId as string, workerA);
-    assert.equal(run.status, 'completed', `good job after the corpus: ${run.failure_reason}`);
-    assert.equal(run.worker_id, WORKER_A, 'the same worker process ran it');
-    assert.equal(workerA.process.exitCode, null, 'worker A is still running');
+      const rows = await s.checkpoints(agentRunId);
+      assert.deepEqual(
+        rows.map((r) => r.checkpoint_seq),
+        CALL_CASES.map((_, i) => i + 1),
+        'one checkpoint per round, seqs without gaps',
+      );
+      assert.ok(verifyChain(rows as never).ok, 'hash chain verifies');
+      const history = rows.flatMap((r) => r.tool_history) as {
+        round: number;
+        tool: string;
+        ok: boolean;
+        error?: string;
+        result?: Record<string, unknown>;
+      }[];
+      for (const [i, c] of CALL_CASES.entries()) {
+        const records = history.filter((h) => h.round === i + 1);
+        assert.equal(records.length, 1, `${c.name}: one record in round ${i + 1}`);
+        const record = records[0]!;
+        assert.equal(record.tool, c.toolName, `${c.name}: the tool as the model named it`);
+        if (c.expect.error) {
+          assert.equal(record.ok, false, `${c.name}: a tool error, got ${JSON.stringify(record.result)}`);
+          assert.match(record.error ?? '', new RegExp(c.expect.error), `${c.name}: the error names the problem`);
+        } else {
+          assert.equal(record.ok, true, `${c.name}: succeeds, got error ${record.error}`);
+          for (const [key, value] of Object.entries(c.expect.result!))
+            assert.deepEqual(record.result?.[key], value, `${c.name}: result.${key}`);
+        }
+      }
 
-    const bystander = await ended(bystanderRunId, workerB);
-    assert.equal(bystander.status, 'completed', `bystander: ${bystander.failure_reason}`);
-    assert.equal(bystander.worker_id, WORKER_B);
-    assert.equal(bystander.attempt, 1, 'never re-dispatched');
-    const rows = await s.checkpoints(bystanderRunId);
-    assert.deepEqual(rows.map((r) => r.checkpoint_seq), Array.from({ length: BYSTANDER_ROUNDS }, (_, i) => i + 1));
-    assert.ok(verifyChain(rows as never).ok, 'the bystander hash chain verifies');
-    assert.ok((rows.flatMap((r) => r.tool_history) as { ok: boolean }[]).every((h) => h.ok), 'every tool call of the bystander succeeded');
-    assert.equal((await s.events(bystanderRunId, 'run_failed')).length, 0, 'no run_failed event');
-    assert.deepEqual((await checkRunIntegrity(s.t.db, s.config, s.workspaceId, bystanderRunId))?.findings, []);
-    assert.ok(!workerB.lines.some((l) => /"level":(50|60)/.test(l)), 'worker B logged no error');
-  });
+      // Bounded records: no file contents (the 256 KiB shown of big.txt, the 100 MB write) reached the rows.
+      const largest = Math.max(...rows.map((r) => JSON.stringify(r.tool_history).length));
+      assert.ok(largest < 100_000, `tool_history stays small (${largest} characters)`);
+
+      // Nothing escaped: outside the worktree nothing was planted, inside only the good write landed.
+      assert.deepEqual(await readdir(outside), ['secret.txt']);
+      assert.equal(
+        existsSync('/tmp/echodo-evil.txt') || existsSync('/tmp/echodo-evil.patch'),
+        false,
+        'nothing written to /tmp',
+      );
+      assert.equal(existsSync(path.join(s.repo, '.git', 'hooks', 'pre-commit')), false, 'no hook planted');
+      const branchFiles = (await git(s.repo, 'ls-tree', '-r', '--name-only', run.branch)).split('\n');
+      assert.ok(branchFiles.includes('notes/ok.txt'), 'the good write after the bad ones is on the branch');
+      for (const stray of ['a.txt', 'huge.txt', 'surrogate.txt', 'out.patch'])
+        assert.ok(!branchFiles.includes(stray), `${stray} was not written`);
+      const report = await checkRunIntegrity(s.t.db, s.config, s.workspaceId, agentRunId);
+      assert.deepEqual(report?.findings, [], 'the worktree matches its last checkpoint');
+    },
+  );
+
+  test(
+    'after the corpus the same worker completes a good job, and the concurrent run was not disturbed',
+    { timeout: 120_000 },
+    async () => {
+      const job = goodJob();
+      await client.lpush(KEY_A, JSON.stringify(job));
+      const run = await ended(job.agentRunId as string, workerA);
+      assert.equal(run.status, 'completed', `good job after the corpus: ${run.failure_reason}`);
+      assert.equal(run.worker_id, WORKER_A, 'the same worker process ran it');
+      assert.equal(workerA.process.exitCode, null, 'worker A is still running');
+
+      const bystander = await ended(bystanderRunId, workerB);
+      assert.equal(bystander.status, 'completed', `bystander: ${bystander.failure_reason}`);
+      assert.equal(bystander.worker_id, WORKER_B);
+      assert.equal(bystander.attempt, 1, 'never re-dispatched');
+      const rows = await s.checkpoints(bystanderRunId);
+      assert.deepEqual(
+        rows.map((r) => r.checkpoint_seq),
+        Array.from({ length: BYSTANDER_ROUNDS }, (_, i) => i + 1),
+      );
+      assert.ok(verifyChain(rows as never).ok, 'the bystander hash chain verifies');
+      assert.ok(
+        (rows.flatMap((r) => r.tool_history) as { ok: boolean }[]).every((h) => h.ok),
+        'every tool call of the bystander succeeded',
+      );
+      assert.equal((await s.events(bystanderRunId, 'run_failed')).length, 0, 'no run_failed event');
+      assert.deepEqual((await checkRunIntegrity(s.t.db, s.config, s.workspaceId, bystanderRunId))?.findings, []);
+      assert.ok(!workerB.lines.some((l) => /"level":(50|60)/.test(l)), 'worker B logged no error');
+    },
+  );
 });
 
 describe('bad input on the Postgres queue: the same job table', () => {
@@ -307,7 +369,8 @@ describe('bad input on the Postgres queue: the same job table', () => {
     };
     // Registered to the workspace, so what fails is the folder itself, not its grant (test/grants.test.ts).
     const real = await realpath(scratch);
-    for (const folder of ['not-a-repo', 'no-such-folder']) await registerRepo(s.su, s.workspaceId, path.join(real, folder));
+    for (const folder of ['not-a-repo', 'no-such-folder'])
+      await registerRepo(s.su, s.workspaceId, path.join(real, folder));
     worker = s.spawnWorker({ WORKER_ID: WORKER });
     await worker.waitForLine(/"worker started"/);
   });
@@ -316,56 +379,73 @@ describe('bad input on the Postgres queue: the same job table', () => {
     await s?.close();
   });
 
-  test('a stored run whose job turned bad is dead-lettered and failed, never taken again; a bad reference fails the run', { timeout: 120_000 }, async () => {
-    const stored = JOB_CASES.filter((c) => c.raw === undefined);
-    const expectations: { c: JobCase; agentRunId: string; jobId: string }[] = [];
-    for (const [i, c] of stored.entries()) {
-      const agentRunId = `bad-pg-${i}-${randomUUID().slice(0, 8)}`;
-      const jobId = `bad-pg-job-${i}`;
-      const job: Record<string, unknown> = {
-        jobId, workspaceId: s.workspaceId, convoyId: 'convoy-pg', briefId: `brief-pg-${i}`, roleId: 'coder', harnessAlias: 'code',
-        repoPath: s.repo, baseRef: 'main', brief: 'Greet.', model: `replay:${s.transcriptPath}`, agentRunId, resumeFromCheckpoint: false,
-      };
-      for (const field of c.unset ?? []) delete job[field];
-      Object.assign(job, fill(c.set ?? {}, placeholders));
-      if (c.expect.runFailed) {
-        const { agentRunId: id } = await s.dispatch(job); // valid jobs: the normal way in
-        expectations.push({ c, agentRunId: id, jobId });
-        continue;
-      }
-      // A row as an older release, or a hand edit, could have left it: the job no longer valid.
-      await withWorkspace(s.t.db.app, s.workspaceId, async (tx) => {
-        await tx`insert into convoys (workspace_id, id) values (${s.workspaceId}, 'convoy-pg') on conflict do nothing`;
-        await tx`insert into briefs (workspace_id, id, convoy_id, role_id) values (${s.workspaceId}, ${`brief-pg-${i}`}, 'convoy-pg', 'coder')`;
-        await tx`insert into agent_runs (id, workspace_id, convoy_id, brief_id, job_id, job, harness_alias)
+  test(
+    'a stored run whose job turned bad is dead-lettered and failed, never taken again; a bad reference fails the run',
+    { timeout: 120_000 },
+    async () => {
+      const stored = JOB_CASES.filter((c) => c.raw === undefined);
+      const expectations: { c: JobCase; agentRunId: string; jobId: string }[] = [];
+      for (const [i, c] of stored.entries()) {
+        const agentRunId = `bad-pg-${i}-${randomUUID().slice(0, 8)}`;
+        const jobId = `bad-pg-job-${i}`;
+        const job: Record<string, unknown> = {
+          jobId,
+          workspaceId: s.workspaceId,
+          convoyId: 'convoy-pg',
+          briefId: `brief-pg-${i}`,
+          roleId: 'coder',
+          harnessAlias: 'code',
+          repoPath: s.repo,
+          baseRef: 'main',
+          brief: 'Greet.',
+          model: `replay:${s.transcriptPath}`,
+          agentRunId,
+          resumeFromCheckpoint: false,
+        };
+        for (const field of c.unset ?? []) delete job[field];
+        Object.assign(job, fill(c.set ?? {}, placeholders));
+        if (c.expect.runFailed) {
+          const { agentRunId: id } = await s.dispatch(job); // valid jobs: the normal way in
+          expectations.push({ c, agentRunId: id, jobId });
+          continue;
+        }
+        // A row as an older release, or a hand edit, could have left it: the job no longer valid.
+        await withWorkspace(s.t.db.app, s.workspaceId, async (tx) => {
+          await tx`insert into convoys (workspace_id, id) values (${s.workspaceId}, 'convoy-pg') on conflict do nothing`;
+          await tx`insert into briefs (workspace_id, id, convoy_id, role_id) values (${s.workspaceId}, ${`brief-pg-${i}`}, 'convoy-pg', 'coder')`;
+          await tx`insert into agent_runs (id, workspace_id, convoy_id, brief_id, job_id, job, harness_alias)
                  values (${agentRunId}, ${s.workspaceId}, 'convoy-pg', ${`brief-pg-${i}`}, ${jobId}, ${tx.json(job as never)}, 'code')`;
-      });
-      expectations.push({ c, agentRunId, jobId });
-    }
-    // No doorbell for hand-inserted rows: the worker's next take (every WORKER_BLPOP_TIMEOUT_S) finds them.
-
-    for (const { c, agentRunId } of expectations) {
-      const run = await waitFor(async () => {
-        const row = await s.run(agentRunId);
-        return row && (row.status === 'failed' || row.status === 'completed') ? row : undefined;
-      }, { timeoutMs: 60_000, what: `"${c.name}" to be failed` });
-      assert.equal(run.status, 'failed', `${c.name}: failed, not run`);
-      const expected = new RegExp((c.expect.deadLetter ?? c.expect.runFailed!).replace(/^\^/, ''));
-      assert.match(run.failure_reason, expected, `${c.name}: failure_reason`);
-      if (c.expect.deadLetter) {
-        assert.equal(run.attempt, 1, `${c.name}: taken once`);
-        assert.equal(run.worker_id, null, `${c.name}: never claimed`);
-        const dead = await s.su`select reason from dead_letters where reason ~ ${expected.source}`;
-        assert.ok(dead.length > 0, `${c.name}: a dead letter with the reason`);
-      } else {
-        const [event] = await s.events(agentRunId, 'run_failed');
-        assert.match(`${event?.metadata.code}: ${event?.metadata.reason}`, expected, `${c.name}: run_failed event`);
+        });
+        expectations.push({ c, agentRunId, jobId });
       }
-    }
+      // No doorbell for hand-inserted rows: the worker's next take (every WORKER_BLPOP_TIMEOUT_S) finds them.
 
-    const good = await s.dispatch();
-    const done = await s.waitForStatus(good.agentRunId, 'completed', 60_000);
-    assert.equal(done.worker_id, WORKER, 'the same worker served the next job');
-    assert.equal(worker.process.exitCode, null);
-  });
+      for (const { c, agentRunId } of expectations) {
+        const run = await waitFor(
+          async () => {
+            const row = await s.run(agentRunId);
+            return row && (row.status === 'failed' || row.status === 'completed') ? row : undefined;
+          },
+          { timeoutMs: 60_000, what: `"${c.name}" to be failed` },
+        );
+        assert.equal(run.status, 'failed', `${c.name}: failed, not run`);
+        const expected = new RegExp((c.expect.deadLetter ?? c.expect.runFailed!).replace(/^\^/, ''));
+        assert.match(run.failure_reason, expected, `${c.name}: failure_reason`);
+        if (c.expect.deadLetter) {
+          assert.equal(run.attempt, 1, `${c.name}: taken once`);
+          assert.equal(run.worker_id, null, `${c.name}: never claimed`);
+          const dead = await s.su`select reason from dead_letters where reason ~ ${expected.source}`;
+          assert.ok(dead.length > 0, `${c.name}: a dead letter with the reason`);
+        } else {
+          const [event] = await s.events(agentRunId, 'run_failed');
+          assert.match(`${event?.metadata.code}: ${event?.metadata.reason}`, expected, `${c.name}: run_failed event`);
+        }
+      }
+
+      const good = await s.dispatch();
+      const done = await s.waitForStatus(good.agentRunId, 'completed', 60_000);
+      assert.equal(done.worker_id, WORKER, 'the same worker served the next job');
+      assert.equal(worker.process.exitCode, null);
+    },
+  );
 });

@@ -17,7 +17,9 @@ const ROUNDS = 5;
 // Each round reports a million input tokens: one dollar at the price set below.
 const STEPS = [
   ...Array.from({ length: ROUNDS }, (_, i) => ({
-    toolCalls: [{ toolName: 'write_file', input: { path: `src/f${i + 1}.ts`, content: `export const n = ${i + 1};\n` } }],
+    toolCalls: [
+      { toolName: 'write_file', input: { path: `src/f${i + 1}.ts`, content: `export const n = ${i + 1};\n` } },
+    ],
     usage: { inputTokens: 1_000_000, outputTokens: 0 },
   })),
   { text: 'Done.' },
@@ -31,12 +33,27 @@ async function cli(script: string, args: string[]) {
   const { code } = await child.exited;
   return { code, out: child.stdout.join('\n'), err: child.stderr.join('\n') };
 }
-const price = (ws: string) => cli('scripts/workspace.ts', ['price', 'set', '--workspace', ws, '--model', s.transcriptPath,
-  '--input-per-mtok', '1', '--output-per-mtok', '1']);
-const ended = (id: string) => waitFor(async () => {
-  const row = await s.run(id);
-  return ['completed', 'failed', 'budget_exhausted'].includes(row.status) ? row : undefined;
-}, { timeoutMs: 40_000, what: `run ${id} to end` });
+const price = (ws: string) =>
+  cli('scripts/workspace.ts', [
+    'price',
+    'set',
+    '--workspace',
+    ws,
+    '--model',
+    s.transcriptPath,
+    '--input-per-mtok',
+    '1',
+    '--output-per-mtok',
+    '1',
+  ]);
+const ended = (id: string) =>
+  waitFor(
+    async () => {
+      const row = await s.run(id);
+      return ['completed', 'failed', 'budget_exhausted'].includes(row.status) ? row : undefined;
+    },
+    { timeoutMs: 40_000, what: `run ${id} to end` },
+  );
 
 before(async () => {
   s = await createScenario({ steps: STEPS, workspaceId: 'spender' });
@@ -55,14 +72,21 @@ test('a job budget is a number; a negative or non-number budget is refused by na
   const base = { workspaceId: 'w', convoyId: 'c', briefId: 'b', roleId: 'r', baseRef: 'main', brief: 'x', model: 'm' };
   assert.equal(parseJob({ ...base, maxCostUsd: 2.5, maxTokens: 1000 }).ok, true);
   const bad = parseJob({ ...base, maxCostUsd: -1, maxTokens: 1.5 });
-  assert.ok(!bad.ok && bad.problems.some((p) => p.startsWith('maxCostUsd')) && bad.problems.some((p) => p.startsWith('maxTokens')));
+  assert.ok(
+    !bad.ok &&
+      bad.problems.some((p) => p.startsWith('maxCostUsd')) &&
+      bad.problems.some((p) => p.startsWith('maxTokens')),
+  );
 });
 
 test('a run whose third round would pass maxCostUsd stops at checkpoint 2; a retry with more completes it', async () => {
   const { agentRunId } = await s.dispatch({ maxCostUsd: 2.5 });
   const run = await ended(agentRunId);
   assert.equal(run.status, 'budget_exhausted', `${run.failure_reason}\n${worker.output()}`);
-  assert.deepEqual((await s.checkpoints(agentRunId)).map((c) => c.checkpoint_seq), [1, 2]);
+  assert.deepEqual(
+    (await s.checkpoints(agentRunId)).map((c) => c.checkpoint_seq),
+    [1, 2],
+  );
   const [event] = await s.events(agentRunId, 'run_budget_exhausted');
   assert.deepEqual(
     { ...event!.metadata },
@@ -70,27 +94,53 @@ test('a run whose third round would pass maxCostUsd stops at checkpoint 2; a ret
   );
 
   // The panel offers Retry for it, and the run list finds it by its status.
-  const server = await createMissionControl({ db: s.t.db, config: s.config, logger: createLogger({ level: 'silent' }) })
-    .start(0);
+  const server = await createMissionControl({
+    db: s.t.db,
+    config: s.config,
+    logger: createLogger({ level: 'silent' }),
+  }).start(0);
   try {
     const token = await createWorkspaceToken(s.t.db.app, s.workspaceId);
-    const page = await (await fetch(`${server.url}/runs/${agentRunId}`, { headers: { cookie: `emc_token=${token}` } })).text();
+    const page = await (
+      await fetch(`${server.url}/runs/${agentRunId}`, { headers: { cookie: `emc_token=${token}` } })
+    ).text();
     assert.match(page, /data-testid="run-actions"[^]*?Retry/);
-    const listed = await (await fetch(`${server.url}/api/runs?status=budget_exhausted`, {
-      headers: { authorization: `Bearer ${token}` },
-    })).json() as { runs: { agentRunId: string }[] };
-    assert.deepEqual(listed.runs.map((r) => r.agentRunId), [agentRunId]);
+    const listed = (await (
+      await fetch(`${server.url}/api/runs?status=budget_exhausted`, {
+        headers: { authorization: `Bearer ${token}` },
+      })
+    ).json()) as { runs: { agentRunId: string }[] };
+    assert.deepEqual(
+      listed.runs.map((r) => r.agentRunId),
+      [agentRunId],
+    );
   } finally {
     await server.close();
   }
 
-  const retry = await cli('scripts/retry.ts', ['--workspace', s.workspaceId, '--run', agentRunId, '--max-cost-usd', '10']);
+  const retry = await cli('scripts/retry.ts', [
+    '--workspace',
+    s.workspaceId,
+    '--run',
+    agentRunId,
+    '--max-cost-usd',
+    '10',
+  ]);
   assert.equal(retry.code, 0, retry.err);
   const done = await ended(agentRunId);
   assert.equal(done.status, 'completed', `${done.failure_reason}\n${worker.output()}`);
   assert.equal(done.attempt, 2);
   const rows = await s.checkpoints(agentRunId);
-  assert.deepEqual(rows.map((c) => [c.checkpoint_seq, c.step]), [[1, 1], [2, 2], [3, 3], [4, 4], [5, 5]]);
+  assert.deepEqual(
+    rows.map((c) => [c.checkpoint_seq, c.step]),
+    [
+      [1, 1],
+      [2, 2],
+      [3, 3],
+      [4, 4],
+      [5, 5],
+    ],
+  );
   const rounds = rows.flatMap((r) => r.tool_history).map((h: { round: number }) => h.round);
   assert.deepEqual(rounds, [1, 2, 3, 4, 5], 'no round was done twice');
   assert.equal((await s.run(agentRunId)).job.maxCostUsd, 10);
@@ -102,9 +152,12 @@ test('retry refuses a budget that is not an amount, with exit 2', async () => {
   assert.match(r.err, /--max-cost-usd/);
 });
 
-test('a workspace daily cap stops that workspace\'s next run; another workspace is untouched', async () => {
+test("a workspace daily cap stops that workspace's next run; another workspace is untouched", async () => {
   // The spender workspace has spent $5 today (the five rounds above, none done twice): a cap of $4 is reached.
-  assert.equal((await cli('scripts/workspace.ts', ['budget', 'set', '--workspace', 'spender', '--daily-usd', '4'])).code, 0);
+  assert.equal(
+    (await cli('scripts/workspace.ts', ['budget', 'set', '--workspace', 'spender', '--daily-usd', '4'])).code,
+    0,
+  );
   const capped = await s.dispatch();
   const run = await ended(capped.agentRunId);
   assert.equal(run.status, 'budget_exhausted');

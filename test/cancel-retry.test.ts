@@ -15,21 +15,35 @@ const write = (i: number, delayMs: number): TranscriptStep => ({
   toolCalls: [{ toolName: 'write_file', input: { path: `src/step-${i}.ts`, content: `export const step = ${i};\n` } }],
   delayMs,
 });
-const STEPS: TranscriptStep[] = [write(1, 20), write(2, 20), write(3, 120_000), write(4, 20), write(5, 20), write(6, 20), { text: 'Done.' }];
+const STEPS: TranscriptStep[] = [
+  write(1, 20),
+  write(2, 20),
+  write(3, 120_000),
+  write(4, 20),
+  write(5, 20),
+  write(6, 20),
+  { text: 'Done.' },
+];
 const QUICK: TranscriptStep[] = [write(1, 0), { text: 'Done.' }];
 
 let s: Scenario;
 let quickModel: string;
 before(async () => {
   // An 8 s lease: a loaded machine can miss a 2 s one, and the worker would stop itself.
-  s = await createScenario({ steps: STEPS, env: { WORKER_MAX_TOOL_STEPS: '30', WORKER_LEASE_MS: '8000', WORKER_HEARTBEAT_MS: '400' } });
+  s = await createScenario({
+    steps: STEPS,
+    env: { WORKER_MAX_TOOL_STEPS: '30', WORKER_LEASE_MS: '8000', WORKER_HEARTBEAT_MS: '400' },
+  });
   const quick = path.join(path.dirname(s.transcriptPath), 'quick.json');
   await writeFile(quick, JSON.stringify({ steps: QUICK }));
   quickModel = `replay:${quick}`;
 });
 after(async () => s?.close());
 
-async function cli(script: string, args: string[]): Promise<{ code: number | null; out: Record<string, any> | undefined; err: string }> {
+async function cli(
+  script: string,
+  args: string[],
+): Promise<{ code: number | null; out: Record<string, any> | undefined; err: string }> {
   const child = spawnNode(script, args, { env: s.env });
   const { code } = await child.exited;
   const line = child.stdout.find((l) => l.startsWith('{'));
@@ -39,11 +53,12 @@ async function cli(script: string, args: string[]): Promise<{ code: number | nul
 const cancelCli = (agentRunId: string) => cli('scripts/cancel.ts', ['--workspace', s.workspaceId, '--run', agentRunId]);
 
 async function waitForCheckpoint(agentRunId: string, seq: number, worker?: Child) {
-  await waitFor(async () => (await s.checkpoints(agentRunId)).length >= seq, { timeoutMs: 120_000, what: `checkpoint ${seq} of ${agentRunId}` }).catch(
-    (err: Error) => {
-      throw new Error(`${err.message}\nworker output:\n${worker?.output() ?? ''}`);
-    },
-  );
+  await waitFor(async () => (await s.checkpoints(agentRunId)).length >= seq, {
+    timeoutMs: 120_000,
+    what: `checkpoint ${seq} of ${agentRunId}`,
+  }).catch((err: Error) => {
+    throw new Error(`${err.message}\nworker output:\n${worker?.output() ?? ''}`);
+  });
 }
 
 test('cancel of a running run: the worker stops at its next tool boundary, checkpointed, worktree released', async () => {
@@ -66,7 +81,9 @@ test('cancel of a running run: the worker stops at its next tool boundary, check
     // The worker removes the worktree right after recording the cancel.
     await waitFor(() => !existsSync(run.worktree_path), { timeoutMs: 40_000, what: 'the worktree to be released' });
     // The branch holds the last checkpoint: integrity-check verifies it by branch and notes.
-    const check = spawnNode('scripts/integrity-check.ts', ['--workspace', s.workspaceId, '--run', agentRunId], { env: s.env });
+    const check = spawnNode('scripts/integrity-check.ts', ['--workspace', s.workspaceId, '--run', agentRunId], {
+      env: s.env,
+    });
     assert.equal((await check.exited).code, 0, check.output());
     // The worker goes on serving: the next job completes.
     const next = await s.dispatch({ model: quickModel });
@@ -80,7 +97,10 @@ test('cancel of a queued run takes effect at once; a second cancel answers the s
   const { agentRunId } = await s.dispatch();
   const first = await cancelCli(agentRunId);
   assert.equal(first.code, 0, first.err);
-  assert.deepEqual({ status: first.out!.status, immediate: first.out!.immediate }, { status: 'cancelled', immediate: true });
+  assert.deepEqual(
+    { status: first.out!.status, immediate: first.out!.immediate },
+    { status: 'cancelled', immediate: true },
+  );
   const again = await cancelCli(agentRunId);
   assert.equal(again.code, 0, again.err);
   assert.equal(again.out!.status, 'cancelled');
@@ -104,10 +124,13 @@ test('cancel of a run whose worker was SIGKILLed takes effect at once and fences
   await worker.exited;
   const before = await s.run(agentRunId);
   // Its lease runs out (2 s here); from then on nobody is working on the run.
-  await waitFor(async () => (await s.su`select 1 from agent_runs where id = ${agentRunId} and lease_expires_at < now()`).length > 0, {
-    timeoutMs: 40_000,
-    what: 'the dead worker\'s lease to expire',
-  });
+  await waitFor(
+    async () => (await s.su`select 1 from agent_runs where id = ${agentRunId} and lease_expires_at < now()`).length > 0,
+    {
+      timeoutMs: 40_000,
+      what: "the dead worker's lease to expire",
+    },
+  );
   const { code, out, err } = await cancelCli(agentRunId);
   assert.equal(code, 0, err);
   assert.deepEqual({ status: out!.status, immediate: out!.immediate }, { status: 'cancelled', immediate: true });
@@ -127,10 +150,13 @@ test('a cancel asked while the worker lived is honoured by the next worker if th
   assert.equal(out!.immediate, false);
   await worker.exited; // killed by the fault point: checkpointed, not yet marked cancelled
   assert.equal((await s.run(agentRunId)).status, 'running');
-  await waitFor(async () => (await s.su`select 1 from agent_runs where id = ${agentRunId} and lease_expires_at < now()`).length > 0, {
-    timeoutMs: 40_000,
-    what: 'the lease to expire',
-  });
+  await waitFor(
+    async () => (await s.su`select 1 from agent_runs where id = ${agentRunId} and lease_expires_at < now()`).length > 0,
+    {
+      timeoutMs: 40_000,
+      what: 'the lease to expire',
+    },
+  );
   await s.sweep(); // re-dispatched like any stalled run …
   const next = s.spawnWorker();
   try {
@@ -156,20 +182,27 @@ test('cancel of a finished run is refused (exit 3); of an unknown run, exit 2', 
 
 test('retry from the command line: a run whose worker was SIGKILLed resumes from its last checkpoint and completes', async () => {
   const file = path.join(path.dirname(s.transcriptPath), 'retry.json');
-  await writeFile(file, JSON.stringify({ steps: [write(1, 10), write(2, 10), write(3, 3000), write(4, 10), { text: 'Done.' }] }));
+  await writeFile(
+    file,
+    JSON.stringify({ steps: [write(1, 10), write(2, 10), write(3, 3000), write(4, 10), { text: 'Done.' }] }),
+  );
   const worker = s.spawnWorker();
   const { agentRunId } = await s.dispatch({ model: `replay:${file}` });
   await waitForCheckpoint(agentRunId, 2, worker);
   worker.kill('SIGKILL');
   await worker.exited;
   const early = await cli('scripts/retry.ts', ['--workspace', s.workspaceId, '--run', agentRunId]);
-  if (early.code === 3) assert.match(early.err, /live lease/, 'refused only while the dead worker\'s lease still runs');
+  if (early.code === 3) assert.match(early.err, /live lease/, "refused only while the dead worker's lease still runs");
   let retried = early;
   if (early.code !== 0) {
-    await waitFor(async () => (await s.su`select 1 from agent_runs where id = ${agentRunId} and lease_expires_at < now()`).length > 0, {
-      timeoutMs: 40_000,
-      what: 'the lease to expire',
-    });
+    await waitFor(
+      async () =>
+        (await s.su`select 1 from agent_runs where id = ${agentRunId} and lease_expires_at < now()`).length > 0,
+      {
+        timeoutMs: 40_000,
+        what: 'the lease to expire',
+      },
+    );
     retried = await cli('scripts/retry.ts', ['--workspace', s.workspaceId, '--run', agentRunId]);
   }
   assert.equal(retried.code, 0, retried.err);
@@ -178,7 +211,11 @@ test('retry from the command line: a run whose worker was SIGKILLed resumes from
   try {
     const run = await s.waitForStatus(agentRunId, 'completed', 120_000);
     assert.equal(run.attempt, 2);
-    assert.deepEqual((await s.checkpoints(agentRunId)).map((c) => c.checkpoint_seq), [1, 2, 3, 4], 'resumed after checkpoint 2');
+    assert.deepEqual(
+      (await s.checkpoints(agentRunId)).map((c) => c.checkpoint_seq),
+      [1, 2, 3, 4],
+      'resumed after checkpoint 2',
+    );
     assert.equal((await s.events(agentRunId, 'run_redispatched')).length, 1);
     const refused = await cli('scripts/retry.ts', ['--workspace', s.workspaceId, '--run', agentRunId]);
     assert.equal(refused.code, 3, 'a completed run is not retried');

@@ -41,9 +41,12 @@ test('one run id in two workspaces, the same change in the same second: two comm
   }
   const [a, o] = [acme.writer.state.headOid!, other.writer.state.headOid!];
   assert.notEqual(a, o, 'two runs, two checkpoint commits');
-  for (const [r, commit, workspaceId] of [[acme, a, 'acme'], [other, o, 'other']] as const) {
+  for (const [r, commit, workspaceId] of [
+    [acme, a, 'acme'],
+    [other, o, 'other'],
+  ] as const) {
     const note = await readCheckpointNote(repo, t.config.WORKER_NOTES_REF, commit);
     assert.equal(note?.workspaceId, workspaceId, `the note on ${workspaceId}'s commit is ${workspaceId}'s`);
-    assert.equal(note?.hash, r.writer.state.prevHash, 'and it mirrors that run\'s row');
+    assert.equal(note?.hash, r.writer.state.prevHash, "and it mirrors that run's row");
   }
 });

@@ -230,7 +230,7 @@ describe('every command explains itself and does nothing else', () => {
   }
 });
 
-describe('a user\'s mistake is named, with exit 2', () => {
+describe("a user's mistake is named, with exit 2", () => {
   let box: Sandbox;
   before(async () => {
     box = await sandbox(await closedPort());

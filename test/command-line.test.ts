@@ -170,7 +170,10 @@ describe('properties', () => {
         assert.ok(argv.length > 0, 'argv.length > 0');
         for (const word of argv) {
           assert.ok(!hasMetacharacter(word), `argv word ${JSON.stringify(word)}`);
-          assert.ok(!/[\u0000-\u001f\u007f]/.test(word.replace(/\t/g, '')), `control character in ${JSON.stringify(word)}`);
+          assert.ok(
+            !/[\u0000-\u001f\u007f]/.test(word.replace(/\t/g, '')),
+            `control character in ${JSON.stringify(word)}`,
+          );
         }
       }),
       { numRuns: 5000 },
@@ -179,9 +182,14 @@ describe('properties', () => {
 
   test('any unicode string with a metacharacter is refused', () => {
     fc.assert(
-      fc.property(fc.string({ unit: 'binary', maxLength: 30 }), fc.constantFrom(...METACHARACTERS), fc.string({ unit: 'binary', maxLength: 30 }), (a, meta, b) => {
-        assert.throws(() => splitCommand(`${a}${meta}${b}`), ToolRefusedError);
-      }),
+      fc.property(
+        fc.string({ unit: 'binary', maxLength: 30 }),
+        fc.constantFrom(...METACHARACTERS),
+        fc.string({ unit: 'binary', maxLength: 30 }),
+        (a, meta, b) => {
+          assert.throws(() => splitCommand(`${a}${meta}${b}`), ToolRefusedError);
+        },
+      ),
       { numRuns: 3000 },
     );
   });
@@ -204,8 +212,24 @@ describe('properties', () => {
   test('an argv holding a denied option, an absolute path or a .. segment is never allowed', () => {
     const safeArg = fc.constantFrom('--stat', '--name-only', 'src/a.ts', 'HEAD~1', 'main..HEAD', '--', '-U3', 'docs');
     const badArg = fc.constantFrom(
-      '--output=x', '--ext-diff', '--upload-pack=x', '--receive-pack', '--exec=x', '--no-index', '--textconv',
-      '--config', '-c', '-C', '-o', '/etc/passwd', '../x', 'a/../../b', '--git-dir=x', '--work-tree=x', '~/x', '--prefix=x',
+      '--output=x',
+      '--ext-diff',
+      '--upload-pack=x',
+      '--receive-pack',
+      '--exec=x',
+      '--no-index',
+      '--textconv',
+      '--config',
+      '-c',
+      '-C',
+      '-o',
+      '/etc/passwd',
+      '../x',
+      'a/../../b',
+      '--git-dir=x',
+      '--work-tree=x',
+      '~/x',
+      '--prefix=x',
     );
     fc.assert(
       fc.property(

@@ -36,10 +36,13 @@ before(async () => {
   worker = s.spawnWorker();
   await worker.waitForLine(/"worker started"/);
   ({ agentRunId } = await s.dispatch());
-  const run = await waitFor(async () => {
-    const row = await s.run(agentRunId);
-    return ['completed', 'failed'].includes(row.status) ? row : undefined;
-  }, { timeoutMs: 40_000, what: 'the run to finish' });
+  const run = await waitFor(
+    async () => {
+      const row = await s.run(agentRunId);
+      return ['completed', 'failed'].includes(row.status) ? row : undefined;
+    },
+    { timeoutMs: 40_000, what: 'the run to finish' },
+  );
   assert.equal(run.status, 'completed', `${run.failure_reason}\n${worker.output()}`);
 });
 
@@ -52,13 +55,31 @@ test('a model without a price is unpriced: null cost, never 0, with the tokens s
   const total = await scoped((tx) => runCost(tx, agentRunId));
   assert.equal(total.costUsd, null);
   assert.equal(total.unpricedCheckpoints, 2);
-  assert.deepEqual([total.inputTokens, total.outputTokens, total.cacheReadTokens, total.cacheWriteTokens], [3000, 150, 400, null]);
-  assert.deepEqual((await scoped((tx) => checkpointCosts(tx, agentRunId))).map((c) => c.costUsd), [null, null]);
+  assert.deepEqual(
+    [total.inputTokens, total.outputTokens, total.cacheReadTokens, total.cacheWriteTokens],
+    [3000, 150, 400, null],
+  );
+  assert.deepEqual(
+    (await scoped((tx) => checkpointCosts(tx, agentRunId))).map((c) => c.costUsd),
+    [null, null],
+  );
 });
 
 test('price set prices every checkpoint, run, convoy and day from the rows; price rm makes it unpriced again', async () => {
-  const set = await cli(['price', 'set', '--workspace', s.workspaceId, '--model', s.transcriptPath, '--input-per-mtok', '3',
-    '--output-per-mtok', '15', '--cache-read-per-mtok', '0.3']);
+  const set = await cli([
+    'price',
+    'set',
+    '--workspace',
+    s.workspaceId,
+    '--model',
+    s.transcriptPath,
+    '--input-per-mtok',
+    '3',
+    '--output-per-mtok',
+    '15',
+    '--cache-read-per-mtok',
+    '0.3',
+  ]);
   assert.equal(set.code, 0, set.err);
   const per = await scoped((tx) => checkpointCosts(tx, agentRunId));
   // Uncached input at the input price, cache reads at theirs, output at the output price.
@@ -72,9 +93,18 @@ test('price set prices every checkpoint, run, convoy and day from the rows; pric
 
   const list = await cli(['price', 'list', '--workspace', s.workspaceId]);
   assert.equal(list.code, 0, list.err);
-  const lines = list.out.split('\n').filter(Boolean).map((l) => JSON.parse(l));
-  assert.deepEqual(lines[0], { model: s.transcriptPath, inputPerMtok: 3, outputPerMtok: 15, cacheReadPerMtok: 0.3,
-    cacheWritePerMtok: null, source: 'workspace' });
+  const lines = list.out
+    .split('\n')
+    .filter(Boolean)
+    .map((l) => JSON.parse(l));
+  assert.deepEqual(lines[0], {
+    model: s.transcriptPath,
+    inputPerMtok: 3,
+    outputPerMtok: 15,
+    cacheReadPerMtok: 0.3,
+    cacheWritePerMtok: null,
+    source: 'workspace',
+  });
   assert.equal(lines.length, 1 + SHIPPED_PRICES.length);
   assert.ok(lines.slice(1).every((l) => l.source === `shipped ${SHIPPED_PRICES_AS_OF}`));
 
@@ -95,28 +125,54 @@ test('price and budget input is refused with exit 2 and nothing written', async 
   }
   assert.equal((await s.su`select count(*)::int as n from model_prices`)[0]!.n, 0);
   assert.equal((await cli(['budget', 'set', '--workspace', s.workspaceId, '--daily-usd', '2.5'])).code, 0);
-  assert.deepEqual((await s.su`select workspace_id, daily_usd::float8 as d from workspace_budgets`).map((r) => [r.workspace_id, r.d]),
-    [[s.workspaceId, 2.5]]);
+  assert.deepEqual(
+    (await s.su`select workspace_id, daily_usd::float8 as d from workspace_budgets`).map((r) => [r.workspace_id, r.d]),
+    [[s.workspaceId, 2.5]],
+  );
 });
 
 test('GET /api/runs/:id and the run page show tokens and cost: unpriced until a price is set, per checkpoint and total', async (t) => {
-  const server = await createMissionControl({ db: s.t.db, config: s.config, logger: createLogger({ level: 'silent' }) })
-    .start(0);
+  const server = await createMissionControl({
+    db: s.t.db,
+    config: s.config,
+    logger: createLogger({ level: 'silent' }),
+  }).start(0);
   t.after(() => server.close());
   const token = await createWorkspaceToken(s.t.db.app, s.workspaceId);
-  const api = async () => (await fetch(`${server.url}/api/runs/${agentRunId}`, {
-    headers: { authorization: `Bearer ${token}` },
-  })).json() as Promise<Record<string, any>>;
-  const page = async () => (await fetch(`${server.url}/runs/${agentRunId}`, { headers: { cookie: `emc_token=${token}` } })).text();
+  const api = async () =>
+    (
+      await fetch(`${server.url}/api/runs/${agentRunId}`, {
+        headers: { authorization: `Bearer ${token}` },
+      })
+    ).json() as Promise<Record<string, any>>;
+  const page = async () =>
+    (await fetch(`${server.url}/runs/${agentRunId}`, { headers: { cookie: `emc_token=${token}` } })).text();
 
   const unpriced = await api();
   assert.equal(unpriced.costUsd, null);
-  assert.deepEqual(unpriced.usage, { inputTokens: 3000, outputTokens: 150, cacheReadTokens: 400, cacheWriteTokens: null,
-    reasoningTokens: null });
+  assert.deepEqual(unpriced.usage, {
+    inputTokens: 3000,
+    outputTokens: 150,
+    cacheReadTokens: 400,
+    cacheWriteTokens: null,
+    reasoningTokens: null,
+  });
   assert.match(await page(), /<tr data-usage-total>.*?<th class="num" data-cost>unpriced<\/th>/s);
 
-  const set = await cli(['price', 'set', '--workspace', s.workspaceId, '--model', s.transcriptPath, '--input-per-mtok', '3',
-    '--output-per-mtok', '15', '--cache-read-per-mtok', '0.3']);
+  const set = await cli([
+    'price',
+    'set',
+    '--workspace',
+    s.workspaceId,
+    '--model',
+    s.transcriptPath,
+    '--input-per-mtok',
+    '3',
+    '--output-per-mtok',
+    '15',
+    '--cache-read-per-mtok',
+    '0.3',
+  ]);
   assert.equal(set.code, 0, set.err);
   close((await api()).costUsd, 0.01017);
   const html = await page();
@@ -125,14 +181,19 @@ test('GET /api/runs/:id and the run page show tokens and cost: unpriced until a 
   assert.match(html, /<tr data-usage-total>.*?data-cost>\$0\.0102<\/th>/s);
 
   // The convoy (its API and page) and the workspace's spend today against its cap (set above: $2.50).
-  const convoy = await (await fetch(`${server.url}/api/convoys/convoy-1`, { headers: { authorization: `Bearer ${token}` } }))
-    .json() as Record<string, any>;
+  const convoy = (await (
+    await fetch(`${server.url}/api/convoys/convoy-1`, { headers: { authorization: `Bearer ${token}` } })
+  ).json()) as Record<string, any>;
   close(convoy.costUsd, 0.01017);
   assert.equal(convoy.usage.outputTokens, 150);
   const cookie = { cookie: `emc_token=${token}` };
-  assert.match(await (await fetch(`${server.url}/convoys/convoy-1`, { headers: cookie })).text(),
-    /<section data-convoy-usage>.*?data-cost>\$0\.0102<\/td>/s);
-  assert.match(await (await fetch(`${server.url}/`, { headers: cookie })).text(),
-    /Spent today: <strong>\$0\.0102<\/strong>,\s*of a daily cap of \$2\.50\./);
+  assert.match(
+    await (await fetch(`${server.url}/convoys/convoy-1`, { headers: cookie })).text(),
+    /<section data-convoy-usage>.*?data-cost>\$0\.0102<\/td>/s,
+  );
+  assert.match(
+    await (await fetch(`${server.url}/`, { headers: cookie })).text(),
+    /Spent today: <strong>\$0\.0102<\/strong>,\s*of a daily cap of \$2\.50\./,
+  );
   assert.equal((await cli(['price', 'rm', '--workspace', s.workspaceId, '--model', s.transcriptPath])).code, 0);
 });

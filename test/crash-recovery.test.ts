@@ -25,7 +25,8 @@ const spawn = (env: Record<string, string> = {}) => {
 
 /** 'tool round done' log lines of a run, across every worker process that touched it. */
 function roundsExecuted(agentRunId: string): number {
-  return workers.flatMap((w) => w.lines).filter((l) => l.includes('"tool round done"') && l.includes(agentRunId)).length;
+  return workers.flatMap((w) => w.lines).filter((l) => l.includes('"tool round done"') && l.includes(agentRunId))
+    .length;
 }
 
 async function assertRecovered(agentRunId: string) {
@@ -33,7 +34,11 @@ async function assertRecovered(agentRunId: string) {
   assert.equal(run.status, 'completed', `run ${agentRunId}: ${run.failure_reason ?? ''}`);
   assert.equal(await s.branchTree(agentRunId), baselineTree, 'final tree differs from the uncrashed run');
   const rows = await s.checkpoints(agentRunId);
-  assert.deepEqual(rows.map((r) => r.checkpoint_seq), Array.from({ length: ROUNDS }, (_, i) => i + 1), 'seqs 1..n without gaps');
+  assert.deepEqual(
+    rows.map((r) => r.checkpoint_seq),
+    Array.from({ length: ROUNDS }, (_, i) => i + 1),
+    'seqs 1..n without gaps',
+  );
   assert.ok(verifyChain(rows as never).ok, 'hash chain verifies');
   assert.equal((await s.events(agentRunId, 'worktree_created')).length, 1, 'no worktree created after the first');
   const crashes = run.attempt - 1;
@@ -65,7 +70,10 @@ async function finishAll(ids: string[]) {
 
 before(async () => {
   // Leases long enough that a late heartbeat on a loaded machine is not taken for a stall.
-  s = await createScenario({ steps: sampleSteps(40, ROUNDS), env: { WORKER_LEASE_MS: '15000', WORKER_HEARTBEAT_MS: '500' } });
+  s = await createScenario({
+    steps: sampleSteps(40, ROUNDS),
+    env: { WORKER_LEASE_MS: '15000', WORKER_HEARTBEAT_MS: '500' },
+  });
   const { agentRunId } = await s.dispatch();
   const w = spawn();
   await s.waitForStatus(agentRunId, 'completed', 120_000);
@@ -89,18 +97,31 @@ describe('SIGKILL at named fault points', () => {
     'before-tool-call@5',
     'after-claim@1',
   ];
-  test(`each of ${points.length} fault points: the run resumes and completes as if never crashed`, { timeout: 300_000 }, async () => {
-    const ids: string[] = [];
-    for (const point of points) ids.push((await s.dispatch()).agentRunId);
-    const faulty = points.map((point) => spawn({ ECHODO_FAULT: point }));
-    const exits = await Promise.all(faulty.map((w) => w.exited));
-    for (const [i, exit] of exits.entries()) assert.equal(exit.signal, 'SIGKILL', `worker with ${points[i]} was killed at its fault point (exit ${exit.code}): ${faulty[i]!.lines.filter((l) => /"level":[45]0/.test(l)).join(" | ").slice(0, 800)}`);
-    await finishAll(ids);
-    for (const id of ids) {
-      const { crashes } = await assertRecovered(id);
-      assert.ok(crashes >= 1, `run ${id} was crashed and resumed`);
-    }
-  });
+  test(
+    `each of ${points.length} fault points: the run resumes and completes as if never crashed`,
+    { timeout: 300_000 },
+    async () => {
+      const ids: string[] = [];
+      for (const point of points) ids.push((await s.dispatch()).agentRunId);
+      const faulty = points.map((point) => spawn({ ECHODO_FAULT: point }));
+      const exits = await Promise.all(faulty.map((w) => w.exited));
+      for (const [i, exit] of exits.entries())
+        assert.equal(
+          exit.signal,
+          'SIGKILL',
+          `worker with ${points[i]} was killed at its fault point (exit ${exit.code}): ${faulty[i]!.lines.filter((l) =>
+            /"level":[45]0/.test(l),
+          )
+            .join(' | ')
+            .slice(0, 800)}`,
+        );
+      await finishAll(ids);
+      for (const id of ids) {
+        const { crashes } = await assertRecovered(id);
+        assert.ok(crashes >= 1, `run ${id} was crashed and resumed`);
+      }
+    },
+  );
 });
 
 describe('SIGKILL at random times', () => {
@@ -130,7 +151,9 @@ describe('SIGKILL at random times', () => {
       crashes += r.crashes;
       redone += r.redone;
     }
-    console.log(`random kills: ${ids.length} runs, ${killed} workers killed, ${crashes} resumes, ${redone} rounds redone`);
+    console.log(
+      `random kills: ${ids.length} runs, ${killed} workers killed, ${crashes} resumes, ${redone} rounds redone`,
+    );
     assert.ok(crashes >= ids.length / 2, 'most kills landed inside a run');
   });
 });

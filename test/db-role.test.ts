@@ -62,7 +62,9 @@ async function assertAppLogin(db: Database, role: string): Promise<void> {
 }
 
 /** A login role of the test's own (roles are cluster-wide: dropped after the file). */
-async function createLogin(options: { memberOf?: string[]; attributes?: string } = {}): Promise<{ role: string; url: string }> {
+async function createLogin(
+  options: { memberOf?: string[]; attributes?: string } = {},
+): Promise<{ role: string; url: string }> {
   const role = `echodo_test_login_${randomBytes(4).toString('hex')}`;
   const password = randomBytes(16).toString('hex');
   roles.push(role);
@@ -90,11 +92,20 @@ test('embedded defaults: processes opening a fresh home at once agree on one gen
     assert.ok(!opened[0]!.url.includes(superPassword), 'the app URL carries the superuser password');
 
     // The superuser connection of the migrate step is closed: every session is the app login's.
-    const server = postgres(withDatabase(`postgres://postgres:${encodeURIComponent(superPassword)}@127.0.0.1:${new URL(opened[0]!.url).port}/x`, 'echodo'), { max: 1, onnotice: () => {} });
+    const server = postgres(
+      withDatabase(
+        `postgres://postgres:${encodeURIComponent(superPassword)}@127.0.0.1:${new URL(opened[0]!.url).port}/x`,
+        'echodo',
+      ),
+      { max: 1, onnotice: () => {} },
+    );
     try {
       const users = await server<{ usename: string }[]>`
         select distinct usename from pg_stat_activity where datname = 'echodo' and pid <> pg_backend_pid() and backend_type = 'client backend'`;
-      assert.deepEqual(users.map((u) => u.usename), [APP_LOGIN_ROLE]);
+      assert.deepEqual(
+        users.map((u) => u.usename),
+        [APP_LOGIN_ROLE],
+      );
     } finally {
       await server.end({ timeout: 1 });
     }
@@ -161,14 +172,23 @@ test('a DATABASE_APP_URL that is, or can become, privileged, or is not in echodo
   await assert.rejects(open(t.url), /logs in as postgres, which is or can become a privileged role/);
   const creator = await createLogin({ attributes: 'createdb' });
   const member = await createLogin({ memberOf: ['echodo_app', creator.role] });
-  await assert.rejects(open(member.url), new RegExp(`${member.role}, which is or can become a privileged role \\(${creator.role}\\)`));
+  await assert.rejects(
+    open(member.url),
+    new RegExp(`${member.role}, which is or can become a privileged role \\(${creator.role}\\)`),
+  );
   const reader = await createLogin({ memberOf: ['echodo_app', 'pg_read_all_data'] });
   await assert.rejects(open(reader.url), /privileged role \(pg_read_all_data\)/);
   const outsider = await createLogin();
-  await assert.rejects(open(outsider.url), new RegExp(`not a member of echodo_app: grant echodo_app to ${outsider.role}`));
+  await assert.rejects(
+    open(outsider.url),
+    new RegExp(`not a member of echodo_app: grant echodo_app to ${outsider.role}`),
+  );
   const wrong = new URL(member.url);
   wrong.password = 'not-the-password';
-  await assert.rejects(open(wrong.toString()), (err) => err instanceof DatabaseRoleError && /DATABASE_APP_URL could not log in/.test(err.message));
+  await assert.rejects(
+    open(wrong.toString()),
+    (err) => err instanceof DatabaseRoleError && /DATABASE_APP_URL could not log in/.test(err.message),
+  );
 });
 
 test('DATABASE_APP_URL alone cannot migrate: an older schema is refused with what to run', async () => {
@@ -187,7 +207,9 @@ test('DATABASE_APP_URL alone cannot migrate: an older schema is refused with wha
       /schema is at migration version 6, this code needs \d+; only DATABASE_APP_URL is set.*npm run db -- migrate/,
     );
     // And `npm run db -- migrate` refuses rather than migrate some other (embedded) database.
-    const dbMigrate = spawnNode('scripts/db.ts', ['migrate'], { env: { DATABASE_URL: undefined, DATABASE_APP_URL: appUrl, ECHODO_HOME: path.join(await freshDir(), 'home') } });
+    const dbMigrate = spawnNode('scripts/db.ts', ['migrate'], {
+      env: { DATABASE_URL: undefined, DATABASE_APP_URL: appUrl, ECHODO_HOME: path.join(await freshDir(), 'home') },
+    });
     assert.equal((await dbMigrate.exited).code, 2, dbMigrate.output());
     assert.match(dbMigrate.output(), /only DATABASE_APP_URL is set, and that login cannot migrate/);
   } finally {
@@ -201,15 +223,23 @@ test('processes started with the superuser DATABASE_URL keep no superuser sessio
   const own = await createTestDatabase();
   const check = postgres(own.url, { max: 1, onnotice: () => {} });
   try {
-    const created = spawnNode('scripts/workspace.ts', ['create', 'ws-role'], { env: { ...own.env, LOG_LEVEL: 'warn' } });
+    const created = spawnNode('scripts/workspace.ts', ['create', 'ws-role'], {
+      env: { ...own.env, LOG_LEVEL: 'warn' },
+    });
     assert.equal((await created.exited).code, 0, created.output());
-    const panel = spawnNode('scripts/mission-control.ts', [], { env: { ...own.env, MISSION_CONTROL_PORT: '0', LOG_LEVEL: 'warn' } });
+    const panel = spawnNode('scripts/mission-control.ts', [], {
+      env: { ...own.env, MISSION_CONTROL_PORT: '0', LOG_LEVEL: 'warn' },
+    });
     children.push(panel);
     const line = await panel.waitForLine(/mission control on http/, { timeoutMs: 30_000 });
     const users = await check<{ usename: string }[]>`
       select distinct usename from pg_stat_activity
        where datname = current_database() and pid <> pg_backend_pid() and backend_type = 'client backend'`;
-    assert.deepEqual(users.map((u) => u.usename), [APP_LOGIN_ROLE], `sessions while ${line}`);
+    assert.deepEqual(
+      users.map((u) => u.usename),
+      [APP_LOGIN_ROLE],
+      `sessions while ${line}`,
+    );
     const res = await fetch(`${line.match(/http\S+/)![0]}/api/convoys`);
     assert.equal(res.status, 401, 'the panel answers');
   } finally {

@@ -17,7 +17,9 @@ after(async () => {
 
 test('npm run demo kills the worker mid-brief, resumes it and prints the summary', { timeout: 180_000 }, async () => {
   home = await mkdtemp(path.join(os.tmpdir(), 'echodo-demo-'));
-  const demo = spawnNode('scripts/demo.ts', [], { env: { ECHODO_HOME: home, DATABASE_URL: undefined, REDIS_URL: undefined, MISSION_CONTROL_PORT: '4799' } });
+  const demo = spawnNode('scripts/demo.ts', [], {
+    env: { ECHODO_HOME: home, DATABASE_URL: undefined, REDIS_URL: undefined, MISSION_CONTROL_PORT: '4799' },
+  });
   const exit = await demo.exited;
   const out = demo.output();
   assert.equal(exit.code, 0, out.slice(-3000));

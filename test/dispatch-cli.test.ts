@@ -94,12 +94,16 @@ test('a file that is not JSON exits 2', async () => {
 });
 
 test('a brief over 256 KiB exits 2 naming brief', async () => {
-  const { code, stderr } = await dispatch(await jobFile({ ...validJob(), briefId: 'brief-big', brief: 'x'.repeat(MAX_BRIEF_BYTES + 1) }));
+  const { code, stderr } = await dispatch(
+    await jobFile({ ...validJob(), briefId: 'brief-big', brief: 'x'.repeat(MAX_BRIEF_BYTES + 1) }),
+  );
   assert.equal(MAX_BRIEF_BYTES, 256 * 1024);
   assert.equal(code, 2);
   assert.match(stderr, /brief: brief is larger than 262144 bytes/);
   // Exactly 256 KiB is still fine.
-  const ok = await dispatch(await jobFile({ ...validJob(), briefId: 'brief-limit', brief: 'x'.repeat(MAX_BRIEF_BYTES) }));
+  const ok = await dispatch(
+    await jobFile({ ...validJob(), briefId: 'brief-limit', brief: 'x'.repeat(MAX_BRIEF_BYTES) }),
+  );
   assert.equal(ok.code, 0, ok.stderr);
 });
 
@@ -123,8 +127,15 @@ test('usage errors exit 2: no --job, a missing file', async () => {
 
 test('a NUL or a lone surrogate in any field exits 2 naming the field; nothing is recorded', async () => {
   const before = await runCount();
-  for (const [field, value] of [['brief', 'a\u0000b'], ['model', 'replay:/x\ud800'], ['baseRef', 'ma\u0000in'], ['repoPath', '/srv/\udc00repo']] as const) {
-    const { code, stdout, stderr } = await dispatch(await jobFile({ ...validJob(), briefId: `brief-${field}`, [field]: value }));
+  for (const [field, value] of [
+    ['brief', 'a\u0000b'],
+    ['model', 'replay:/x\ud800'],
+    ['baseRef', 'ma\u0000in'],
+    ['repoPath', '/srv/\udc00repo'],
+  ] as const) {
+    const { code, stdout, stderr } = await dispatch(
+      await jobFile({ ...validJob(), briefId: `brief-${field}`, [field]: value }),
+    );
     assert.equal(code, 2, `${field}: ${stderr}`);
     assert.deepEqual(stdout, []);
     assert.match(stderr, new RegExp(`${field}: ${field} holds a NUL character or a lone surrogate`));
@@ -139,7 +150,14 @@ test('resume_from_checkpoint is an alias of resumeFromCheckpoint; both given and
   assert.equal(run!.job.resumeFromCheckpoint, true);
   assert.equal('resume_from_checkpoint' in run!.job, false, 'stored under its contract name');
 
-  const both = await dispatch(await jobFile({ ...validJob(), briefId: 'brief-alias-2', resume_from_checkpoint: true, resumeFromCheckpoint: false }));
+  const both = await dispatch(
+    await jobFile({
+      ...validJob(),
+      briefId: 'brief-alias-2',
+      resume_from_checkpoint: true,
+      resumeFromCheckpoint: false,
+    }),
+  );
   assert.equal(both.code, 2);
   assert.match(both.stderr, /resume_from_checkpoint: differs from resumeFromCheckpoint/);
 });
@@ -148,11 +166,20 @@ test('a job naming an existing run of another workspace is answered as an unknow
   await withWorkspace(t.db.app, 'elsewhere', (tx) => createWorkspace(tx));
   const first = await dispatch(await jobFile({ ...validJob(), briefId: 'brief-tenant', agentRunId: 'shared-run-id' }));
   assert.equal(first.code, 0, first.stderr);
-  const other = await dispatch(await jobFile({ ...validJob(), workspaceId: 'elsewhere', briefId: 'brief-tenant', agentRunId: 'shared-run-id' }));
+  const other = await dispatch(
+    await jobFile({ ...validJob(), workspaceId: 'elsewhere', briefId: 'brief-tenant', agentRunId: 'shared-run-id' }),
+  );
   assert.equal(other.code, 0, other.stderr);
   assert.equal(JSON.parse(other.stdout[0]!).agentRunId, 'shared-run-id');
-  const rows = await su`select workspace_id, status, attempt from agent_runs where id = 'shared-run-id' order by workspace_id`;
-  assert.deepEqual(rows.map((r) => [r.workspace_id, r.status, r.attempt]), [['acme', 'queued', 1], ['elsewhere', 'queued', 1]]);
+  const rows =
+    await su`select workspace_id, status, attempt from agent_runs where id = 'shared-run-id' order by workspace_id`;
+  assert.deepEqual(
+    rows.map((r) => [r.workspace_id, r.status, r.attempt]),
+    [
+      ['acme', 'queued', 1],
+      ['elsewhere', 'queued', 1],
+    ],
+  );
   // And in its own workspace the same id is a re-dispatch of a queued run: served, exit 0, the same line.
   const again = await dispatch(await jobFile({ ...validJob(), briefId: 'brief-tenant', agentRunId: 'shared-run-id' }));
   assert.equal(again.code, 0, again.stderr);

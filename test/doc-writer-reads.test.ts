@@ -15,13 +15,22 @@ const SECRET = 'postgres://postgres:doc-writer-must-not-see-this@127.0.0.1:5432/
 
 function docWriterCtx(root: string): ToolContext {
   return {
-    root, writePrefixes: ['docs/', 'plans/'], readScope: 'tracked', allowedCommands: null, commandTimeoutMs: 1000,
-    async beforeTouch() {}, onTouched() {},
+    root,
+    writePrefixes: ['docs/', 'plans/'],
+    readScope: 'tracked',
+    allowedCommands: null,
+    commandTimeoutMs: 1000,
+    async beforeTouch() {},
+    onTouched() {},
   };
 }
 
 async function repoWithEchodoHome(): Promise<string> {
-  const repo = await makeRepo({ '.gitignore': '.echodo/\nbuild/\n', 'README.md': '# r\nsee postgres docs\n', 'src/a.ts': 'export const a = 1;\n' });
+  const repo = await makeRepo({
+    '.gitignore': '.echodo/\nbuild/\n',
+    'README.md': '# r\nsee postgres docs\n',
+    'src/a.ts': 'export const a = 1;\n',
+  });
   await mkdir(path.join(repo, '.echodo', 'pg'), { recursive: true });
   await writeFile(path.join(repo, '.echodo', 'pg', 'server.json'), JSON.stringify({ url: SECRET }));
   await mkdir(path.join(repo, 'build'), { recursive: true });
@@ -49,7 +58,11 @@ describe('the doc-writer reads only tracked files and its write prefixes', () =>
   test('grep finds nothing outside tracked files, and is refused on an ignored folder', async () => {
     const ctx = docWriterCtx(await repoWithEchodoHome());
     const all = await grep(ctx, { pattern: 'postgres' });
-    assert.deepEqual(all.matches.map((m) => m.path), ['README.md'], 'only the tracked README matches');
+    assert.deepEqual(
+      all.matches.map((m) => m.path),
+      ['README.md'],
+      'only the tracked README matches',
+    );
     assert.ok(!JSON.stringify(all).includes('doc-writer-must-not-see-this'), 'the secret is in no result');
     await assert.rejects(grep(ctx, { pattern: 'postgres', path: '.echodo' }), ToolRefusedError);
   });

@@ -28,10 +28,13 @@ let s: Scenario;
 let worker: Child;
 
 async function waitForEnd(agentRunId: string): Promise<Record<string, any>> {
-  return waitFor(async () => {
-    const row = await s.run(agentRunId);
-    return row.status === 'completed' || row.status === 'failed' ? row : undefined;
-  }, { timeoutMs: 40_000, what: `run ${agentRunId} to finish` }).catch((err: Error) => {
+  return waitFor(
+    async () => {
+      const row = await s.run(agentRunId);
+      return row.status === 'completed' || row.status === 'failed' ? row : undefined;
+    },
+    { timeoutMs: 40_000, what: `run ${agentRunId} to finish` },
+  ).catch((err: Error) => {
     throw new Error(`${err.message}\nworker output:\n${worker.output()}`);
   });
 }
@@ -72,17 +75,37 @@ describe('doc-writer harness', () => {
     assert.equal(run.branch, null);
     assert.equal((await s.events(agentRunId, 'worktree_created')).length, 0);
     // The repository's own checkout only, beside the host's spare worktree (worker/worktrees/spares.ts).
-    const listed = (await git(s.repo, 'worktree', 'list', '--porcelain')).split('\n').filter((l) => l.startsWith('worktree '));
-    assert.deepEqual(listed.filter((l) => !l.includes(`${path.sep}.spare${path.sep}`)), [`worktree ${s.repo}`]);
+    const listed = (await git(s.repo, 'worktree', 'list', '--porcelain'))
+      .split('\n')
+      .filter((l) => l.startsWith('worktree '));
+    assert.deepEqual(
+      listed.filter((l) => !l.includes(`${path.sep}.spare${path.sep}`)),
+      [`worktree ${s.repo}`],
+    );
     assert.equal(existsSync(path.join(s.env.WORKER_WORKTREE_BASE!, agentRunId)), false);
     const [completion] = await s.events(agentRunId, 'role_complete');
     assert.equal(completion?.metadata.harnessAlias, 'doc-writer');
 
     // The refusals: outside the writable folders, and a tool this harness does not have.
     const rows = await s.checkpoints(agentRunId);
-    assert.deepEqual(rows.map((r) => r.checkpoint_seq), [1, 2, 3]);
-    const history = rows.flatMap((r) => r.tool_history) as { round: number; tool: string; ok: boolean; error?: string }[];
-    assert.deepEqual(history.map((h) => [h.round, h.tool, h.ok]), [[1, 'write_file', true], [2, 'write_file', false], [3, 'run_command', false]]);
+    assert.deepEqual(
+      rows.map((r) => r.checkpoint_seq),
+      [1, 2, 3],
+    );
+    const history = rows.flatMap((r) => r.tool_history) as {
+      round: number;
+      tool: string;
+      ok: boolean;
+      error?: string;
+    }[];
+    assert.deepEqual(
+      history.map((h) => [h.round, h.tool, h.ok]),
+      [
+        [1, 'write_file', true],
+        [2, 'write_file', false],
+        [3, 'run_command', false],
+      ],
+    );
     assert.match(history[1]!.error!, /src\/x\.ts.*outside the writable folders \(docs\/, plans\/\)/);
     assert.match(history[2]!.error!, /run_command/);
     assert.match(history[2]!.error!, /no such tool|not available|unavailable/i);
@@ -94,14 +117,22 @@ describe('doc-writer harness', () => {
       rows.map((row) => row.files_touched.map((f: { path: string; sha256: string }) => [f.path, f.sha256])),
       [[['docs/x.md', sha256(DOC)]], [], []],
     );
-    const dumped = await s.su`select row_to_json(c)::text as j from worker_checkpoints c where agent_run_id = ${agentRunId}`;
+    const dumped =
+      await s.su`select row_to_json(c)::text as j from worker_checkpoints c where agent_run_id = ${agentRunId}`;
     for (const { j } of dumped) assert.ok(!j.includes('doc-writer-e2e-marker'), 'no file content in a checkpoint row');
-    assert.equal(await git(s.repo, 'notes', `--ref=${s.config.WORKER_NOTES_REF}`, 'list'), '', 'no git notes without commits');
+    assert.equal(
+      await git(s.repo, 'notes', `--ref=${s.config.WORKER_NOTES_REF}`, 'list'),
+      '',
+      'no git notes without commits',
+    );
   });
 
   test('a job without harnessAlias follows role_harness_routes to doc-writer', async () => {
-    await withWorkspace(s.t.db.app, s.workspaceId, (tx) =>
-      tx`insert into role_harness_routes (workspace_id, role_id, harness_alias) values (${tx.workspaceId}, 'tech-writer', 'doc-writer')`,
+    await withWorkspace(
+      s.t.db.app,
+      s.workspaceId,
+      (tx) =>
+        tx`insert into role_harness_routes (workspace_id, role_id, harness_alias) values (${tx.workspaceId}, 'tech-writer', 'doc-writer')`,
     );
     const model = await transcript([
       { toolCalls: [{ toolName: 'write_file', input: { path: 'plans/routed.md', content: ROUTED_DOC } }] },
@@ -122,7 +153,10 @@ describe('doc-writer harness', () => {
     const codeRun = await waitForEnd(unrouted.agentRunId);
     assert.equal(codeRun.status, 'completed', `run failed: ${codeRun.failure_reason}`);
     assert.equal(codeRun.harness_alias, 'code');
-    assert.ok(codeRun.worktree_path?.startsWith(s.env.WORKER_WORKTREE_BASE!), 'codeRun.worktree_path?.startsWith(s.env.WORKER_WORKTREE_BASE!)');
+    assert.ok(
+      codeRun.worktree_path?.startsWith(s.env.WORKER_WORKTREE_BASE!),
+      'codeRun.worktree_path?.startsWith(s.env.WORKER_WORKTREE_BASE!)',
+    );
     assert.equal(await git(s.repo, 'show', `${codeRun.branch}:plans/routed.md`), ROUTED_DOC.replace(/\n$/, ''));
   });
 });

@@ -8,7 +8,12 @@ import os from 'node:os';
 import path from 'node:path';
 import postgres from 'postgres';
 import { PROJECT_ROOT } from '../core/config.ts';
-import { embeddedStatus, ensureEmbeddedPostgres, stopEmbeddedPostgres, type EmbeddedServer } from '../store/embedded.ts';
+import {
+  embeddedStatus,
+  ensureEmbeddedPostgres,
+  stopEmbeddedPostgres,
+  type EmbeddedServer,
+} from '../store/embedded.ts';
 import { spawnNode, waitFor } from './support/child.ts';
 
 process.env.ECHODO_PG_FAST ??= '1'; // test servers need no durability

@@ -28,14 +28,20 @@ test('git gc --prune=now and git repack -ad during a run lose nothing', { timeou
   const maintenance = gcAndRepackLoop(repo);
   try {
     for (let seq = 1; seq <= 40 || maintenance.counts.repack < 3; seq++) {
-      await r.round({ [`src/m-${seq % 30}.ts`]: `export const m = ${seq};\n`, [`src/new-${seq}.ts`]: `export const n = ${seq};\n` });
+      await r.round({
+        [`src/m-${seq % 30}.ts`]: `export const m = ${seq};\n`,
+        [`src/new-${seq}.ts`]: `export const n = ${seq};\n`,
+      });
     }
     await r.writer.settleNotes();
   } finally {
     await maintenance.stop();
   }
   const { gc, repack } = maintenance.counts;
-  assert.ok(gc >= 3 && repack >= 3, `maintenance ran several times during the run (${JSON.stringify(maintenance.counts)})`);
+  assert.ok(
+    gc >= 3 && repack >= 3,
+    `maintenance ran several times during the run (${JSON.stringify(maintenance.counts)})`,
+  );
   await assertCheckpointsIntact(t.db, t.config, repo, r);
   await git(r.worktree, 'diff-index', '--cached', '--quiet', 'HEAD'); // index == tip tree (throws otherwise)
 });

@@ -20,7 +20,10 @@ async function historyRepo(): Promise<string> {
   for (let i = 0; i < 20; i++) files[`src/d${i % 4}/f${i}.txt`] = `line\n`.repeat(200) + `file ${i}\n`;
   const repo = await makeRepo(files);
   for (let c = 1; c <= 40; c++) {
-    await writeFile(path.join(repo, `src/d${c % 4}/f${c % 20}.txt`), `line\n`.repeat(200) + `file ${c % 20} version ${c}\n`);
+    await writeFile(
+      path.join(repo, `src/d${c % 4}/f${c % 20}.txt`),
+      `line\n`.repeat(200) + `file ${c % 20} version ${c}\n`,
+    );
     await git(repo, 'commit', '-q', '-am', `change ${c}`);
   }
   return repo;
@@ -60,7 +63,8 @@ async function assertReadsEveryObject(repo: string): Promise<number> {
     // Bodies compared byte for byte with git's for a sample of each type.
     for (const [oid, type] of [...objects].filter((_, i) => i % 7 === 0)) {
       const expected = await git(repo, 'cat-file', type, oid).catch(() => undefined);
-      if (type !== 'tree' && expected !== undefined) assert.equal(reader.read(oid)!.body.toString('utf8').replace(/\n$/, ''), expected, `body of ${oid}`);
+      if (type !== 'tree' && expected !== undefined)
+        assert.equal(reader.read(oid)!.body.toString('utf8').replace(/\n$/, ''), expected, `body of ${oid}`);
     }
   } finally {
     reader.close();
@@ -130,15 +134,32 @@ test('refs resolve loose, packed and symbolic, as git resolves them', async () =
 /** A note as the writer stores it, on `oid`. */
 const noteOn = (oid: string, seq: number): { commitOid: string; note: CheckpointNote } => ({
   commitOid: oid,
-  note: { workspaceId: 'acme', agentRunId: 'run-1', checkpointSeq: seq, step: seq, hash: `h${seq}`, prevHash: null, branch: 'b', files: [] },
+  note: {
+    workspaceId: 'acme',
+    agentRunId: 'run-1',
+    checkpointSeq: seq,
+    step: seq,
+    hash: `h${seq}`,
+    prevHash: null,
+    branch: 'b',
+    files: [],
+  },
 });
 
 /** `n` distinct commits, made by one fast-import (a spawn per commit would take seconds). */
 async function manyCommits(repo: string, n: number): Promise<string[]> {
   const marks = path.join(repo, '.git', 'test-marks');
-  const stream = Array.from({ length: n }, (_, i) => `commit refs/test/c${i}\nmark :${i + 1}\ncommitter T <t@t> ${i} +0000\ndata ${`c${i}`.length}\nc${i}\n`).join('');
+  const stream = Array.from(
+    { length: n },
+    (_, i) => `commit refs/test/c${i}\nmark :${i + 1}\ncommitter T <t@t> ${i} +0000\ndata ${`c${i}`.length}\nc${i}\n`,
+  ).join('');
   await runGit(repo, ['fast-import', '--quiet', `--export-marks=${marks}`], { input: stream });
-  const oids = new Map(readFileSync(marks, 'utf8').trim().split('\n').map((l) => [Number(l.split(' ')[0]!.slice(1)), l.split(' ')[1]!]));
+  const oids = new Map(
+    readFileSync(marks, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => [Number(l.split(' ')[0]!.slice(1)), l.split(' ')[1]!]),
+  );
   return Array.from({ length: n }, (_, i) => oids.get(i + 1)!);
 }
 
@@ -147,7 +168,11 @@ for (const notes of [3, 300]) {
     const repo = await makeRepo({ 'a.txt': 'a\n' });
     const commits = await manyCommits(repo, notes);
     const unnoted = commits.pop()!;
-    await writeCheckpointNotes(repo, 'refs/notes/echodo', commits.map((oid, i) => noteOn(oid, i + 1)));
+    await writeCheckpointNotes(
+      repo,
+      'refs/notes/echodo',
+      commits.map((oid, i) => noteOn(oid, i + 1)),
+    );
     const fanout = (await git(repo, 'ls-tree', 'refs/notes/echodo')).split('\n')[0]!.split('\t')[1]!.length;
     assert.equal(fanout, notes > 256 ? 2 : 40, 'the notes tree has the fanout this case is about');
     const latest = commits.at(-1)!;

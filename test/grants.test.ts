@@ -58,10 +58,13 @@ async function cli(script: string, args: string[], env: Record<string, string | 
 const workspace = (...args: string[]) => cli('scripts/workspace.ts', args);
 
 async function finished(agentRunId: string): Promise<Record<string, any>> {
-  return waitFor(async () => {
-    const row = await s.run(agentRunId);
-    return row.status === 'completed' || row.status === 'failed' ? row : undefined;
-  }, { timeoutMs: 60_000, what: `run ${agentRunId} to finish` }).catch((err) => {
+  return waitFor(
+    async () => {
+      const row = await s.run(agentRunId);
+      return row.status === 'completed' || row.status === 'failed' ? row : undefined;
+    },
+    { timeoutMs: 60_000, what: `run ${agentRunId} to finish` },
+  ).catch((err) => {
     throw new Error(`${(err as Error).message}\n${worker.output().slice(-3000)}`);
   });
 }
@@ -80,8 +83,18 @@ describe('key grants', () => {
 
   const addModel = (alias: string) =>
     workspace(
-      'model', 'add', '--workspace', s.workspaceId, '--alias', alias, '--base-url', listener.baseURL, '--model', 'm',
-      '--key-env', KEY_VAR,
+      'model',
+      'add',
+      '--workspace',
+      s.workspaceId,
+      '--alias',
+      alias,
+      '--base-url',
+      listener.baseURL,
+      '--model',
+      'm',
+      '--key-env',
+      KEY_VAR,
     );
   const handWrittenRow = (alias: string) => s.su`
     insert into model_providers (workspace_id, alias, provider, base_url, model, api_key_env_var)
@@ -108,8 +121,8 @@ describe('key grants', () => {
     assert.equal(other.code, 0, other.out);
     const refused = await addModel('wrong-host');
     assert.equal(refused.code, 2, refused.out);
-    const only = `${KEY_VAR} is granted to workspace ${s.workspaceId} only for api.example.com, ` +
-      'not for host 127\\.0\\.0\\.1';
+    const only =
+      `${KEY_VAR} is granted to workspace ${s.workspaceId} only for api.example.com, ` + 'not for host 127\\.0\\.0\\.1';
     assert.match(refused.out, new RegExp(only));
 
     await handWrittenRow('wrong-host-by-hand');
@@ -142,7 +155,10 @@ describe('key grants', () => {
       const token = await createWorkspaceToken(s.t.db.app, OTHER);
       const form = new URLSearchParams({ alias: 'panel', baseUrl: listener.baseURL, model: 'm', keyEnv: KEY_VAR });
       const res = await fetch(`${server.url}/settings/models`, {
-        method: 'POST', body: form, redirect: 'manual', headers: { authorization: `Bearer ${token}` },
+        method: 'POST',
+        body: form,
+        redirect: 'manual',
+        headers: { authorization: `Bearer ${token}` },
       });
       assert.equal(res.status, 400);
       assert.match(await res.text(), new RegExp(`${KEY_VAR} is not granted to workspace ${OTHER}`));
@@ -150,7 +166,9 @@ describe('key grants', () => {
       assert.equal(rows.length, 0, 'no row written');
       // No route of the panel writes grants.
       const grant = await fetch(`${server.url}/settings/key_grants`, {
-        method: 'POST', body: new URLSearchParams({ env_var: KEY_VAR }), redirect: 'manual',
+        method: 'POST',
+        body: new URLSearchParams({ env_var: KEY_VAR }),
+        redirect: 'manual',
         headers: { authorization: `Bearer ${token}` },
       });
       assert.notEqual(grant.status, 303);
@@ -163,8 +181,12 @@ describe('key grants', () => {
   test("grants are the operator's: the app login cannot write them; revoke; bad arguments exit 2", async () => {
     // The app login (every worker, mission control, any workspace token) may only read them.
     await assert.rejects(
-      withWorkspace(s.t.db.app, s.workspaceId, (tx) => tx`
-        insert into key_grants (workspace_id, env_var) values (${s.workspaceId}, 'X_API_KEY')`),
+      withWorkspace(
+        s.t.db.app,
+        s.workspaceId,
+        (tx) => tx`
+        insert into key_grants (workspace_id, env_var) values (${s.workspaceId}, 'X_API_KEY')`,
+      ),
       (err: { code?: string }) => err.code === '42501',
     );
     await assert.rejects(
@@ -206,11 +228,20 @@ describe('repository grants', () => {
   let theirs: string;
   const jobFile = async (repoPath: string) => {
     const file = path.join(await mkdtemp(path.join(os.tmpdir(), 'echodo-grants-job-')), 'job.json');
-    await writeFile(file, JSON.stringify({
-      workspaceId: s.workspaceId, convoyId: 'c', roleId: 'coder',
-      briefId: `b-${Math.random().toString(36).slice(2, 8)}`,
-      harnessAlias: 'code', repoPath, baseRef: 'main', brief: 'x', model: doneModel(),
-    }));
+    await writeFile(
+      file,
+      JSON.stringify({
+        workspaceId: s.workspaceId,
+        convoyId: 'c',
+        roleId: 'coder',
+        briefId: `b-${Math.random().toString(36).slice(2, 8)}`,
+        harnessAlias: 'code',
+        repoPath,
+        baseRef: 'main',
+        brief: 'x',
+        model: doneModel(),
+      }),
+    );
     return file;
   };
   before(async () => {

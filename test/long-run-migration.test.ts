@@ -45,7 +45,10 @@ test('a run checkpointed in the old cumulative format resumes after migration 00
   });
   const su = superuserSql(withDatabase(adminUrl, name));
   cleanups.push(() => su.end({ timeout: 1 }));
-  await migrate(su, loadMigrations().filter((m) => m.version < 8));
+  await migrate(
+    su,
+    loadMigrations().filter((m) => m.version < 8),
+  );
 
   // The run, as the old code recorded it.
   const repo = await makeRepo({ 'README.md': '# old\n', 'src/a.ts': 'export const a = 0;\n', 'src/f-2.ts': 'x\n' });
@@ -55,7 +58,19 @@ test('a run checkpointed in the old cumulative format resumes after migration 00
   cleanups.push(() => rm(worktree, { recursive: true, force: true }));
   await git(repo, 'worktree', 'add', '-q', '-b', branch, worktree, 'main');
   const baseOid = await git(repo, 'rev-parse', 'main');
-  const job = { workspaceId: WS, convoyId: 'c1', briefId: 'b1', roleId: 'coder', harnessAlias: 'code', repoPath: repo, baseRef: 'main', brief: 'old', model: 'replay:/dev/null', jobId: 'j1', agentRunId: runId };
+  const job = {
+    workspaceId: WS,
+    convoyId: 'c1',
+    briefId: 'b1',
+    roleId: 'coder',
+    harnessAlias: 'code',
+    repoPath: repo,
+    baseRef: 'main',
+    brief: 'old',
+    model: 'replay:/dev/null',
+    jobId: 'j1',
+    agentRunId: runId,
+  };
   await su`insert into workspaces (workspace_id) values (${WS})`;
   await su`insert into convoys (workspace_id, id) values (${WS}, 'c1')`;
   await su`insert into briefs (workspace_id, id, convoy_id, role_id) values (${WS}, 'b1', 'c1', 'coder')`;
@@ -68,47 +83,111 @@ test('a run checkpointed in the old cumulative format resumes after migration 00
   let prevHash: string | null = null;
   let head = baseOid;
   for (let seq = 1; seq <= 6; seq++) {
-    const write: Record<string, string> = { 'src/a.ts': `export const a = ${seq};\n`, [`src/f-${seq}.ts`]: `export const f = ${seq};\n` };
+    const write: Record<string, string> = {
+      'src/a.ts': `export const a = ${seq};\n`,
+      [`src/f-${seq}.ts`]: `export const f = ${seq};\n`,
+    };
     if (seq === 2) write['src/f-2.ts'] = 'export const f = 2;\n';
     const paths = Object.keys(write);
     await mkdir(path.join(worktree, 'src'), { recursive: true });
     for (const [p, c] of Object.entries(write)) {
       await writeFile(path.join(worktree, p), c);
       files.set(p, { path: p, sha256: sha256(c), bytes: Buffer.byteLength(c), deleted: false });
-      history.push(recordToolCall({ round: seq, tool: 'write_file', input: { path: p, content: c }, output: { path: p, bytes: c.length, sha256: sha256(c) } }));
+      history.push(
+        recordToolCall({
+          round: seq,
+          tool: 'write_file',
+          input: { path: p, content: c },
+          output: { path: p, bytes: c.length, sha256: sha256(c) },
+        }),
+      );
     }
     if (seq === 4) {
       await rm(path.join(worktree, 'src/f-2.ts'));
       paths.push('src/f-2.ts');
       files.set('src/f-2.ts', { path: 'src/f-2.ts', sha256: null, bytes: 0, deleted: true });
     }
-    const { commitOid, indexNow } = await commitTouchedPaths({ worktree, branch, parentOid: head, paths, message: `echodo checkpoint ${seq} (run ${runId})` });
+    const { commitOid, indexNow } = await commitTouchedPaths({
+      worktree,
+      branch,
+      parentOid: head,
+      paths,
+      message: `echodo checkpoint ${seq} (run ${runId})`,
+    });
     await indexNow(); // as the writer does after the row
     head = commitOid;
     history = boundHistory(history, OLD_LIMIT);
     const filesTouched = [...files.values()].sort((a, b) => (a.path < b.path ? -1 : 1));
-    const payload = { workspaceId: WS, agentRunId: runId, checkpointSeq: seq, step: seq, toolHistory: history, filesTouched, branch, worktreePath: worktree, commitOid };
+    const payload = {
+      workspaceId: WS,
+      agentRunId: runId,
+      checkpointSeq: seq,
+      step: seq,
+      toolHistory: history,
+      filesTouched,
+      branch,
+      worktreePath: worktree,
+      commitOid,
+    };
     const hash = checkpointHash(prevHash, payload);
     await su`insert into worker_checkpoints (workspace_id, agent_run_id, convoy_id, brief_id, checkpoint_seq, step, attempt, lease_epoch,
                                              tool_history, files_touched, branch, worktree_path, commit_oid, prev_hash, hash)
              values (${WS}, ${runId}, 'c1', 'b1', ${seq}, ${seq}, 1, 1, ${su.json(history as never)}, ${su.json(filesTouched as never)},
                      ${branch}, ${worktree}, ${commitOid}, ${prevHash}, ${hash})`;
-    await writeCheckpointNotes(worktree, NOTES_REF, [{ commitOid, note: { workspaceId: WS, agentRunId: runId, checkpointSeq: seq, step: seq, hash, prevHash, branch, files: filesTouched.map((f) => ({ path: f.path, sha256: f.sha256 })) } }]);
+    await writeCheckpointNotes(worktree, NOTES_REF, [
+      {
+        commitOid,
+        note: {
+          workspaceId: WS,
+          agentRunId: runId,
+          checkpointSeq: seq,
+          step: seq,
+          hash,
+          prevHash,
+          branch,
+          files: filesTouched.map((f) => ({ path: f.path, sha256: f.sha256 })),
+        },
+      },
+    ]);
     prevHash = hash;
   }
   await su`update agent_runs set step = 6 where id = ${runId}`;
-  const [before] = await su<{ bytes: number }[]>`select sum(pg_column_size(c.*))::int as bytes from worker_checkpoints c where agent_run_id = ${runId}`;
+  const [before] = await su<
+    { bytes: number }[]
+  >`select sum(pg_column_size(c.*))::int as bytes from worker_checkpoints c where agent_run_id = ${runId}`;
 
   // ------------------------------------------------------------------ migrate
   await migrate(su);
   const read = <T>(fn: Parameters<typeof withWorkspace<T>>[2]) => withWorkspace<T>(su, WS, fn);
   const chain = await read((tx) => checkpointChain(tx, runId));
   const manifest = await read((tx) => runManifest(tx, runId));
-  assert.deepEqual(chain.map((r) => r.payload_format), [2, 2, 2, 2, 2, 1], 'rows become deltas; the latest stays whole (pruning may keep it alone)');
-  assert.deepEqual(chain[2]!.files_touched.map((f) => f.path), ['src/a.ts', 'src/f-3.ts'], 'row 3 names only its own files');
-  assert.deepEqual(chain[3]!.files_touched.map((f) => [f.path, f.deleted]), [['src/a.ts', false], ['src/f-2.ts', true], ['src/f-4.ts', false]], 'row 4 names its deletion');
-  assert.deepEqual((chain[4]!.tool_history as ToolCallRecord[]).map((h) => h.round), [5, 5], 'row 5 holds its own round once');
-  const [afterBytes] = await su<{ bytes: number }[]>`select sum(pg_column_size(c.*))::int as bytes from worker_checkpoints c where agent_run_id = ${runId}`;
+  assert.deepEqual(
+    chain.map((r) => r.payload_format),
+    [2, 2, 2, 2, 2, 1],
+    'rows become deltas; the latest stays whole (pruning may keep it alone)',
+  );
+  assert.deepEqual(
+    chain[2]!.files_touched.map((f) => f.path),
+    ['src/a.ts', 'src/f-3.ts'],
+    'row 3 names only its own files',
+  );
+  assert.deepEqual(
+    chain[3]!.files_touched.map((f) => [f.path, f.deleted]),
+    [
+      ['src/a.ts', false],
+      ['src/f-2.ts', true],
+      ['src/f-4.ts', false],
+    ],
+    'row 4 names its deletion',
+  );
+  assert.deepEqual(
+    (chain[4]!.tool_history as ToolCallRecord[]).map((h) => h.round),
+    [5, 5],
+    'row 5 holds its own round once',
+  );
+  const [afterBytes] = await su<
+    { bytes: number }[]
+  >`select sum(pg_column_size(c.*))::int as bytes from worker_checkpoints c where agent_run_id = ${runId}`;
   assert.ok(afterBytes!.bytes < before!.bytes, `the rows shrank (${before!.bytes} → ${afterBytes!.bytes} bytes)`);
   const verdict = verifyChain(chain, null);
   assert.ok(verdict.ok, `the old hashes still verify: ${verdict.problems.join('; ')}`);
@@ -117,10 +196,16 @@ test('a run checkpointed in the old cumulative format resumes after migration 00
     [...files.values()].sort((a, b) => (a.path < b.path ? -1 : 1)).map((f) => [f.path, f.sha256]),
     'the manifest is the old cumulative list',
   );
-  assert.equal(verdict.manifestDigest, ManifestDigest.of(manifest).hex(), 'and matches the digest the old rows vouch for');
+  assert.equal(
+    verdict.manifestDigest,
+    ManifestDigest.of(manifest).hex(),
+    'and matches the digest the old rows vouch for',
+  );
 
   // A tampered migrated row is still caught.
-  const tampered = chain.map((r) => (r.checkpoint_seq === 3 ? { ...r, files_touched: [{ path: 'src/a.ts', sha256: 'f'.repeat(64) }] } : r));
+  const tampered = chain.map((r) =>
+    r.checkpoint_seq === 3 ? { ...r, files_touched: [{ path: 'src/a.ts', sha256: 'f'.repeat(64) }] } : r,
+  );
   assert.equal(verifyChain(tampered, null).ok, false, 'an edited migrated row breaks the chain');
 
   // ------------------------------------------------------------------ resume
@@ -130,32 +215,73 @@ test('a run checkpointed in the old cumulative format resumes after migration 00
   assert.deepEqual(clean.findings, [], 'intact after the migration');
 
   const state = stateFromChain(chain, baseOid, 50, manifest);
-  assert.deepEqual(state.history.map((h) => h.round), [3, 3, 4, 4, 5, 5, 6, 6], 'the model sees the same window as before the migration');
+  assert.deepEqual(
+    state.history.map((h) => h.round),
+    [3, 3, 4, 4, 5, 5, 6, 6],
+    'the model sees the same window as before the migration',
+  );
   const lease = new Lease(su, WS, runId, 1, { heartbeatMs: 1000, leaseMs: 3_600_000, log: silentLog });
   const tracker = new TouchTracker(worktree);
   const identity = { workspaceId: WS, agentRunId: runId, convoyId: 'c1', briefId: 'b1', attempt: 1 };
   const limits = { WORKER_NOTES_REF: NOTES_REF, WORKER_CHECKPOINT_HISTORY_LIMIT: 50, WORKER_LEASE_MS: 3_600_000 };
-  const writer = checkpointWriterFor(limits, { sql: su, run: identity, lease, tree: { root: worktree, git: { branch, worktreePath: worktree } }, tracker, log: silentLog }, state);
+  const writer = checkpointWriterFor(
+    limits,
+    {
+      sql: su,
+      run: identity,
+      lease,
+      tree: { root: worktree, git: { branch, worktreePath: worktree } },
+      tracker,
+      log: silentLog,
+    },
+    state,
+  );
   for (let seq = 7; seq <= 8; seq++) {
     await writeFile(path.join(worktree, 'src/a.ts'), `export const a = ${seq};\n`);
     tracker.note('src/a.ts');
     state.step = seq;
-    state.history.push(recordToolCall({ round: seq, tool: 'write_file', input: { path: 'src/a.ts', content: 'x' }, output: {} }));
+    state.history.push(
+      recordToolCall({ round: seq, tool: 'write_file', input: { path: 'src/a.ts', content: 'x' }, output: {} }),
+    );
     await writer.write();
   }
   await writer.settleNotes();
 
   const chain2 = await read((tx) => checkpointChain(tx, runId));
   const manifest2 = await read((tx) => runManifest(tx, runId));
-  assert.deepEqual(chain2.map((r) => r.payload_format), [2, 2, 2, 2, 2, 1, 3, 3]);
-  assert.deepEqual(chain2[7]!.files_touched.map((f) => f.path), ['src/a.ts'], 'the new rows are deltas');
+  assert.deepEqual(
+    chain2.map((r) => r.payload_format),
+    [2, 2, 2, 2, 2, 1, 3, 3],
+  );
+  assert.deepEqual(
+    chain2[7]!.files_touched.map((f) => f.path),
+    ['src/a.ts'],
+    'the new rows are deltas',
+  );
   assert.ok(verifyChain(chain2, null).ok, 'old and new rows verify as one chain');
-  const resumed = await inspectRun({ run, chain: chain2, anchor: null, manifest: manifest2, repoRoot: repo, notesRef: NOTES_REF });
+  const resumed = await inspectRun({
+    run,
+    chain: chain2,
+    anchor: null,
+    manifest: manifest2,
+    repoRoot: repo,
+    notesRef: NOTES_REF,
+  });
   assert.deepEqual(resumed.findings, [], 'intact after two new checkpoints');
 
   // A file written only at checkpoint 1 is still verified at checkpoint 8.
   await appendFile(path.join(worktree, 'src/f-1.ts'), '// edited\n');
-  const report = await verifyAndRepair({ run, chain: chain2, anchor: null, manifest: manifest2, ...config, log: silentLog });
-  assert.ok(report.findings.some((f) => f.kind === 'file_changed' && f.detail.includes('src/f-1.ts')), JSON.stringify(report.findings));
+  const report = await verifyAndRepair({
+    run,
+    chain: chain2,
+    anchor: null,
+    manifest: manifest2,
+    ...config,
+    log: silentLog,
+  });
+  assert.ok(
+    report.findings.some((f) => f.kind === 'file_changed' && f.detail.includes('src/f-1.ts')),
+    JSON.stringify(report.findings),
+  );
   assert.equal(await git(worktree, 'status', '--porcelain'), '', 'resume reset the worktree to checkpoint 8');
 });

@@ -24,12 +24,13 @@ let worker: Child;
 let port: number;
 let agentRunId: string;
 
-const freePort = () => new Promise<number>((resolve) => {
-  const srv = createServer().listen(0, '127.0.0.1', () => {
-    const { port: p } = srv.address() as { port: number };
-    srv.close(() => resolve(p));
+const freePort = () =>
+  new Promise<number>((resolve) => {
+    const srv = createServer().listen(0, '127.0.0.1', () => {
+      const { port: p } = srv.address() as { port: number };
+      srv.close(() => resolve(p));
+    });
   });
-});
 
 function sample(text: string, name: string, labels: Record<string, string> = {}) {
   const family = parse(text).find((f) => f.name === name);
@@ -42,8 +43,10 @@ before(async () => {
   worker = s.spawnWorker({ WORKER_METRICS_PORT: String(port) });
   await worker.waitForLine(/"worker started"/);
   ({ agentRunId } = await s.dispatch());
-  await waitFor(async () => ((await s.run(agentRunId)).status === 'completed' ? true : undefined),
-    { timeoutMs: 40_000, what: 'the run to complete' });
+  await waitFor(async () => ((await s.run(agentRunId)).status === 'completed' ? true : undefined), {
+    timeoutMs: 40_000,
+    what: 'the run to complete',
+  });
 });
 
 after(async () => {
@@ -51,17 +54,27 @@ after(async () => {
   await s?.close();
 });
 
-test('the worker\'s /metrics counts the checkpoints, tokens and runs a known run caused', async () => {
-  const text = await waitFor(async () => {
-    const body = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-    return sample(body, 'echodo_worker_runs_finished_total', { outcome: 'completed' }) ? body : undefined;
-  }, { timeoutMs: 10_000, what: 'the run to be counted' });
+test("the worker's /metrics counts the checkpoints, tokens and runs a known run caused", async () => {
+  const text = await waitFor(
+    async () => {
+      const body = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+      return sample(body, 'echodo_worker_runs_finished_total', { outcome: 'completed' }) ? body : undefined;
+    },
+    { timeoutMs: 10_000, what: 'the run to be counted' },
+  );
   assert.equal(sample(text, 'echodo_checkpoints_written_total', { workspace: 'metered' })?.value, String(ROUNDS));
   assert.equal(sample(text, 'echodo_worker_runs_finished_total', { outcome: 'completed' })?.value, '1');
   assert.equal(sample(text, 'echodo_tool_calls_total', { tool: 'write_file', outcome: 'ok' })?.value, String(ROUNDS));
-  assert.equal(sample(text, 'echodo_tokens_total', { workspace: 'metered', model: 'replay', kind: 'input' })?.value, '600');
+  assert.equal(
+    sample(text, 'echodo_tokens_total', { workspace: 'metered', model: 'replay', kind: 'input' })?.value,
+    '600',
+  );
   assert.equal(sample(text, 'echodo_tokens_total', { kind: 'output' })?.value, '30');
-  assert.equal(sample(text, 'echodo_tokens_total', { kind: 'cache_read' }), undefined, 'unreported kinds are not counted');
+  assert.equal(
+    sample(text, 'echodo_tokens_total', { kind: 'cache_read' }),
+    undefined,
+    'unreported kinds are not counted',
+  );
   // The parser folds a labelled histogram's series into one, so its counts are read from the text.
   assert.ok(parse(text).some((f) => f.name === 'echodo_checkpoint_write_seconds' && f.type === 'HISTOGRAM'));
   for (const phase of ['row', 'total']) {
@@ -73,7 +86,9 @@ test('the worker\'s /metrics counts the checkpoints, tokens and runs a known run
 
 test('mission control /metrics: the fleet to a loopback scrape; refused when proxied or without the token', async (t) => {
   const log = createLogger({ level: 'silent' });
-  const open: RunningMissionControl = await createMissionControl({ db: s.t.db, config: s.config, logger: log }).start(0);
+  const open: RunningMissionControl = await createMissionControl({ db: s.t.db, config: s.config, logger: log }).start(
+    0,
+  );
   t.after(() => open.close());
   const res = await fetch(`${open.url}/metrics`);
   assert.equal(res.status, 200);
@@ -82,7 +97,10 @@ test('mission control /metrics: the fleet to a loopback scrape; refused when pro
   assert.equal(sample(text, 'echodo_queue_depth')?.value, '0');
   assert.equal(sample(text, 'echodo_tokens', { workspace: 'metered', model: 'replay', kind: 'input' })?.value, '600');
   assert.equal(sample(text, 'echodo_cost_usd', { workspace: 'metered', model: 'replay' })?.value, '0');
-  assert.equal(sample(text, 'echodo_unpriced_checkpoints', { workspace: 'metered', model: 'replay' })?.value, String(ROUNDS));
+  assert.equal(
+    sample(text, 'echodo_unpriced_checkpoints', { workspace: 'metered', model: 'replay' })?.value,
+    String(ROUNDS),
+  );
   await s.su`insert into model_prices (workspace_id, model, input_per_mtok, output_per_mtok)
              values ('metered', ${s.transcriptPath}, 1000, 10000)`;
   const priced = await (await fetch(`${open.url}/metrics`)).text();
@@ -92,12 +110,20 @@ test('mission control /metrics: the fleet to a loopback scrape; refused when pro
   assert.equal((await fetch(`${open.url}/metrics`, { headers: { 'x-forwarded-for': '203.0.113.9' } })).status, 403);
 
   const token = 'metrics-token-0123456789abcdef';
-  const guarded = await createMissionControl({ db: s.t.db, config: { ...s.config, MISSION_CONTROL_METRICS_TOKEN: token },
-    logger: log }).start(0);
+  const guarded = await createMissionControl({
+    db: s.t.db,
+    config: { ...s.config, MISSION_CONTROL_METRICS_TOKEN: token },
+    logger: log,
+  }).start(0);
   t.after(() => guarded.close());
   assert.equal((await fetch(`${guarded.url}/metrics`)).status, 401);
-  assert.equal((await fetch(`${guarded.url}/metrics`, { headers: { authorization: 'Bearer wrong-token-0123456789ab' } })).status, 401);
-  const ok = await fetch(`${guarded.url}/metrics`, { headers: { authorization: `Bearer ${token}`, 'x-forwarded-for': '203.0.113.9' } });
+  assert.equal(
+    (await fetch(`${guarded.url}/metrics`, { headers: { authorization: 'Bearer wrong-token-0123456789ab' } })).status,
+    401,
+  );
+  const ok = await fetch(`${guarded.url}/metrics`, {
+    headers: { authorization: `Bearer ${token}`, 'x-forwarded-for': '203.0.113.9' },
+  });
   assert.equal(ok.status, 200);
   assert.ok(sample(await ok.text(), 'echodo_runs', { workspace: 'metered', status: 'completed' }));
 });

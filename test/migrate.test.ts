@@ -65,11 +65,17 @@ test('processes and connections migrating one empty database at once apply each 
   await Promise.all(inProcess.map((sql) => sql.end({ timeout: 1 })));
 
   const appliedAnywhere = results.flat().sort();
-  assert.deepEqual(appliedAnywhere, migrations.map((m) => m.name).sort(), 'each migration applied by exactly one caller');
+  assert.deepEqual(
+    appliedAnywhere,
+    migrations.map((m) => m.name).sort(),
+    'each migration applied by exactly one caller',
+  );
 
   const sql = superuserSql(url);
   try {
-    const rows = await sql<{ version: number; name: string }[]>`select version, name from schema_migrations order by version`;
+    const rows = await sql<
+      { version: number; name: string }[]
+    >`select version, name from schema_migrations order by version`;
     assert.deepEqual(
       rows.map((r) => ({ version: r.version, name: r.name })),
       migrations.map((m) => ({ version: m.version, name: m.name })),

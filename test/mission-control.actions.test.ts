@@ -25,7 +25,19 @@ const BIG = `${'a line of a big generated file, repeated to go over the diff cap
 // Round 3 "thinks" for a minute: a run can be caught alive however slow the machine is.
 const STEPS: TranscriptStep[] = [
   write('src/greet.ts', 'export const greet = (n: string) => `hello ${n}`;\n'),
-  { toolCalls: [{ toolName: 'write_file', input: { path: 'src/greet.ts', content: 'export const greet = (n: string) => `hi ${n}`;\n' } }, { toolName: 'write_file', input: { path: 'notes/secret.txt', content: 'token sk-live-0123456789abcdef0123456789\n' } }], delayMs: 10 },
+  {
+    toolCalls: [
+      {
+        toolName: 'write_file',
+        input: { path: 'src/greet.ts', content: 'export const greet = (n: string) => `hi ${n}`;\n' },
+      },
+      {
+        toolName: 'write_file',
+        input: { path: 'notes/secret.txt', content: 'token sk-live-0123456789abcdef0123456789\n' },
+      },
+    ],
+    delayMs: 10,
+  },
   write('big.txt', BIG, 120_000),
   { text: 'Done.' },
 ];
@@ -50,7 +62,11 @@ before(async () => {
   token = await createWorkspaceToken(s.t.db.app, s.workspaceId);
   otherToken = await createWorkspaceToken(s.t.db.app, 'other');
   readOnlyToken = await createWorkspaceToken(s.t.db.app, s.workspaceId, { readOnly: true });
-  server = await createMissionControl({ db: s.t.db, config: { ...s.config, LOG_LEVEL: 'silent' }, queue: s.queue }).start(0);
+  server = await createMissionControl({
+    db: s.t.db,
+    config: { ...s.config, LOG_LEVEL: 'silent' },
+    queue: s.queue,
+  }).start(0);
   worker = s.spawnWorker();
 });
 after(async () => {
@@ -60,11 +76,19 @@ after(async () => {
 });
 
 const post = (p: string, body: unknown, headers: Record<string, string> = { authorization: `Bearer ${token}` }) =>
-  fetch(server.url + p, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body), redirect: 'manual' });
+  fetch(server.url + p, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: JSON.stringify(body),
+    redirect: 'manual',
+  });
 const getJson = (p: string, t = token) => fetch(server.url + p, { headers: { authorization: `Bearer ${t}` } });
 
 async function checkpointsOf(id: string, n: number) {
-  await waitFor(async () => (await s.checkpoints(id)).length >= n, { timeoutMs: 120_000, what: `${n} checkpoints of ${id}` }).catch((e: Error) => {
+  await waitFor(async () => (await s.checkpoints(id)).length >= n, {
+    timeoutMs: 120_000,
+    what: `${n} checkpoints of ${id}`,
+  }).catch((e: Error) => {
     throw new Error(`${e.message}\n${worker.output()}`);
   });
 }
@@ -76,7 +100,11 @@ test('cancel from the API: 401 without a token, 404 for another workspace as for
   const foreign = await post(`/api/runs/${agentRunId}/cancel`, {}, { authorization: `Bearer ${otherToken}` });
   const missing = await post('/api/runs/no-such-run/cancel', {}, { authorization: `Bearer ${otherToken}` });
   assert.equal(foreign.status, 404);
-  assert.deepEqual(await foreign.json(), await missing.json(), 'another workspace\'s run answers exactly as a missing one');
+  assert.deepEqual(
+    await foreign.json(),
+    await missing.json(),
+    "another workspace's run answers exactly as a missing one",
+  );
 
   const res = await post(`/api/runs/${agentRunId}/cancel`, {});
   assert.equal(res.status, 200);
@@ -88,7 +116,7 @@ test('cancel from the API: 401 without a token, 404 for another workspace as for
   assert.equal((await post(`/api/runs/${agentRunId}/retry`, {})).status, 409, 'a cancelled run is not retried');
 });
 
-test('the diff of a checkpoint: files with +/- counts, the diff text, the round\'s tool calls (redacted); big diffs truncated', async () => {
+test("the diff of a checkpoint: files with +/- counts, the diff text, the round's tool calls (redacted); big diffs truncated", async () => {
   const { agentRunId } = await s.dispatch({ model: quickModel });
   await s.waitForStatus(agentRunId, 'completed', 120_000);
   const source = (await s.dispatch()).agentRunId;
@@ -101,7 +129,11 @@ test('the diff of a checkpoint: files with +/- counts, the diff text, the round\
   assert.deepEqual({ added: greet.added, deleted: greet.deleted }, { added: 1, deleted: 1 });
   assert.match(greet.diff, /^-export const greet = \(n: string\) => `hello \$\{n\}`;$/m);
   assert.match(greet.diff, /^\+export const greet = \(n: string\) => `hi \$\{n\}`;$/m);
-  assert.deepEqual(diff.toolCalls.map((c: any) => c.tool), ['write_file', 'write_file'], 'the two calls of round 2, not round 1\'s');
+  assert.deepEqual(
+    diff.toolCalls.map((c: any) => c.tool),
+    ['write_file', 'write_file'],
+    "the two calls of round 2, not round 1's",
+  );
   assert.equal(JSON.stringify(diff).includes('sk-live-0123456789abcdef0123456789'), false, 'the secret is redacted');
   assert.equal(diff.truncated, false);
   assert.equal((await getJson(`/api/runs/${source}/checkpoints/9/diff`)).status, 404);
@@ -152,18 +184,31 @@ test('cookie-authenticated writes need the CSRF token and the same origin', asyn
   const csrf = csrfTokenFor(token);
   const at = `/api/runs/${agentRunId}/fork`;
   assert.equal((await post(at, { at: 1, model: quickModel }, { ...cookie, ...origin })).status, 403, 'no CSRF token');
-  assert.equal((await post(at, { at: 1, model: quickModel }, { ...cookie, ...origin, 'x-csrf-token': 'wrong' })).status, 403);
-  assert.equal((await post(at, { at: 1, model: quickModel }, { ...cookie, origin: 'http://evil.example', 'x-csrf-token': csrf })).status, 403, 'foreign origin');
-  assert.equal((await post(at, { at: 1, model: quickModel }, { ...cookie, 'x-csrf-token': csrf })).status, 403, 'no origin at all');
+  assert.equal(
+    (await post(at, { at: 1, model: quickModel }, { ...cookie, ...origin, 'x-csrf-token': 'wrong' })).status,
+    403,
+  );
+  assert.equal(
+    (await post(at, { at: 1, model: quickModel }, { ...cookie, origin: 'http://evil.example', 'x-csrf-token': csrf }))
+      .status,
+    403,
+    'foreign origin',
+  );
+  assert.equal(
+    (await post(at, { at: 1, model: quickModel }, { ...cookie, 'x-csrf-token': csrf })).status,
+    403,
+    'no origin at all',
+  );
   const ok = await post(at, { at: 1, model: quickModel }, { ...cookie, ...origin, 'x-csrf-token': csrf });
   assert.equal(ok.status, 200);
   // The page's form: same token, form-encoded; first a preview, then, confirmed, a redirect to the new run.
-  const formPost = (extra: Record<string, string>) => fetch(`${server.url}/runs/${agentRunId}/actions/fork`, {
-    method: 'POST',
-    headers: { ...cookie, ...origin, 'content-type': 'application/x-www-form-urlencoded' },
-    body: new URLSearchParams({ _csrf: csrf, at: '1', model: quickModel, ...extra }),
-    redirect: 'manual',
-  });
+  const formPost = (extra: Record<string, string>) =>
+    fetch(`${server.url}/runs/${agentRunId}/actions/fork`, {
+      method: 'POST',
+      headers: { ...cookie, ...origin, 'content-type': 'application/x-www-form-urlencoded' },
+      body: new URLSearchParams({ _csrf: csrf, at: '1', model: quickModel, ...extra }),
+      redirect: 'manual',
+    });
   const preview = await formPost({});
   assert.equal(preview.status, 200);
   assert.match(await preview.text(), /data-testid="fork-preview"/);
@@ -179,9 +224,21 @@ test('in Chromium: sign in, open a run, open the diff of checkpoint 2, fork from
   const output = path.resolve(PROJECT_ROOT, process.env.ECHODO_TEST_OUTPUT ?? 'test-output', 'mission-control');
   await mkdir(output, { recursive: true });
   const dir = path.dirname(s.transcriptPath);
-  await writeFile(path.join(dir, 'three.json'), JSON.stringify({ steps: [write('src/a.ts', 'export const a = 1;\n'), write('src/b.ts', 'export const b = 2;\n'), write('src/c.ts', 'export const c = 3;\n'), { text: 'ok' }] }));
+  await writeFile(
+    path.join(dir, 'three.json'),
+    JSON.stringify({
+      steps: [
+        write('src/a.ts', 'export const a = 1;\n'),
+        write('src/b.ts', 'export const b = 2;\n'),
+        write('src/c.ts', 'export const c = 3;\n'),
+        { text: 'ok' },
+      ],
+    }),
+  );
   // The fork's model: rounds 3 to 6 (it starts after the source's step 2), slow enough to watch.
-  const slow = [1, 2].map((i) => write(`never-${i}.txt`, 'x\n')).concat([3, 4, 5, 6].map((i) => write(`src/fork-${i}.ts`, `export const f = ${i};\n`, 700)));
+  const slow = [1, 2]
+    .map((i) => write(`never-${i}.txt`, 'x\n'))
+    .concat([3, 4, 5, 6].map((i) => write(`src/fork-${i}.ts`, `export const f = ${i};\n`, 700)));
   await writeFile(path.join(dir, 'fork-slow.json'), JSON.stringify({ steps: [...slow, { text: 'ok' }] }));
   const { agentRunId: source } = await s.dispatch({ model: `replay:${path.join(dir, 'three.json')}` });
   await s.waitForStatus(source, 'completed', 120_000);
@@ -190,10 +247,15 @@ test('in Chromium: sign in, open a run, open the diff of checkpoint 2, fork from
 
   const evil: Server = createServer((req, res) => {
     res.setHeader('content-type', 'text/html');
-    res.end(`<form id="f" method="post" action="${server.url}/runs/${source}/actions/fork"><input name="at" value="1"><input name="_csrf" value="guess"></form><script>document.getElementById('f').submit()</script>`);
+    res.end(
+      `<form id="f" method="post" action="${server.url}/runs/${source}/actions/fork"><input name="at" value="1"><input name="_csrf" value="guess"></form><script>document.getElementById('f').submit()</script>`,
+    );
   });
   await new Promise<void>((resolve) => evil.listen(0, '127.0.0.1', resolve));
-  const browser = await chromium.launch({ executablePath: '/usr/bin/chromium', args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-sync'] });
+  const browser = await chromium.launch({
+    executablePath: '/usr/bin/chromium',
+    args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-sync'],
+  });
   try {
     const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
     await page.goto(`${server.url}/login`);
@@ -205,7 +267,11 @@ test('in Chromium: sign in, open a run, open the diff of checkpoint 2, fork from
     assert.match(await page.locator('[data-testid="diff-files"]').innerText(), /src\/b\.ts[\s\S]*\+1/);
     assert.match(await page.locator('[data-testid="tool-calls"]').innerText(), /write_file/);
     const convoyId = (await s.run(source)).convoy_id as string;
-    assert.equal(await page.locator(`[data-testid="crumbs"] a[href="/convoys/${convoyId}"]`).count(), 1, 'the breadcrumb keeps the convoy');
+    assert.equal(
+      await page.locator(`[data-testid="crumbs"] a[href="/convoys/${convoyId}"]`).count(),
+      1,
+      'the breadcrumb keeps the convoy',
+    );
     assert.equal(await page.getAttribute('[data-testid="diff-prev"]', 'href'), `/runs/${source}/checkpoints/1`);
     await page.screenshot({ path: path.join(output, 'diff.png'), fullPage: true });
     await page.goBack();
@@ -218,15 +284,29 @@ test('in Chromium: sign in, open a run, open the diff of checkpoint 2, fork from
     assert.match(await page.locator('[data-testid="fork-preview-branch"]').innerText(), /is kept/);
     const [srcCount] = await s.su`select count(*)::int as n from agent_runs where forked_from_run = ${source}`;
     assert.equal(srcCount!.n, runsBefore, 'the preview forks nothing');
-    await Promise.all([page.waitForURL((u) => u.pathname.startsWith('/runs/') && !u.pathname.includes(source)), page.click('[data-testid="confirm-yes"]')]);
+    await Promise.all([
+      page.waitForURL((u) => u.pathname.startsWith('/runs/') && !u.pathname.includes(source)),
+      page.click('[data-testid="confirm-yes"]'),
+    ]);
     const forkId = decodeURIComponent(new URL(page.url()).pathname.split('/')[2]!);
     assert.equal((await s.run(forkId)).forked_from_run, source, 'the page of the new run');
     await page.waitForSelector('[data-testid="live-status"][data-state="live"]');
     // No reload from here on: the count rises and the status turns completed as the worker goes.
-    await page.waitForFunction(() => Number(document.querySelector('[data-testid="run-checkpoint-count"]')?.textContent) >= 1, null, { timeout: 120_000 });
+    await page.waitForFunction(
+      () => Number(document.querySelector('[data-testid="run-checkpoint-count"]')?.textContent) >= 1,
+      null,
+      { timeout: 120_000 },
+    );
     const seen = Number(await page.locator('[data-testid="run-checkpoint-count"]').innerText());
-    await page.waitForFunction(() => document.querySelector('[data-field="status"]')?.textContent === 'completed', null, { timeout: 120_000 });
-    assert.ok(Number(await page.locator('[data-testid="run-checkpoint-count"]').innerText()) >= Math.max(seen, 4), 'progressed live to 4 checkpoints');
+    await page.waitForFunction(
+      () => document.querySelector('[data-field="status"]')?.textContent === 'completed',
+      null,
+      { timeout: 120_000 },
+    );
+    assert.ok(
+      Number(await page.locator('[data-testid="run-checkpoint-count"]').innerText()) >= Math.max(seen, 4),
+      'progressed live to 4 checkpoints',
+    );
     await page.screenshot({ path: path.join(output, 'fork.png'), fullPage: true });
 
     // A page of another origin posts a form at the panel with the signed-in cookie: refused.
@@ -235,7 +315,7 @@ test('in Chromium: sign in, open a run, open the diff of checkpoint 2, fork from
     await page.goto(evilUrl);
     assert.equal((await answer).status(), 403);
     const runsAfter = (await s.su`select count(*)::int as n from agent_runs where forked_from_run = ${source}`)[0]!.n;
-    assert.equal(runsAfter, runsBefore + 1, 'only the panel\'s own fork made a run');
+    assert.equal(runsAfter, runsBefore + 1, "only the panel's own fork made a run");
 
     // A read-only token reads the same run and sees no action buttons; the API answers 403.
     const reader = await browser.newPage();
@@ -249,7 +329,11 @@ test('in Chromium: sign in, open a run, open the diff of checkpoint 2, fork from
       const res = await post(`/api/runs/${source}/${action}`, { at: 1 }, { authorization: `Bearer ${readOnlyToken}` });
       assert.equal(res.status, 403, `${action} with a read-only token`);
     }
-    assert.equal((await getJson(`/api/runs/${source}/checkpoints/2/diff`, readOnlyToken)).status, 200, 'it still reads');
+    assert.equal(
+      (await getJson(`/api/runs/${source}/checkpoints/2/diff`, readOnlyToken)).status,
+      200,
+      'it still reads',
+    );
   } finally {
     await browser.close();
     evil.close();

@@ -21,8 +21,15 @@ async function seedRun(workspaceId: string, convoyId: string, briefId: string, c
   return withWorkspace(t.db.app, workspaceId, async (tx) => {
     await createWorkspace(tx);
     const parsed = parseJob({
-      jobId: `job-${briefId}`, workspaceId, convoyId, briefId, roleId: 'coder', harnessAlias: 'code',
-      baseRef: 'main', brief: 'Add a greeting module.', model: 'replay:/tmp/none.json',
+      jobId: `job-${briefId}`,
+      workspaceId,
+      convoyId,
+      briefId,
+      roleId: 'coder',
+      harnessAlias: 'code',
+      baseRef: 'main',
+      brief: 'Add a greeting module.',
+      model: 'replay:/tmp/none.json',
     });
     if (!parsed.ok) throw new Error(parsed.problems.join('; '));
     const { agentRunId } = await recordRun(tx, parsed.job);
@@ -38,10 +45,25 @@ async function addCheckpoint(workspaceId: string, agentRunId: string): Promise<v
     const [prev] = await tx`select checkpoint_seq, hash, tool_history from worker_checkpoints
                              where agent_run_id = ${agentRunId} order by checkpoint_seq desc limit 1`;
     const seq: number = (prev?.checkpoint_seq ?? 0) + 1;
-    const filesTouched: FileTouched[] = [{ path: `src/file-${seq}.ts`, sha256: String(seq).repeat(64).slice(0, 64), bytes: 12, deleted: false }];
-    const toolHistory = [...(prev?.tool_history ?? []), { round: seq, tool: 'write_file', input: { path: `src/file-${seq}.ts` }, result: 'ok' }];
+    const filesTouched: FileTouched[] = [
+      { path: `src/file-${seq}.ts`, sha256: String(seq).repeat(64).slice(0, 64), bytes: 12, deleted: false },
+    ];
+    const toolHistory = [
+      ...(prev?.tool_history ?? []),
+      { round: seq, tool: 'write_file', input: { path: `src/file-${seq}.ts` }, result: 'ok' },
+    ];
     const commitOid = seq.toString(16).padStart(40, '0');
-    const payload = { workspaceId, agentRunId, checkpointSeq: seq, step: seq, toolHistory, filesTouched, branch: 'echodo/b', worktreePath: '/tmp/wt', commitOid };
+    const payload = {
+      workspaceId,
+      agentRunId,
+      checkpointSeq: seq,
+      step: seq,
+      toolHistory,
+      filesTouched,
+      branch: 'echodo/b',
+      worktreePath: '/tmp/wt',
+      commitOid,
+    };
     await tx`insert into worker_checkpoints (workspace_id, agent_run_id, convoy_id, brief_id, checkpoint_seq, step, attempt,
                lease_epoch, tool_history, files_touched, branch, worktree_path, commit_oid, prev_hash, hash)
              values (${workspaceId}, ${agentRunId}, ${run!.convoy_id}, ${run!.brief_id}, ${seq}, ${seq}, ${run!.attempt},
@@ -51,7 +73,10 @@ async function addCheckpoint(workspaceId: string, agentRunId: string): Promise<v
 }
 
 const get = (path: string, token?: string, headers: Record<string, string> = {}) =>
-  fetch(server.url + path, { headers: token ? { authorization: `Bearer ${token}`, ...headers } : headers, redirect: 'manual' });
+  fetch(server.url + path, {
+    headers: token ? { authorization: `Bearer ${token}`, ...headers } : headers,
+    redirect: 'manual',
+  });
 
 before(async () => {
   t = await createTestDatabase();
@@ -63,7 +88,9 @@ before(async () => {
   for (let i = 0; i < 3; i++) await addCheckpoint('ws-a', runs.a1);
   for (let i = 0; i < 5; i++) await addCheckpoint('ws-b', runs.b1);
   await addCheckpoint('ws-b', runs.bOnly);
-  await withWorkspace(t.db.app, 'ws-a', (tx) => appendEvent(tx, { convoyId: 'convoy-1', agentRunId: runs.a1, type: 'run_resumed', metadata: { attempt: 2 } }));
+  await withWorkspace(t.db.app, 'ws-a', (tx) =>
+    appendEvent(tx, { convoyId: 'convoy-1', agentRunId: runs.a1, type: 'run_resumed', metadata: { attempt: 2 } }),
+  );
   tokens.a = await createWorkspaceToken(t.db.app, 'ws-a');
   tokens.b = await createWorkspaceToken(t.db.app, 'ws-b');
   tokens.admin = await createAdminToken(t.db.admin);
@@ -115,17 +142,37 @@ test('run checkpoints: seq order, ISO times, commit, hash and files as stored; t
                             from worker_checkpoints where agent_run_id = ${runs.a1} order by checkpoint_seq`;
     assert.equal(body.agentRunId, runs.a1);
     assert.deepEqual(
-      body.checkpoints.map((c: Record<string, unknown>) => [c.seq, c.step, c.occurredAt, c.commitOid, c.hash, (c.files as { path: string }[]).map((f) => f.path)]),
-      rows.map((r) => [r.checkpoint_seq, r.step, r.occurred_at.toISOString(), r.commit_oid, r.hash, r.files_touched.map((f: { path: string }) => f.path)]),
+      body.checkpoints.map((c: Record<string, unknown>) => [
+        c.seq,
+        c.step,
+        c.occurredAt,
+        c.commitOid,
+        c.hash,
+        (c.files as { path: string }[]).map((f) => f.path),
+      ]),
+      rows.map((r) => [
+        r.checkpoint_seq,
+        r.step,
+        r.occurred_at.toISOString(),
+        r.commit_oid,
+        r.hash,
+        r.files_touched.map((f: { path: string }) => f.path),
+      ]),
     );
     assert.deepEqual(body.checkpoints[1].tools, ['write_file']);
     assert.equal(body.chain.ok, true);
-    assert.deepEqual(body.events.map((e: { type: string }) => e.type), ['run_resumed']);
+    assert.deepEqual(
+      body.events.map((e: { type: string }) => e.type),
+      ['run_resumed'],
+    );
 
     await su`update worker_checkpoints set files_touched = '[]' where agent_run_id = ${runs.a1} and checkpoint_seq = 2`;
     const tampered = await (await get(`/api/runs/${runs.a1}/checkpoints`, tokens.a)).json();
     assert.equal(tampered.chain.ok, false);
-    assert.deepEqual(tampered.checkpoints.map((c: { verified: boolean }) => c.verified), [true, false, false]);
+    assert.deepEqual(
+      tampered.checkpoints.map((c: { verified: boolean }) => c.verified),
+      [true, false, false],
+    );
   } finally {
     await su`update worker_checkpoints set files_touched = ${su.json([{ path: 'src/file-2.ts', sha256: '2'.repeat(64), bytes: 12, deleted: false }])}
               where agent_run_id = ${runs.a1} and checkpoint_seq = 2`;
@@ -134,7 +181,12 @@ test('run checkpoints: seq order, ISO times, commit, hash and files as stored; t
 });
 
 test('no token, a bad token or a malformed header: 401 on the API; the pages send you to /login', async () => {
-  const attempts: Record<string, string>[] = [{}, { authorization: 'Bearer emc_not-a-real-token' }, { authorization: `Basic ${tokens.a}` }, { authorization: 'Bearer' }];
+  const attempts: Record<string, string>[] = [
+    {},
+    { authorization: 'Bearer emc_not-a-real-token' },
+    { authorization: `Basic ${tokens.a}` },
+    { authorization: 'Bearer' },
+  ];
   for (const headers of attempts) {
     const res = await get('/api/convoys/convoy-1', undefined, headers);
     assert.equal(res.status, 401, JSON.stringify(headers));
@@ -145,7 +197,11 @@ test('no token, a bad token or a malformed header: 401 on the API; the pages sen
   }
   const page = await get('/convoys/convoy-1', undefined, { cookie: 'emc_token=emc_forged' });
   assert.equal(page.status, 302);
-  assert.equal(page.headers.get('location'), '/login?next=%2Fconvoys%2Fconvoy-1', 'sign-in returns to the page asked for');
+  assert.equal(
+    page.headers.get('location'),
+    '/login?next=%2Fconvoys%2Fconvoy-1',
+    'sign-in returns to the page asked for',
+  );
 });
 
 test("another workspace's convoy and run are 404 with exactly the body of ids that never existed", async () => {
@@ -170,14 +226,27 @@ test("another workspace's convoy and run are 404 with exactly the body of ids th
 
 test("a workspace's listing and its same-named convoy never include the other workspace's runs", async () => {
   const list = await (await get('/api/convoys', tokens.a)).json();
-  assert.deepEqual(list.convoys.map((c: { convoyId: string }) => c.convoyId), ['convoy-1']);
+  assert.deepEqual(
+    list.convoys.map((c: { convoyId: string }) => c.convoyId),
+    ['convoy-1'],
+  );
   assert.equal(list.convoys[0].checkpointCount, 3);
-  assert.deepEqual(list.convoys[0].runs, { queued: 1, running: 1, completed: 0, failed: 0, cancelled: 0, budget_exhausted: 0 });
+  assert.deepEqual(list.convoys[0].runs, {
+    queued: 1,
+    running: 1,
+    completed: 0,
+    failed: 0,
+    cancelled: 0,
+    budget_exhausted: 0,
+  });
 
   const a = await (await get('/api/convoys/convoy-1', tokens.a)).json();
   const b = await (await get('/api/convoys/convoy-1', tokens.b)).json();
   assert.deepEqual(a.runs.map((r: { agentRunId: string }) => r.agentRunId).sort(), [runs.a1, runs.a2].sort());
-  assert.deepEqual(b.runs.map((r: { agentRunId: string }) => r.agentRunId), [runs.b1]);
+  assert.deepEqual(
+    b.runs.map((r: { agentRunId: string }) => r.agentRunId),
+    [runs.b1],
+  );
   assert.equal(b.checkpointCount, 5);
 
   const page = await (await get('/', undefined, { cookie: `emc_token=${tokens.a}` })).text();
@@ -200,7 +269,10 @@ test('the fleet rollup is admin-only: 403 for a workspace token, 200 with every 
   assert.equal(byId['ws-a'].queued, 1);
   assert.equal(byId['ws-b'].running, 2);
   assert.equal(byId['ws-b'].checkpointsLastMinute, 6);
-  assert.deepEqual(byId['ws-b'].workers.map((w: { workerId: string }) => w.workerId), ['worker-ws-b']);
+  assert.deepEqual(
+    byId['ws-b'].workers.map((w: { workerId: string }) => w.workerId),
+    ['worker-ws-b'],
+  );
   assert.equal((await get('/fleet', undefined, { cookie: `emc_token=${tokens.admin}` })).status, 200);
 });
 
@@ -217,7 +289,10 @@ test('sign-in sets an HttpOnly SameSite=Strict cookie; a bad token is refused', 
   assert.match(cookie, /Path=\//);
   assert.equal((await post('emc_wrong')).status, 401);
   const foreign = await fetch(`${server.url}/login`, {
-    method: 'POST', body: new URLSearchParams({ token: tokens.a }), headers: { origin: 'http://evil.example' }, redirect: 'manual',
+    method: 'POST',
+    body: new URLSearchParams({ token: tokens.a }),
+    headers: { origin: 'http://evil.example' },
+    redirect: 'manual',
   });
   assert.equal(foreign.status, 403);
 });
@@ -228,7 +303,10 @@ test('pages escape what they show', async () => {
   try {
     const page = await (await get('/', undefined, { cookie: `emc_token=${tokens.a}` })).text();
     assert.ok(!page.includes(hostile), '!page.includes(hostile)');
-    assert.ok(page.includes('&lt;img src=x onerror=&quot;alert(1)&quot;&gt;'), 'page.includes(\'&lt;img src=x onerror=&quot;alert(1)&quot;&gt;\')');
+    assert.ok(
+      page.includes('&lt;img src=x onerror=&quot;alert(1)&quot;&gt;'),
+      "page.includes('&lt;img src=x onerror=&quot;alert(1)&quot;&gt;')",
+    );
   } finally {
     await withWorkspace(t.db.app, 'ws-a', (tx) => tx`delete from convoys where id = ${hostile}`);
   }
@@ -258,7 +336,10 @@ async function readEvents(res: Response, until: (events: { event: string; data: 
 
 test("the live feed sends a change when a checkpoint is inserted, and only for the token's workspace", async () => {
   const controller = new AbortController();
-  const res = await fetch(`${server.url}/api/events`, { headers: { authorization: `Bearer ${tokens.a}` }, signal: controller.signal });
+  const res = await fetch(`${server.url}/api/events`, {
+    headers: { authorization: `Bearer ${tokens.a}` },
+    signal: controller.signal,
+  });
   assert.equal(res.status, 200);
   assert.match(res.headers.get('content-type') ?? '', /text\/event-stream/);
   let inserted = false;
@@ -272,7 +353,12 @@ test("the live feed sends a change when a checkpoint is inserted, and only for t
   });
   controller.abort();
   const changes = events.filter((e) => e.event === 'change').map((e) => JSON.parse(e.data));
-  assert.deepEqual(changes[0], { table: 'worker_checkpoints', workspaceId: 'ws-a', convoyId: 'convoy-1', agentRunId: runs.a1 });
+  assert.deepEqual(changes[0], {
+    table: 'worker_checkpoints',
+    workspaceId: 'ws-a',
+    convoyId: 'convoy-1',
+    agentRunId: runs.a1,
+  });
 });
 
 test('token create: prints a token once and stores only its sha256; bad arguments exit 2; an unknown workspace is named', async () => {
@@ -283,7 +369,8 @@ test('token create: prints a token once and stores only its sha256; bad argument
   assert.match(token, /^emc_[A-Za-z0-9_-]{43}$/);
   const su = superuserSql(t.url);
   try {
-    const [row] = await su`select workspace_id, is_admin, token_sha256 from mission_control_tokens where token_sha256 = ${tokenSha256(token)}`;
+    const [row] =
+      await su`select workspace_id, is_admin, token_sha256 from mission_control_tokens where token_sha256 = ${tokenSha256(token)}`;
     assert.deepEqual({ ...row }, { workspace_id: 'ws-a', is_admin: false, token_sha256: tokenSha256(token) });
     const [leak] = await su`select count(*)::int as n from mission_control_tokens where token_sha256 = ${token}`;
     assert.equal(leak!.n, 0);
@@ -292,7 +379,13 @@ test('token create: prints a token once and stores only its sha256; bad argument
   }
   assert.equal((await get('/api/convoys/convoy-1', token)).status, 200);
 
-  for (const args of [['token'], ['token', 'create'], ['token', 'create', '--workspace'], ['token', 'create', '--workspace', 'ws-a', '--admin'], ['token', 'create', '--bogus']]) {
+  for (const args of [
+    ['token'],
+    ['token', 'create'],
+    ['token', 'create', '--workspace'],
+    ['token', 'create', '--workspace', 'ws-a', '--admin'],
+    ['token', 'create', '--bogus'],
+  ]) {
     const bad = spawnNode('scripts/mission-control.ts', args, { env });
     assert.equal((await bad.exited).code, 2, `${args.join(' ')}: ${bad.output()}`);
     assert.match(bad.output(), /usage: npm run mission-control/);

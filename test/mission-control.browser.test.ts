@@ -29,8 +29,15 @@ async function recordAndClaim(briefId: string, roleId: string, workerId: string 
   return withWorkspace(t.db.app, WS, async (tx) => {
     await createWorkspace(tx);
     const parsed = parseJob({
-      jobId: `job-${briefId}`, workspaceId: WS, convoyId: CONVOY, briefId, roleId, harnessAlias: 'code',
-      baseRef: 'main', brief: 'Add a greeting module and a test for it.', model: 'replay:/tmp/none.json',
+      jobId: `job-${briefId}`,
+      workspaceId: WS,
+      convoyId: CONVOY,
+      briefId,
+      roleId,
+      harnessAlias: 'code',
+      baseRef: 'main',
+      brief: 'Add a greeting module and a test for it.',
+      model: 'replay:/tmp/none.json',
     });
     if (!parsed.ok) throw new Error(parsed.problems.join('; '));
     const { agentRunId } = await recordRun(tx, parsed.job);
@@ -50,19 +57,32 @@ const ROUNDS: { tools: string[]; file: string }[] = [
 /** Writes the run's next checkpoint as the worker does: next seq and step, linked into the hash chain. */
 async function addCheckpoint(agentRunId: string, secondsAgo?: number): Promise<{ count: number; occurredAt: Date }> {
   await withWorkspace(t.db.app, WS, async (tx) => {
-    const [run] = await tx`select convoy_id, brief_id, attempt, lease_epoch, branch from agent_runs where id = ${agentRunId}`;
+    const [run] =
+      await tx`select convoy_id, brief_id, attempt, lease_epoch, branch from agent_runs where id = ${agentRunId}`;
     const [prev] = await tx`select checkpoint_seq, hash, tool_history from worker_checkpoints
                              where agent_run_id = ${agentRunId} order by checkpoint_seq desc limit 1`;
     const seq: number = (prev?.checkpoint_seq ?? 0) + 1;
     const round = ROUNDS[(seq - 1) % ROUNDS.length]!;
-    const filesTouched: FileTouched[] = [{ path: round.file, sha256: `${seq}`.padEnd(64, 'e'), bytes: 120 + seq, deleted: false }];
+    const filesTouched: FileTouched[] = [
+      { path: round.file, sha256: `${seq}`.padEnd(64, 'e'), bytes: 120 + seq, deleted: false },
+    ];
     const toolHistory = [
       ...(prev?.tool_history ?? []),
       ...round.tools.map((tool) => ({ round: seq, tool, input: { path: round.file }, result: 'ok' })),
     ];
     const commitOid = `${seq}`.padStart(40, 'a');
     const branch = `echodo/${run!.brief_id}-${agentRunId.slice(0, 8)}`;
-    const payload = { workspaceId: WS, agentRunId, checkpointSeq: seq, step: seq, toolHistory, filesTouched, branch, worktreePath: null, commitOid };
+    const payload = {
+      workspaceId: WS,
+      agentRunId,
+      checkpointSeq: seq,
+      step: seq,
+      toolHistory,
+      filesTouched,
+      branch,
+      worktreePath: null,
+      commitOid,
+    };
     const occurredAt = secondsAgo === undefined ? tx`now()` : tx`now() - make_interval(secs => ${secondsAgo})`;
     await tx`insert into worker_checkpoints (workspace_id, agent_run_id, convoy_id, brief_id, checkpoint_seq, step, attempt,
                lease_epoch, tool_history, files_touched, branch, worktree_path, commit_oid, prev_hash, hash, occurred_at)
@@ -94,7 +114,12 @@ before(async () => {
   for (let i = 5; i >= 1; i--) await addCheckpoint(runs.coder, 600 + i * 40);
   await withWorkspace(t.db.app, WS, async (tx) => {
     await completeRun(tx, { agentRunId: runs.coder, leaseEpoch: 1 });
-    await appendEvent(tx, { convoyId: CONVOY, agentRunId: runs.coder, type: 'role_complete', metadata: { harnessAlias: 'code' } });
+    await appendEvent(tx, {
+      convoyId: CONVOY,
+      agentRunId: runs.coder,
+      type: 'role_complete',
+      metadata: { harnessAlias: 'code' },
+    });
   });
   runs.reviewer = await recordAndClaim('review-greeting', 'reviewer', 'worker-7f3a-41');
   await addCheckpoint(runs.reviewer, 240);
@@ -102,7 +127,12 @@ before(async () => {
   await withWorkspace(t.db.app, WS, async (tx) => {
     await requeueRun(tx, { agentRunId: runs.reviewer, leaseEpoch: 1, nextAttempt: true });
     await claimRun(tx, { agentRunId: runs.reviewer, workerId: 'worker-c21d-07', leaseMs: 600_000 });
-    await appendEvent(tx, { convoyId: CONVOY, agentRunId: runs.reviewer, type: 'run_resumed', metadata: { attempt: 2, fromCheckpoint: 2 } });
+    await appendEvent(tx, {
+      convoyId: CONVOY,
+      agentRunId: runs.reviewer,
+      type: 'run_resumed',
+      metadata: { attempt: 2, fromCheckpoint: 2 },
+    });
   });
   await addCheckpoint(runs.reviewer);
   runs.docs = await recordAndClaim('document-greeting', 'doc-writer', null);
@@ -111,7 +141,15 @@ before(async () => {
   browser = await chromium.launch({
     // Found by npm test's preflight (no skip: a missing Chromium stops the suite before it starts).
     executablePath: process.env.ECHODO_CHROMIUM ?? '/usr/bin/chromium',
-    args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run', '--disable-quic'],
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+      '--no-first-run',
+      '--disable-quic',
+    ],
   });
 });
 
@@ -140,7 +178,10 @@ test('the convoy panel shows the checkpoint count and last time, and updates the
 
   const before = await convoyTotals();
   assert.equal(await text(page, '[data-testid="convoy-checkpoint-count"]'), String(before.count));
-  assert.equal(await page.getAttribute('[data-testid="convoy-last-checkpoint-at"]', 'data-iso'), before.occurredAt.toISOString());
+  assert.equal(
+    await page.getAttribute('[data-testid="convoy-last-checkpoint-at"]', 'data-iso'),
+    before.occurredAt.toISOString(),
+  );
   assert.equal(await text(page, `[data-run-id="${runs.reviewer}"] [data-field="checkpointCount"]`), '3');
 
   await page.evaluate(() => ((window as unknown as { loadedOnce: boolean }).loadedOnce = true));
@@ -150,10 +191,17 @@ test('the convoy panel shows the checkpoint count and last time, and updates the
     (expected) => document.querySelector('[data-testid="convoy-checkpoint-count"]')?.textContent === expected,
     String(afterInsert.count),
   );
-  assert.equal(await page.getAttribute('[data-testid="convoy-last-checkpoint-at"]', 'data-iso'), afterInsert.occurredAt.toISOString());
+  assert.equal(
+    await page.getAttribute('[data-testid="convoy-last-checkpoint-at"]', 'data-iso'),
+    afterInsert.occurredAt.toISOString(),
+  );
   assert.equal(await text(page, `[data-run-id="${runs.reviewer}"] [data-field="checkpointCount"]`), '4');
   assert.equal(await text(page, `[data-run-id="${runs.reviewer}"] [data-field="step"]`), '4');
-  assert.equal(await page.evaluate(() => (window as unknown as { loadedOnce?: boolean }).loadedOnce), true, 'updated in place, not reloaded');
+  assert.equal(
+    await page.evaluate(() => (window as unknown as { loadedOnce?: boolean }).loadedOnce),
+    true,
+    'updated in place, not reloaded',
+  );
 
   await page.screenshot({ path: path.join(OUTPUT, 'convoy.png'), fullPage: true });
   await page.close();
@@ -164,7 +212,10 @@ test('the run timeline shows checkpoints and events in order and grows live', as
   await signIn(page);
   await page.goto(`${server.url}/runs/${runs.reviewer}`);
   await page.waitForSelector('[data-testid="live-status"][data-state="live"]');
-  const items = () => page.$$eval('ol.timeline > li', (lis) => lis.map((li) => li.getAttribute('data-seq') ?? li.getAttribute('data-event-type')));
+  const items = () =>
+    page.$$eval('ol.timeline > li', (lis) =>
+      lis.map((li) => li.getAttribute('data-seq') ?? li.getAttribute('data-event-type')),
+    );
   assert.deepEqual(await items(), ['4', '3', 'run_resumed', '2', '1'], 'newest first');
   assert.equal(await text(page, '[data-testid="chain-verdict"]'), 'verifies');
 
@@ -172,7 +223,11 @@ test('the run timeline shows checkpoints and events in order and grows live', as
   await addCheckpoint(runs.reviewer);
   await page.waitForSelector('ol.timeline > li[data-seq="5"]');
   assert.deepEqual(await items(), ['5', '4', '3', 'run_resumed', '2', '1']);
-  assert.equal(await page.evaluate(() => (window as unknown as { loadedOnce?: boolean }).loadedOnce), true, 'updated in place, not reloaded');
+  assert.equal(
+    await page.evaluate(() => (window as unknown as { loadedOnce?: boolean }).loadedOnce),
+    true,
+    'updated in place, not reloaded',
+  );
   await page.screenshot({ path: path.join(OUTPUT, 'run.png'), fullPage: true });
   await page.close();
 });

@@ -86,7 +86,11 @@ test('convoyDetail at 10^6 checkpoint rows: no Seq Scan on worker_checkpoints, a
       `(${heapFetches} heap fetches)\n`,
   );
   assert.ok(onCheckpoints.length > 0, 'the plan reads worker_checkpoints');
-  assert.deepEqual(onCheckpoints.filter((node) => node['Node Type'] === 'Seq Scan'), [], 'no Seq Scan on worker_checkpoints');
+  assert.deepEqual(
+    onCheckpoints.filter((node) => node['Node Type'] === 'Seq Scan'),
+    [],
+    'no Seq Scan on worker_checkpoints',
+  );
   assert.ok(
     onCheckpoints.every((node) => node['Node Type'] === 'Index Only Scan'),
     `worker_checkpoints is read index-only: ${JSON.stringify(onCheckpoints.map((node) => node['Node Type']))}`,
@@ -95,7 +99,10 @@ test('convoyDetail at 10^6 checkpoint rows: no Seq Scan on worker_checkpoints, a
   const detail = await withWorkspace(t.db.app, BIG, (tx) => convoyDetail(tx, 'convoy-42'));
   assert.equal(detail?.runs.length, 10);
   assert.equal(detail?.checkpointCount, 10 * (ROWS / RUNS));
-  assert.ok(detail!.runs.every((run) => run.checkpointCount === ROWS / RUNS), 'detail!.runs.every((run) => run.checkpointCount === ROWS / RUNS)');
+  assert.ok(
+    detail!.runs.every((run) => run.checkpointCount === ROWS / RUNS),
+    'detail!.runs.every((run) => run.checkpointCount === ROWS / RUNS)',
+  );
   // A convoy of the other workspace does not exist for ws-big.
   assert.equal(await withWorkspace(t.db.app, BIG, (tx) => convoyDetail(tx, 'convoy-95')), undefined);
 });

@@ -22,7 +22,10 @@ const request = (path: string, init: RequestInit & { token?: string } = {}) =>
   fetch(server.url + path, {
     ...init,
     redirect: 'manual',
-    headers: { ...(init.token ? { authorization: `Bearer ${init.token}` } : {}), ...(init.headers as Record<string, string>) },
+    headers: {
+      ...(init.token ? { authorization: `Bearer ${init.token}` } : {}),
+      ...(init.headers as Record<string, string>),
+    },
   });
 
 before(async () => {
@@ -41,7 +44,13 @@ after(async () => {
 function streamUpload(path: string, total: number): Promise<{ status: number; sent: number }> {
   return new Promise((resolve, reject) => {
     const url = new URL(server.url + path);
-    const req = http.request({ host: url.hostname, port: url.port, path: url.pathname, method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' } });
+    const req = http.request({
+      host: url.hostname,
+      port: url.port,
+      path: url.pathname,
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+    });
     const chunk = Buffer.alloc(256 * 1024, 'a');
     let sent = 0;
     let status = 0;
@@ -67,15 +76,29 @@ function streamUpload(path: string, total: number): Promise<{ status: number; se
 
 test('every POST body is capped: 413 by Content-Length at once, and by counting a chunked 150 MB upload', async () => {
   const big = 'token=' + 'x'.repeat(MAX_BODY_BYTES + 1);
-  for (const path of ['/login', '/logout', '/api/runs/run-1/cancel', '/api/runs/run-1/fork', '/runs/run-1/actions/retry']) {
-    const res = await request(path, { method: 'POST', body: big, headers: { 'content-type': 'application/x-www-form-urlencoded' }, token });
+  for (const path of [
+    '/login',
+    '/logout',
+    '/api/runs/run-1/cancel',
+    '/api/runs/run-1/fork',
+    '/runs/run-1/actions/retry',
+  ]) {
+    const res = await request(path, {
+      method: 'POST',
+      body: big,
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      token,
+    });
     assert.equal(res.status, 413, `${path}: ${res.status}`);
     assert.equal((await res.json()).error, 'payload_too_large');
   }
   const before = process.memoryUsage().rss;
   const upload = await streamUpload('/login', 150 * 1024 * 1024);
   assert.equal(upload.status, 413);
-  assert.ok(upload.sent < 150 * 1024 * 1024, `the server read the whole upload (${upload.sent} bytes) before answering`);
+  assert.ok(
+    upload.sent < 150 * 1024 * 1024,
+    `the server read the whole upload (${upload.sent} bytes) before answering`,
+  );
   assert.ok(process.memoryUsage().rss - before < 100 * 1024 * 1024, 'the upload was buffered in memory');
   // A small sign-in still works.
   const ok = await request('/login', { method: 'POST', body: new URLSearchParams({ token }) });
@@ -83,7 +106,10 @@ test('every POST body is capped: 413 by Content-Length at once, and by counting 
 });
 
 test('malformed ids are 404 with the not-found body, never a 500, and only after the token', async () => {
-  const notFound = { convoy: { error: 'not_found', message: 'convoy not found' }, run: { error: 'not_found', message: 'run not found' } };
+  const notFound = {
+    convoy: { error: 'not_found', message: 'convoy not found' },
+    run: { error: 'not_found', message: 'run not found' },
+  };
   const cases: [string, keyof typeof notFound][] = [
     ['/api/convoys/a%00b', 'convoy'],
     ['/api/convoys/%ED%A0%80', 'convoy'], // a lone surrogate
@@ -116,7 +142,11 @@ test('the session cookie has a Max-Age, and Secure when served over https', asyn
   assert.match(cookie, /SameSite=Strict/);
   assert.match(cookie, /Max-Age=43200/);
   assert.doesNotMatch(cookie, /Secure/);
-  const https = await request('/login', { method: 'POST', body: new URLSearchParams({ token }), headers: { 'x-forwarded-proto': 'https' } });
+  const https = await request('/login', {
+    method: 'POST',
+    body: new URLSearchParams({ token }),
+    headers: { 'x-forwarded-proto': 'https' },
+  });
   assert.match(https.headers.get('set-cookie') ?? '', /; Secure/);
   // A token that expires sooner than a session ends the cookie with it.
   const soon = await createWorkspaceTokenWithId(t.db.app, WS, { expiresAt: new Date(Date.now() + 600_000) });
@@ -128,11 +158,24 @@ test('the session cookie has a Max-Age, and Secure when served over https', asyn
 test('a read-only token reads and gets 403 on every POST; expired and revoked tokens are 401', async () => {
   const readOnly = await createWorkspaceTokenWithId(t.db.app, WS, { readOnly: true });
   assert.equal((await request('/api/convoys', { token: readOnly.token })).status, 200);
-  for (const path of ['/api/runs/run-1/cancel', '/api/runs/run-1/retry', '/api/runs/run-1/fork', '/api/runs/other-run/cancel']) {
-    const res = await request(path, { method: 'POST', token: readOnly.token, body: '{"at":1}', headers: { 'content-type': 'application/json' } });
+  for (const path of [
+    '/api/runs/run-1/cancel',
+    '/api/runs/run-1/retry',
+    '/api/runs/run-1/fork',
+    '/api/runs/other-run/cancel',
+  ]) {
+    const res = await request(path, {
+      method: 'POST',
+      token: readOnly.token,
+      body: '{"at":1}',
+      headers: { 'content-type': 'application/json' },
+    });
     assert.equal(res.status, 403, `${path}: ${res.status}`);
   }
-  const form = await request('/runs/run-1/actions/cancel', { method: 'POST', headers: { cookie: `emc_token=${readOnly.token}` } });
+  const form = await request('/runs/run-1/actions/cancel', {
+    method: 'POST',
+    headers: { cookie: `emc_token=${readOnly.token}` },
+  });
   assert.equal(form.status, 403);
 
   const expiring = await createWorkspaceTokenWithId(t.db.app, WS, { expiresAt: new Date(Date.now() + 60_000) });
@@ -153,7 +196,11 @@ test('a read-only token reads and gets 403 on every POST; expired and revoked to
   assert.equal(await revokeToken(t.db.admin, revoked.id), 'already revoked');
   assert.equal(await revokeToken(t.db.admin, '999999999'), 'unknown');
   assert.equal((await request('/api/convoys', { token: revoked.token })).status, 401);
-  assert.equal((await request('/', { headers: { cookie: `emc_token=${revoked.token}` } })).status, 302, 'a revoked cookie goes to /login');
+  assert.equal(
+    (await request('/', { headers: { cookie: `emc_token=${revoked.token}` } })).status,
+    302,
+    'a revoked cookie goes to /login',
+  );
 });
 
 test('token CLI: create --read-only --expires, list (never the token), revoke; unknown id and bad duration exit 2', async () => {
@@ -178,7 +225,10 @@ test('token CLI: create --read-only --expires, list (never the token), revoke; u
 
   const listed = await cli('list', '--workspace', WS);
   assert.equal(listed.code, 0, listed.all);
-  assert.ok(!listed.all.includes(text) && !listed.all.includes(tokenSha256(text)), 'token list printed the token or its hash');
+  assert.ok(
+    !listed.all.includes(text) && !listed.all.includes(tokenSha256(text)),
+    'token list printed the token or its hash',
+  );
   assert.match(listed.out, /^id\s+workspace\s+kind\s+created\s+last used\s+expires\s+status/);
   const row = listed.out.split('\n').find((line) => line.startsWith(`${id} `));
   assert.ok(row, `token ${id} listed:\n${listed.out}`);

@@ -51,17 +51,38 @@ async function seedRuns(): Promise<void> {
 }
 
 function checkpointRow(runId: string, convoyId: string, briefId: string, seq: number, prevHash: string | null) {
-  const toolHistory = [{ round: seq, tool: 'write_file', input: { path: `src/file-${seq}.ts` }, ok: true, result: `wrote ${seq}` }];
+  const toolHistory = [
+    { round: seq, tool: 'write_file', input: { path: `src/file-${seq}.ts` }, ok: true, result: `wrote ${seq}` },
+  ];
   const filesTouched = [{ path: `src/file-${seq}.ts`, sha256: 'a'.repeat(64), bytes: 10, deleted: false }];
   const commitOid = seq.toString(16).padStart(40, '0');
   const payload = {
-    workspaceId: WS, agentRunId: runId, checkpointSeq: seq, step: seq, toolHistory, filesTouched,
-    branch: 'echodo/long', worktreePath: '/tmp/wt-long', commitOid,
+    workspaceId: WS,
+    agentRunId: runId,
+    checkpointSeq: seq,
+    step: seq,
+    toolHistory,
+    filesTouched,
+    branch: 'echodo/long',
+    worktreePath: '/tmp/wt-long',
+    commitOid,
   };
   return {
-    workspace_id: WS, agent_run_id: runId, convoy_id: convoyId, brief_id: briefId, checkpoint_seq: seq, step: seq,
-    attempt: 1, lease_epoch: 1, tool_history: toolHistory, files_touched: filesTouched, branch: 'echodo/long',
-    worktree_path: '/tmp/wt-long', commit_oid: commitOid, prev_hash: prevHash, hash: checkpointHash(prevHash, payload),
+    workspace_id: WS,
+    agent_run_id: runId,
+    convoy_id: convoyId,
+    brief_id: briefId,
+    checkpoint_seq: seq,
+    step: seq,
+    attempt: 1,
+    lease_epoch: 1,
+    tool_history: toolHistory,
+    files_touched: filesTouched,
+    branch: 'echodo/long',
+    worktree_path: '/tmp/wt-long',
+    commit_oid: commitOid,
+    prev_hash: prevHash,
+    hash: checkpointHash(prevHash, payload),
     occurred_at: new Date(Date.now() - (100_000 - seq) * 1000),
   };
 }
@@ -83,7 +104,9 @@ async function seedCheckpointedRun(runId: string, briefId: string, count: number
     rows.push(row);
   }
   for (let i = 0; i < rows.length; i += 500) {
-    const chunk = rows.slice(i, i + 500).map((r) => ({ ...r, tool_history: su.json(r.tool_history), files_touched: su.json(r.files_touched) }));
+    const chunk = rows
+      .slice(i, i + 500)
+      .map((r) => ({ ...r, tool_history: su.json(r.tool_history), files_touched: su.json(r.files_touched) }));
     await su`insert into worker_checkpoints ${su(chunk as never)}`;
   }
 }
@@ -103,7 +126,15 @@ before(async () => {
   server = await createMissionControl({ db: t.db, config: { ...t.config, LOG_LEVEL: 'silent' } }).start(0);
   browser = await chromium.launch({
     executablePath: process.env.ECHODO_CHROMIUM ?? '/usr/bin/chromium',
-    args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run', '--disable-quic'],
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+      '--no-first-run',
+      '--disable-quic',
+    ],
   });
 });
 
@@ -114,7 +145,8 @@ after(async () => {
   await t?.drop();
 });
 
-const api = (path: string, bearer = token) => fetch(server.url + path, { headers: { authorization: `Bearer ${bearer}` } });
+const api = (path: string, bearer = token) =>
+  fetch(server.url + path, { headers: { authorization: `Bearer ${bearer}` } });
 
 /** Every page of GET /api/runs for `query`, following cursors. */
 async function allPages(query: string): Promise<{ ids: string[]; pages: number }> {
@@ -141,16 +173,28 @@ async function idsWhere(where: string): Promise<string[]> {
 
 test('GET /api/runs filters by status (stalled, cancelled), convoy and text, and its keyset pages cover each match once', async () => {
   const failed = await allPages('status=failed&limit=7');
-  assert.deepEqual(failed.ids, await idsWhere(`status = 'failed'`), 'the pages in order are exactly the failed runs, newest first');
+  assert.deepEqual(
+    failed.ids,
+    await idsWhere(`status = 'failed'`),
+    'the pages in order are exactly the failed runs, newest first',
+  );
   assert.ok(failed.pages > 10);
-  assert.deepEqual((await allPages('status=stalled&limit=13')).ids, await idsWhere(`status = 'running' and lease_expires_at < now()`));
+  assert.deepEqual(
+    (await allPages('status=stalled&limit=13')).ids,
+    await idsWhere(`status = 'running' and lease_expires_at < now()`),
+  );
   assert.deepEqual((await allPages('status=cancelled&limit=50')).ids, await idsWhere(`status = 'cancelled'`));
-  assert.deepEqual((await allPages('convoy=convoy-3&status=completed&limit=9')).ids,
-    await idsWhere(`convoy_id = 'convoy-3' and status = 'completed'`));
+  assert.deepEqual(
+    (await allPages('convoy=convoy-3&status=completed&limit=9')).ids,
+    await idsWhere(`convoy_id = 'convoy-3' and status = 'completed'`),
+  );
   const needles = await allPages('q=NEEDLE&limit=4');
   assert.deepEqual(needles.ids, await idsWhere(`job->>'brief' like 'find the needle%'`));
   assert.equal(needles.ids.length, 10);
-  assert.deepEqual((await allPages('q=worker-3&status=running')).ids, await idsWhere(`worker_id = 'worker-3' and status = 'running'`));
+  assert.deepEqual(
+    (await allPages('q=worker-3&status=running')).ids,
+    await idsWhere(`worker_id = 'worker-3' and status = 'running'`),
+  );
   assert.deepEqual((await allPages('q=100%25')).ids, [], '% is a literal character, not a pattern');
   const all = await allPages('limit=200');
   assert.equal(all.ids.length, new Set(all.ids).size, 'no run twice');
@@ -184,17 +228,30 @@ test('GET /api/runs/:id: brief, harness, model, host, worktree, attempts, durati
   assert.equal(long.checkpointCount, 2000);
   const [stalled] = await idsWhere(`status = 'running' and lease_expires_at < now()`);
   assert.equal(((await (await api(`/api/runs/${stalled}`)).json()) as { stalled: boolean }).stalled, true);
-  assert.deepEqual(((await (await api(`/api/runs/${BARE}`)).json()) as { chain: unknown }).chain, { verdict: 'no checkpoints yet' });
+  assert.deepEqual(((await (await api(`/api/runs/${BARE}`)).json()) as { chain: unknown }).chain, {
+    verdict: 'no checkpoints yet',
+  });
   const broken = (await (await api(`/api/runs/${BROKEN}`)).json()) as { chain: { verdict: string; brokenAt: number } };
   assert.equal(broken.chain.verdict, 'broken');
   assert.equal(broken.chain.brokenAt, 3);
 });
 
 test('GET /api/convoys pages by cursor', async () => {
-  const first = (await (await api('/api/convoys?limit=2')).json()) as { convoys: { convoyId: string }[]; cursor: string };
-  assert.deepEqual(first.convoys.map((c) => c.convoyId), ['convoy-0', 'convoy-1']);
-  const second = (await (await api(`/api/convoys?limit=2&cursor=${first.cursor}`)).json()) as { convoys: { convoyId: string }[] };
-  assert.deepEqual(second.convoys.map((c) => c.convoyId), ['convoy-2', 'convoy-3']);
+  const first = (await (await api('/api/convoys?limit=2')).json()) as {
+    convoys: { convoyId: string }[];
+    cursor: string;
+  };
+  assert.deepEqual(
+    first.convoys.map((c) => c.convoyId),
+    ['convoy-0', 'convoy-1'],
+  );
+  const second = (await (await api(`/api/convoys?limit=2&cursor=${first.cursor}`)).json()) as {
+    convoys: { convoyId: string }[];
+  };
+  assert.deepEqual(
+    second.convoys.map((c) => c.convoyId),
+    ['convoy-2', 'convoy-3'],
+  );
 });
 
 async function signedInPage(width = 1280): Promise<Page> {
@@ -212,7 +269,11 @@ test('the runs page filters and pages 500 runs server-side, keeping the filter o
   await Promise.all([page.waitForURL(/status=failed/), page.click('[data-testid="filter-apply"]')]);
   const seen: string[] = [];
   for (;;) {
-    seen.push(...(await page.$$eval('[data-testid="run-list"] tr[data-run-id]', (rows) => rows.map((r) => r.getAttribute('data-run-id')!))));
+    seen.push(
+      ...(await page.$$eval('[data-testid="run-list"] tr[data-run-id]', (rows) =>
+        rows.map((r) => r.getAttribute('data-run-id')!),
+      )),
+    );
     const older = page.locator('[data-testid="older"]');
     if (!(await older.count())) break;
     await Promise.all([page.waitForURL(/cursor=/), older.click()]);
@@ -229,7 +290,8 @@ test('the runs page filters and pages 500 runs server-side, keeping the filter o
 test("a 2,000-checkpoint run's timeline: newest page first, the last page by 'older', the verdict stored once", async () => {
   const page = await signedInPage();
   await page.goto(`${server.url}/runs/${LONG}`);
-  const seqs = () => page.$$eval('ol.timeline > li[data-seq]', (lis) => lis.map((li) => Number(li.getAttribute('data-seq'))));
+  const seqs = () =>
+    page.$$eval('ol.timeline > li[data-seq]', (lis) => lis.map((li) => Number(li.getAttribute('data-seq'))));
   const first = await seqs();
   assert.equal(first.length, 50);
   assert.equal(first[0], 2000);
@@ -272,7 +334,11 @@ test('a running run whose lease runs out turns "stalled" live, without a reload'
   assert.equal(await flag.isHidden(), true, 'not stalled while the lease holds');
   await page.evaluate(() => ((window as unknown as { loadedOnce: boolean }).loadedOnce = true));
   await flag.waitFor({ state: 'visible', timeout: 15_000 });
-  assert.equal(await page.evaluate(() => (window as unknown as { loadedOnce?: boolean }).loadedOnce), true, 'not reloaded');
+  assert.equal(
+    await page.evaluate(() => (window as unknown as { loadedOnce?: boolean }).loadedOnce),
+    true,
+    'not reloaded',
+  );
   await page.close();
 });
 
@@ -299,7 +365,9 @@ test('signing in from a deep link returns to the page asked for', async () => {
   await Promise.all([page.waitForURL(deep), page.click('button[type=submit]')]);
   assert.equal(await page.locator('ol.timeline > li[data-seq="50"]').count(), 1);
   const offsite = await fetch(`${server.url}/login`, {
-    method: 'POST', redirect: 'manual', headers: { 'content-type': 'application/x-www-form-urlencoded' },
+    method: 'POST',
+    redirect: 'manual',
+    headers: { 'content-type': 'application/x-www-form-urlencoded' },
     body: `token=${token}&next=${encodeURIComponent('//evil.example/')}`,
   });
   assert.equal(offsite.headers.get('location'), '/', 'never returns to another site');
@@ -325,12 +393,19 @@ test('settings: built-in harnesses stay listed beside a custom one, a route to a
   });
   const page = await signedInPage();
   await page.goto(`${server.url}/settings`);
-  const aliases = await page.$$eval('[data-testid="harnesses"] tr[data-harness]', (rows) => rows.map((r) => r.getAttribute('data-harness')));
+  const aliases = await page.$$eval('[data-testid="harnesses"] tr[data-harness]', (rows) =>
+    rows.map((r) => r.getAttribute('data-harness')),
+  );
   assert.deepEqual(aliases.sort(), ['code', 'doc-writer', 'lint']);
-  assert.equal(await page.locator('[data-testid="route-missing-writer"]').count(), 1, 'the route to a missing harness is flagged');
+  assert.equal(
+    await page.locator('[data-testid="route-missing-writer"]').count(),
+    1,
+    'the route to a missing harness is flagged',
+  );
   assert.equal(await page.locator('[data-testid="route-missing-linter"]').count(), 0);
   const unlabelled = await page.$$eval('main form input:not([type=hidden]), main form select', (els) =>
-    els.filter((el) => !el.closest('label')).map((el) => el.getAttribute('name')));
+    els.filter((el) => !el.closest('label')).map((el) => el.getAttribute('name')),
+  );
   assert.deepEqual(unlabelled, [], 'every field has a visible label');
   await page.close();
 });

@@ -49,8 +49,17 @@ async function seedRun(runId: string, count: number, branch: string, baseOid: st
   for (let seq = 1; seq <= count; seq++) {
     const toolHistory = [{ round: seq, tool: 'write_file', input: { path: 'x', content: 'y'.repeat(2000) }, ok: true }];
     const filesTouched = [{ path: `f${seq}`, sha256: 'b'.repeat(64), bytes: 1, deleted: false }];
-    const payload = { workspaceId: WS, agentRunId: runId, checkpointSeq: seq, step: seq, toolHistory, filesTouched, branch,
-      worktreePath: null, commitOid: null };
+    const payload = {
+      workspaceId: WS,
+      agentRunId: runId,
+      checkpointSeq: seq,
+      step: seq,
+      toolHistory,
+      filesTouched,
+      branch,
+      worktreePath: null,
+      commitOid: null,
+    };
     const hash = checkpointHash(prev, payload);
     await su`insert into worker_checkpoints (workspace_id, agent_run_id, convoy_id, brief_id, checkpoint_seq, step, attempt,
                lease_epoch, tool_history, files_touched, branch, worktree_path, commit_oid, prev_hash, hash)
@@ -97,10 +106,13 @@ interface StorageJson {
   runs: { agentRunId: string; postgresBytes: number; gitBytes: number | null; checkpointRows: number }[];
 }
 const storage = async (): Promise<StorageJson> =>
-  (await (await fetch(`${server.url}/api/storage`, { headers: { authorization: `Bearer ${token}` } })).json()) as StorageJson;
+  (await (
+    await fetch(`${server.url}/api/storage`, { headers: { authorization: `Bearer ${token}` } })
+  ).json()) as StorageJson;
 
 async function runPostgresBytes(runId: string): Promise<number> {
-  const [row] = await su`select (select coalesce(sum(pg_column_size(c.*)), 0) from worker_checkpoints c where c.agent_run_id = ${runId})
+  const [row] =
+    await su`select (select coalesce(sum(pg_column_size(c.*)), 0) from worker_checkpoints c where c.agent_run_id = ${runId})
                               + (select coalesce(sum(pg_column_size(e.*)), 0) from convoy_events e where e.agent_run_id = ${runId}) as n`;
   return Number(row!.n);
 }
@@ -109,8 +121,15 @@ test('GET /api/storage and the Storage page show the bytes a known run holds, la
   const body = await storage();
   assert.equal(body.runs[0]!.agentRunId, RUN, 'the largest run first');
   assert.equal(body.runs[0]!.postgresBytes, await runPostgresBytes(RUN));
-  assert.ok(body.runs[0]!.gitBytes! >= BLOB_BYTES, `git bytes ${body.runs[0]!.gitBytes} hold the ${BLOB_BYTES}-byte blob`);
-  assert.equal(body.runs.find((r) => r.agentRunId === SMALL)!.gitBytes, null, 'a branch that is not there is unknown, not 0');
+  assert.ok(
+    body.runs[0]!.gitBytes! >= BLOB_BYTES,
+    `git bytes ${body.runs[0]!.gitBytes} hold the ${BLOB_BYTES}-byte blob`,
+  );
+  assert.equal(
+    body.runs.find((r) => r.agentRunId === SMALL)!.gitBytes,
+    null,
+    'a branch that is not there is unknown, not 0',
+  );
   assert.equal((await fetch(`${server.url}/api/storage`)).status, 401);
 
   const page = await browser.newPage({ viewport: { width: 390, height: 800 } });
@@ -118,7 +137,10 @@ test('GET /api/storage and the Storage page show the bytes a known run holds, la
   await page.fill('#token', token);
   await Promise.all([page.waitForURL(`${server.url}/storage`), page.click('button[type=submit]')]);
   const row = page.locator(`[data-testid="storage-runs"] tr[data-run-id="${RUN}"]`);
-  assert.equal(await row.locator('[data-field="postgresBytes"]').getAttribute('data-bytes'), String(body.runs[0]!.postgresBytes));
+  assert.equal(
+    await row.locator('[data-field="postgresBytes"]').getAttribute('data-bytes'),
+    String(body.runs[0]!.postgresBytes),
+  );
   assert.equal(await row.locator('[data-field="gitBytes"]').getAttribute('data-bytes'), String(body.runs[0]!.gitBytes));
   assert.ok((await page.evaluate(() => document.documentElement.scrollWidth)) <= 390, 'fits a 390 px screen');
   await page.close();
@@ -126,30 +148,52 @@ test('GET /api/storage and the Storage page show the bytes a known run holds, la
 
 test('retention set (CLI) is applied by the storage sweep: the run keeps its last K checkpoints, still verifies, bytes fall', async () => {
   const before = await runPostgresBytes(RUN);
-  const cli = spawnNode('scripts/workspace.ts', ['retention', 'set', '--workspace', WS, '--keep-last', '3', '--keep-days', '0'],
-    { env: { ...t.env, LOG_LEVEL: 'warn' } });
+  const cli = spawnNode(
+    'scripts/workspace.ts',
+    ['retention', 'set', '--workspace', WS, '--keep-last', '3', '--keep-days', '0'],
+    { env: { ...t.env, LOG_LEVEL: 'warn' } },
+  );
   assert.equal((await cli.exited).code, 0, cli.output());
-  const bad = spawnNode('scripts/workspace.ts', ['retention', 'set', '--workspace', WS, '--keep-last', 'many'], { env: { ...t.env } });
+  const bad = spawnNode('scripts/workspace.ts', ['retention', 'set', '--workspace', WS, '--keep-last', 'many'], {
+    env: { ...t.env },
+  });
   assert.equal((await bad.exited).code, 2, 'a bad number is a usage error');
 
   const swept = await sweepStoragePolicies(t.db, createLogger({ level: 'silent', name: 'test' }));
-  assert.deepEqual(swept.workspaces.map((w) => [w.workspaceId, w.rowsPruned]), [[WS, 9]]);
-  const seqs = await su`select checkpoint_seq from worker_checkpoints where agent_run_id = ${RUN} order by checkpoint_seq`;
-  assert.deepEqual(seqs.map((r) => r.checkpoint_seq), [10, 11, 12]);
+  assert.deepEqual(
+    swept.workspaces.map((w) => [w.workspaceId, w.rowsPruned]),
+    [[WS, 9]],
+  );
+  const seqs =
+    await su`select checkpoint_seq from worker_checkpoints where agent_run_id = ${RUN} order by checkpoint_seq`;
+  assert.deepEqual(
+    seqs.map((r) => r.checkpoint_seq),
+    [10, 11, 12],
+  );
   assert.ok((await runPostgresBytes(RUN)) < before / 2, 'the bytes fell');
   assert.equal((await storage()).runs.find((r) => r.agentRunId === RUN)!.checkpointRows, 3);
-  const run = await (await fetch(`${server.url}/api/runs/${RUN}`, { headers: { authorization: `Bearer ${token}` } })).json();
+  const run = await (
+    await fetch(`${server.url}/api/runs/${RUN}`, { headers: { authorization: `Bearer ${token}` } })
+  ).json();
   assert.deepEqual(run.chain, { verdict: 'verifies' }, 'the chain verifies from the anchor the prune kept');
 });
 
 test('a workspace over its quota: dispatch refuses a new run with the reason', async () => {
-  const cli = spawnNode('scripts/workspace.ts', ['quota', 'set', '--workspace', WS, '--bytes', '1000'], { env: { ...t.env, LOG_LEVEL: 'warn' } });
+  const cli = spawnNode('scripts/workspace.ts', ['quota', 'set', '--workspace', WS, '--bytes', '1000'], {
+    env: { ...t.env, LOG_LEVEL: 'warn' },
+  });
   assert.equal((await cli.exited).code, 0, cli.output());
   await sweepStoragePolicies(t.db, createLogger({ level: 'silent', name: 'test' }));
   const queue = { enqueue: async () => {} } as unknown as JobQueue;
   const job = {
-    workspaceId: WS, convoyId: 'convoy-s', briefId: 'brief-new', roleId: 'coder', harnessAlias: 'code', baseRef: 'main',
-    brief: 'One more.', model: 'replay:/tmp/none.json',
+    workspaceId: WS,
+    convoyId: 'convoy-s',
+    briefId: 'brief-new',
+    roleId: 'coder',
+    harnessAlias: 'code',
+    baseRef: 'main',
+    brief: 'One more.',
+    model: 'replay:/tmp/none.json',
   };
   await assert.rejects(dispatchJob(t.db, queue, job), (err: Error & { code?: string }) => {
     assert.equal(err.code, 'action_refused');
@@ -163,13 +207,19 @@ test('a workspace over its quota: dispatch refuses a new run with the reason', a
 });
 
 test('Prune now on the Storage page previews what goes, asks, then applies the policy', async () => {
-  const [{ oid }] = await su`select base_oid as oid from agent_runs where id = ${RUN}` as unknown as [{ oid: string }];
+  const [{ oid }] = (await su`select base_oid as oid from agent_runs where id = ${RUN}`) as unknown as [
+    { oid: string },
+  ];
   await seedRun('run-extra', 7, 'echodo/extra', oid);
   const page = await browser.newPage();
   await page.goto(`${server.url}/login?next=%2Fstorage`);
   await page.fill('#token', token);
   await Promise.all([page.waitForURL(`${server.url}/storage`), page.click('button[type=submit]')]);
-  assert.equal(await page.getAttribute('[data-testid="prune-preview"]', 'data-rows'), '4', 'keep-last 3 of 7: 4 would go');
+  assert.equal(
+    await page.getAttribute('[data-testid="prune-preview"]', 'data-rows'),
+    '4',
+    'keep-last 3 of 7: 4 would go',
+  );
   await page.click('[data-testid="prune-now"]');
   await page.waitForSelector('[data-testid="confirm"]');
   assert.match(await page.locator('[data-testid="confirm"]').innerText(), /removes 4 checkpoints of 1 runs/);

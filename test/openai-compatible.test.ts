@@ -12,7 +12,13 @@ import { startChatServer, type ChatServer } from './support/chat-server.ts';
 const KEY_VAR = 'ECHODO_TEST_LLM_API_KEY';
 
 function providerRow(server: ChatServer, apiKeyEnvVar: string | null = KEY_VAR): ProviderRow {
-  return { alias: 'local-llm', provider: 'openai-compatible', base_url: server.baseURL, model: 'test-model-1', api_key_env_var: apiKeyEnvVar };
+  return {
+    alias: 'local-llm',
+    provider: 'openai-compatible',
+    base_url: server.baseURL,
+    model: 'test-model-1',
+    api_key_env_var: apiKeyEnvVar,
+  };
 }
 
 /** The operator's grant of any variable for any host: these tests are about the model, not grants. */
@@ -59,7 +65,13 @@ test('generateText runs the tool calls an OpenAI-compatible server asks for and 
   const key = 'sk-test-first-1234567890';
   const env = { [KEY_VAR]: key };
 
-  const resolved = await resolveModel({ model: 'local-llm', lookupKeyGrant: grantAny, lookupProvider: lookupFor(providerRow(server)), startAt: 0, env });
+  const resolved = await resolveModel({
+    model: 'local-llm',
+    lookupKeyGrant: grantAny,
+    lookupProvider: lookupFor(providerRow(server)),
+    startAt: 0,
+    env,
+  });
   assert.equal(resolved.apiKeyEnvVar, KEY_VAR);
   assert.ok(!resolved.description.includes(key), '!resolved.description.includes(key)');
 
@@ -104,11 +116,15 @@ test('the model object holds no key, so logging it cannot leak one', async (t) =
   const key = 'sk-never-in-objects-0987654321';
   const resolved = await resolveModel({
     model: 'local-llm',
-    lookupKeyGrant: grantAny, lookupProvider: lookupFor(providerRow(server)),
+    lookupKeyGrant: grantAny,
+    lookupProvider: lookupFor(providerRow(server)),
     startAt: 0,
     env: { [KEY_VAR]: key },
   });
-  assert.ok(!inspect(resolved, { depth: 20, showHidden: true }).includes(key), '!inspect(resolved, { depth: 20, showHidden: true }).includes(key)');
+  assert.ok(
+    !inspect(resolved, { depth: 20, showHidden: true }).includes(key),
+    '!inspect(resolved, { depth: 20, showHidden: true }).includes(key)',
+  );
 });
 
 test('with the key variable unset the call fails naming the variable, and sends nothing', async (t) => {
@@ -116,7 +132,13 @@ test('with the key variable unset the call fails naming the variable, and sends 
   t.after(() => server.close());
   const otherSecret = 'sk-unrelated-secret-555';
   const env: NodeJS.ProcessEnv = { OTHER_LLM_KEY: otherSecret };
-  const { model } = await resolveModel({ model: 'local-llm', lookupKeyGrant: grantAny, lookupProvider: lookupFor(providerRow(server)), startAt: 0, env });
+  const { model } = await resolveModel({
+    model: 'local-llm',
+    lookupKeyGrant: grantAny,
+    lookupProvider: lookupFor(providerRow(server)),
+    startAt: 0,
+    env,
+  });
 
   await assert.rejects(
     generateText({ model, tools: fileTools().tools, prompt: 'x', maxRetries: 0 }),
@@ -150,7 +172,12 @@ test('the key is read at call time: changing the variable between calls sends th
 
   process.env[KEY_VAR] = 'sk-before-rotation-111';
   // No env passed: the model reads process.env, as the worker does.
-  const { model } = await resolveModel({ model: 'local-llm', lookupKeyGrant: grantAny, lookupProvider: lookupFor(providerRow(server)), startAt: 0 });
+  const { model } = await resolveModel({
+    model: 'local-llm',
+    lookupKeyGrant: grantAny,
+    lookupProvider: lookupFor(providerRow(server)),
+    startAt: 0,
+  });
   assert.equal((await generateText({ model, prompt: 'one', maxRetries: 0 })).text, 'first');
 
   process.env[KEY_VAR] = 'sk-after-rotation-222';
@@ -167,7 +194,8 @@ test('a provider row without api_key_env_var sends no Authorization header', asy
   t.after(() => server.close());
   const { model, apiKeyEnvVar } = await resolveModel({
     model: 'local-llm',
-    lookupKeyGrant: grantAny, lookupProvider: lookupFor(providerRow(server, null)),
+    lookupKeyGrant: grantAny,
+    lookupProvider: lookupFor(providerRow(server, null)),
     startAt: 0,
     env: {},
   });
@@ -182,15 +210,22 @@ test('streamText works against the same server over SSE', async (t) => {
   const key = 'sk-stream-333';
   const { model } = await resolveModel({
     model: 'local-llm',
-    lookupKeyGrant: grantAny, lookupProvider: lookupFor(providerRow(server)),
+    lookupKeyGrant: grantAny,
+    lookupProvider: lookupFor(providerRow(server)),
     startAt: 0,
     env: { [KEY_VAR]: key },
   });
   const { tools, executed } = fileTools();
   const result = streamText({ model, tools, prompt: 'x', stopWhen: stepCountIs(5), maxRetries: 0 });
   assert.equal(await result.text, 'All done.');
-  assert.deepEqual(executed.map((e) => e.tool), ['write_file', 'read_file']);
-  assert.ok(server.requests.every((r) => r.body.stream === true && r.headers.authorization === `Bearer ${key}`), 'server.requests.every((r) => r.body.stream === true && r.headers.authorization =');
+  assert.deepEqual(
+    executed.map((e) => e.tool),
+    ['write_file', 'read_file'],
+  );
+  assert.ok(
+    server.requests.every((r) => r.body.stream === true && r.headers.authorization === `Bearer ${key}`),
+    'server.requests.every((r) => r.body.stream === true && r.headers.authorization =',
+  );
 });
 
 test('a server error surfaces as an error, not as a silent empty answer', async (t) => {
@@ -198,7 +233,8 @@ test('a server error surfaces as an error, not as a silent empty answer', async 
   t.after(() => server.close());
   const { model } = await resolveModel({
     model: 'local-llm',
-    lookupKeyGrant: grantAny, lookupProvider: lookupFor(providerRow(server)),
+    lookupKeyGrant: grantAny,
+    lookupProvider: lookupFor(providerRow(server)),
     startAt: 0,
     env: { [KEY_VAR]: 'sk-err-444' },
   });
@@ -208,26 +244,59 @@ test('a server error surfaces as an error, not as a silent empty answer', async 
 test('a provider row naming a variable outside WORKER_PROVIDER_KEY_VARS is refused before anything is sent', async (t) => {
   const server = await startChatServer([{ text: 'must not be reached' }]);
   t.after(() => server.close());
-  const env = { DATABASE_URL: 'postgres://postgres:db-password-0123456789@127.0.0.1:5432/echodo', [KEY_VAR]: 'sk-fine-0123456789abcdef' };
+  const env = {
+    DATABASE_URL: 'postgres://postgres:db-password-0123456789@127.0.0.1:5432/echodo',
+    [KEY_VAR]: 'sk-fine-0123456789abcdef',
+  };
   for (const keyVarGlobs of [undefined, ['*_API_KEY'], ['LLM_*', '*_TOKEN']]) {
     await assert.rejects(
-      resolveModel({ model: 'local-llm', lookupKeyGrant: grantAny, lookupProvider: lookupFor(providerRow(server, 'DATABASE_URL')), startAt: 0, env, keyVarGlobs }),
+      resolveModel({
+        model: 'local-llm',
+        lookupKeyGrant: grantAny,
+        lookupProvider: lookupFor(providerRow(server, 'DATABASE_URL')),
+        startAt: 0,
+        env,
+        keyVarGlobs,
+      }),
       (err: unknown) => {
         assert.ok(err instanceof ProviderKeyVarRefusedError, `refused with the typed error: ${String(err)}`);
         assert.ok(err instanceof EchodoError, 'an EchodoError, so the run fails with its message');
         assert.match(err.message, /"DATABASE_URL" is refused/, err.message);
-        assert.match(err.message, new RegExp(`WORKER_PROVIDER_KEY_VARS \\(${(keyVarGlobs ?? ['*_API_KEY']).join(', ').replace(/\*/g, '\\*')}\\)`), err.message);
+        assert.match(
+          err.message,
+          new RegExp(
+            `WORKER_PROVIDER_KEY_VARS \\(${(keyVarGlobs ?? ['*_API_KEY']).join(', ').replace(/\*/g, '\\*')}\\)`,
+          ),
+          err.message,
+        );
         assert.ok(!err.message.includes('db-password'), 'the refusal never holds the value');
         return true;
       },
     );
   }
   // The same row through the model factory directly (a caller that skipped resolveModel).
-  assert.throws(() => createOpenAICompatibleModel({ baseURL: server.baseURL, model: 'm', apiKeyEnvVar: 'DATABASE_URL', env, keyVarGlobs: ['*_API_KEY'] }), ProviderKeyVarRefusedError);
+  assert.throws(
+    () =>
+      createOpenAICompatibleModel({
+        baseURL: server.baseURL,
+        model: 'm',
+        apiKeyEnvVar: 'DATABASE_URL',
+        env,
+        keyVarGlobs: ['*_API_KEY'],
+      }),
+    ProviderKeyVarRefusedError,
+  );
   assert.equal(server.requests.length, 0, 'the loopback server was sent nothing');
 
   // A variable matching a custom glob is accepted and sent.
-  const { model } = await resolveModel({ model: 'local-llm', lookupKeyGrant: grantAny, lookupProvider: lookupFor(providerRow(server, 'LLM_ACCESS')), startAt: 0, env: { LLM_ACCESS: 'custom-value-1234' }, keyVarGlobs: ['*_API_KEY', 'LLM_*'] });
+  const { model } = await resolveModel({
+    model: 'local-llm',
+    lookupKeyGrant: grantAny,
+    lookupProvider: lookupFor(providerRow(server, 'LLM_ACCESS')),
+    startAt: 0,
+    env: { LLM_ACCESS: 'custom-value-1234' },
+    keyVarGlobs: ['*_API_KEY', 'LLM_*'],
+  });
   assert.equal((await generateText({ model, prompt: 'x', maxRetries: 0 })).text, 'must not be reached');
   assert.equal(server.requests[0]!.headers.authorization, 'Bearer custom-value-1234');
 });

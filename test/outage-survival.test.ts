@@ -32,7 +32,10 @@ const RUNS = 4;
 const LEASE_MS = 3000;
 // Short leases so the outage is short; STALL_QUEUED_MS stays at its default, so recovery cannot lean on it.
 const TIMING = {
-  WORKER_LEASE_MS: String(LEASE_MS), WORKER_HEARTBEAT_MS: '300', STALL_CHECK_MS: '500', WORKER_BLPOP_TIMEOUT_S: '1',
+  WORKER_LEASE_MS: String(LEASE_MS),
+  WORKER_HEARTBEAT_MS: '300',
+  STALL_CHECK_MS: '500',
+  WORKER_BLPOP_TIMEOUT_S: '1',
 };
 const SUPERVISED = { ECHODO_SUPERVISE: '1' };
 
@@ -105,10 +108,17 @@ describe('Postgres stopped for three leases and Redis restarted, with runs in fl
     await writeFile(transcript, JSON.stringify({ steps: sampleSteps(300, ROUNDS) }));
     model = `replay:${transcript}`;
     env = {
-      DATABASE_URL: server.url, ECHODO_HOME: path.join(pgHome, 'echodo'),
-      WORKER_WORKTREE_BASE: path.join(pgHome, 'worktrees'), WORKER_REPO_ROOT: repo, WORKER_REPLAY_DIR: pgHome,
-      REDIS_URL: redis.url, LOG_LEVEL: 'info', WORKER_MAX_TOOL_STEPS: '40',
-      MISSION_CONTROL_PORT: String(await freePort()), ...TIMING, ...SUPERVISED,
+      DATABASE_URL: server.url,
+      ECHODO_HOME: path.join(pgHome, 'echodo'),
+      WORKER_WORKTREE_BASE: path.join(pgHome, 'worktrees'),
+      WORKER_REPO_ROOT: repo,
+      WORKER_REPLAY_DIR: pgHome,
+      REDIS_URL: redis.url,
+      LOG_LEVEL: 'info',
+      WORKER_MAX_TOOL_STEPS: '40',
+      MISSION_CONTROL_PORT: String(await freePort()),
+      ...TIMING,
+      ...SUPERVISED,
     };
     mcUrl = `http://127.0.0.1:${env.MISSION_CONTROL_PORT}`;
     const config = parseConfig(env);
@@ -132,7 +142,8 @@ describe('Postgres stopped for three leases and Redis restarted, with runs in fl
   const name = 'every run completes whole; the workers, the stall detector and mission control stay up';
   test(name, { timeout: 240_000 }, async () => {
     const workers = [1, 2].map((n) =>
-      track(spawnNode('scripts/worker.ts', [], { env: { ...env, WORKER_ID: `survivor-${n}` } })));
+      track(spawnNode('scripts/worker.ts', [], { env: { ...env, WORKER_ID: `survivor-${n}` } })),
+    );
     const detector = track(spawnNode('scripts/stall-detector.ts', [], { env }));
     const panel = track(spawnNode('scripts/mission-control.ts', [], { env }));
     await Promise.all(workers.map((w) => w.waitForLine(/"worker started"/)));
@@ -141,18 +152,28 @@ describe('Postgres stopped for three leases and Redis restarted, with runs in fl
     const parents = daemons.map((d) => d.pid);
 
     const job = (i: number) => ({
-      workspaceId: 'acme', convoyId: 'convoy-1', briefId: `brief-${i}`, roleId: 'coder', harnessAlias: 'code',
-      repoPath: repo, baseRef: 'main', brief: 'Greet.', model,
+      workspaceId: 'acme',
+      convoyId: 'convoy-1',
+      briefId: `brief-${i}`,
+      roleId: 'coder',
+      harnessAlias: 'code',
+      repoPath: repo,
+      baseRef: 'main',
+      brief: 'Greet.',
+      model,
     });
     const ids: string[] = [];
     for (let i = 0; i < RUNS; i++) ids.push((await dispatchJob(db, queue, job(i))).agentRunId);
     const checkpointsOf = async (id: string) =>
       (await su`select count(*)::int as n from worker_checkpoints where agent_run_id = ${id}`)[0]!.n as number;
-    await waitFor(async () => {
-      const running = await su`select id from agent_runs where status = 'running'`;
-      if (running.length < 2) return false;
-      return (await Promise.all(running.map((r) => checkpointsOf(r.id)))).every((n) => n >= 2);
-    }, { timeoutMs: 60_000, what: 'two runs in flight, one on each worker' }).catch((err: Error) => {
+    await waitFor(
+      async () => {
+        const running = await su`select id from agent_runs where status = 'running'`;
+        if (running.length < 2) return false;
+        return (await Promise.all(running.map((r) => checkpointsOf(r.id)))).every((n) => n >= 2);
+      },
+      { timeoutMs: 60_000, what: 'two runs in flight, one on each worker' },
+    ).catch((err: Error) => {
       throw new Error(`${err.message}\n${workers.map((w) => w.lines.slice(-10).join('\n')).join('\n---\n')}`);
     });
 
@@ -187,19 +208,30 @@ describe('Postgres stopped for three leases and Redis restarted, with runs in fl
     assert.equal((await up.exited).code, 0, up.output());
     assert.equal(new URL(up.stdout.at(-1)!.trim()).port, new URL(env.DATABASE_URL).port, 'started again on its port');
 
-    const warnings = (d: Child) => d.lines.filter((l) => /"level":(40|50|60)/.test(l)).slice(-15).join('\n');
+    const warnings = (d: Child) =>
+      d.lines
+        .filter((l) => /"level":(40|50|60)/.test(l))
+        .slice(-15)
+        .join('\n');
     const context = () => daemons.map(warnings).join('\n---\n');
     for (const id of ids) {
-      const run = await waitFor(async () => {
-        const [r] = await su`select * from agent_runs where id = ${id}`;
-        return r && ['completed', 'failed', 'cancelled'].includes(r.status) ? r : undefined;
-      }, { timeoutMs: 120_000, what: `run ${id} to finish after the outage` }).catch((err: Error) => {
+      const run = await waitFor(
+        async () => {
+          const [r] = await su`select * from agent_runs where id = ${id}`;
+          return r && ['completed', 'failed', 'cancelled'].includes(r.status) ? r : undefined;
+        },
+        { timeoutMs: 120_000, what: `run ${id} to finish after the outage` },
+      ).catch((err: Error) => {
         throw new Error(`${err.message}\n${context()}`);
       });
       assert.equal(run.status, 'completed', `${run.failure_reason}\n${context()}`);
       const rows = await su`select * from worker_checkpoints where agent_run_id = ${id} order by checkpoint_seq`;
       const seqs = Array.from({ length: ROUNDS }, (_, i) => i + 1);
-      assert.deepEqual(rows.map((r) => r.checkpoint_seq), seqs, `run ${id}: seqs 1..n`);
+      assert.deepEqual(
+        rows.map((r) => r.checkpoint_seq),
+        seqs,
+        `run ${id}: seqs 1..n`,
+      );
       assert.ok(verifyChain(rows as never).ok, `run ${id}: hash chain verifies`);
       const report = await checkRunIntegrity(db, parseConfig(env), 'acme', id);
       assert.deepEqual(report?.findings, [], `run ${id}: integrity`);
@@ -232,19 +264,29 @@ describe('Postgres stopped for three leases and Redis restarted, with runs in fl
     const feed = await fetch(`${mcUrl}/api/events`, { headers: auth });
     assert.equal(feed.status, 200);
     let dispatched = false;
-    const events = await readEvents(feed, (seen) => seen.some((e) => e.event === 'change'), (event) => {
-      if (event === 'ready' && !dispatched) {
-        dispatched = true;
-        void dispatchJob(db, queue, job(RUNS));
-      }
-    });
-    assert.ok(events.some((e) => e.event === 'change'), 'a change arrives on a feed opened after the outage');
+    const events = await readEvents(
+      feed,
+      (seen) => seen.some((e) => e.event === 'change'),
+      (event) => {
+        if (event === 'ready' && !dispatched) {
+          dispatched = true;
+          void dispatchJob(db, queue, job(RUNS));
+        }
+      },
+    );
+    assert.ok(
+      events.some((e) => e.event === 'change'),
+      'a change arrives on a feed opened after the outage',
+    );
     // The feed opened before the outage stayed open and was told to catch up.
     const giveUp = setTimeout(() => beforeFeed.abort(), 20_000);
     const old = await readEvents(before, (seen) => seen.some((e) => e.event === 'resync'));
     clearTimeout(giveUp);
     const seen = JSON.stringify(old.map((e) => e.event));
-    assert.ok(old.some((e) => e.event === 'resync'), `the older feed lived through the outage: ${seen}`);
+    assert.ok(
+      old.some((e) => e.event === 'resync'),
+      `the older feed lived through the outage: ${seen}`,
+    );
 
     for (const d of daemons) assert.equal((await d.stop('SIGTERM', 15_000)).code, 0, d.lines.slice(-10).join('\n'));
   });
@@ -272,7 +314,10 @@ describe('self-supervision', () => {
 
       const exit = await w.stop('SIGTERM', 15_000);
       assert.equal(exit.code, 0, w.lines.slice(-10).join('\n'));
-      assert.ok(w.lines.some((l) => l.includes('"worker stopped"')), 'the child stopped cleanly');
+      assert.ok(
+        w.lines.some((l) => l.includes('"worker stopped"')),
+        'the child stopped cleanly',
+      );
       await waitFor(() => !alive(second), { timeoutMs: 5000, what: 'the child to be gone' });
     } finally {
       await s.close();

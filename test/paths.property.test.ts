@@ -2,7 +2,17 @@
 // symlinks planted in the root, ever resolves to (or writes) anything outside the root.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { lstat, mkdir, mkdtemp, readdir, readFile, realpath, rm, symlink, writeFile as fsWriteFile } from 'node:fs/promises';
+import {
+  lstat,
+  mkdir,
+  mkdtemp,
+  readdir,
+  readFile,
+  realpath,
+  rm,
+  symlink,
+  writeFile as fsWriteFile,
+} from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import fc from 'fast-check';
@@ -56,9 +66,33 @@ after(async () => {
   await rm(base, { recursive: true, force: true });
 });
 
-const LOOKALIKES = ['\u2215', '\u2044', '\uFF0F', '\uFF0E', '\u2024', '\u2025', '\u2026', '\uFE52', '\uFF3C', '\uFE68', '\u2216'];
+const LOOKALIKES = [
+  '\u2215',
+  '\u2044',
+  '\uFF0F',
+  '\uFF0E',
+  '\u2024',
+  '\u2025',
+  '\u2026',
+  '\uFE52',
+  '\uFF3C',
+  '\uFE68',
+  '\u2216',
+];
 
-const SYMLINKS = ['out', 'outfile', 'dangling', 'danglingdir', 'twinlink', 'up', 'relout', 'inlink', 'gitlink', 'loop', 'sub/deepout'];
+const SYMLINKS = [
+  'out',
+  'outfile',
+  'dangling',
+  'danglingdir',
+  'twinlink',
+  'up',
+  'relout',
+  'inlink',
+  'gitlink',
+  'loop',
+  'sub/deepout',
+];
 const token = fc.oneof(
   { weight: 6, arbitrary: fc.constantFrom('/', '/', '/', '..', '.', 'a', 'sub', 'f.txt', 'docs') },
   { weight: 4, arbitrary: fc.constantFrom(...SYMLINKS, 'deepout', '.git', '.GIT', 'secret.txt') },
@@ -110,8 +144,11 @@ test('a resolved path always lies inside the root, also after following symlinks
         return;
       }
       assert.ok(isInside(resolved.abs), `abs ${resolved.abs} for ${JSON.stringify(p)}`);
-      assert.ok(!resolved.rel.split('/').includes('..'), '!resolved.rel.split(\'/\').includes(\'..\')');
-      assert.ok(!resolved.rel.split('/').some((c) => c.toLowerCase() === '.git'), '!resolved.rel.split(\'/\').some((c) => c.toLowerCase() === \'.git\')');
+      assert.ok(!resolved.rel.split('/').includes('..'), "!resolved.rel.split('/').includes('..')");
+      assert.ok(
+        !resolved.rel.split('/').some((c) => c.toLowerCase() === '.git'),
+        "!resolved.rel.split('/').some((c) => c.toLowerCase() === '.git')",
+      );
       const real = await realOfDeepestExisting(resolved.abs);
       assert.ok(isInside(real), `${JSON.stringify(p)} resolved to ${real}`);
       assert.ok(!path.relative(root, real).split(path.sep).includes('.git'), `${JSON.stringify(p)} reaches .git`);
@@ -157,9 +194,14 @@ test('a doc-writer write lands under docs/ and nowhere else', async () => {
 
 test('any path holding a look-alike of "/", "\\" or "." is refused', () => {
   fc.assert(
-    fc.property(fc.string({ unit: 'grapheme', maxLength: 8 }), fc.constantFrom(...LOOKALIKES), fc.string({ unit: 'grapheme', maxLength: 8 }), (a, lookalike, b) => {
-      assert.throws(() => normalizeRelative(`${a}${lookalike}${b}`), ToolRefusedError);
-    }),
+    fc.property(
+      fc.string({ unit: 'grapheme', maxLength: 8 }),
+      fc.constantFrom(...LOOKALIKES),
+      fc.string({ unit: 'grapheme', maxLength: 8 }),
+      (a, lookalike, b) => {
+        assert.throws(() => normalizeRelative(`${a}${lookalike}${b}`), ToolRefusedError);
+      },
+    ),
     { numRuns: 2000 },
   );
 });
@@ -174,9 +216,9 @@ test('arbitrary unicode is either refused as a ToolRefusedError or normalized wi
         assert.ok(err instanceof ToolRefusedError, 'err instanceof ToolRefusedError');
         return;
       }
-      assert.ok(!rel.startsWith('/'), '!rel.startsWith(\'/\')');
-      assert.ok(!rel.split('/').includes('..'), '!rel.split(\'/\').includes(\'..\')');
-      assert.ok(!rel.includes('\0') && !rel.includes('\\'), '!rel.includes(\'0\') && !rel.includes(\'\')');
+      assert.ok(!rel.startsWith('/'), "!rel.startsWith('/')");
+      assert.ok(!rel.split('/').includes('..'), "!rel.split('/').includes('..')");
+      assert.ok(!rel.includes('\0') && !rel.includes('\\'), "!rel.includes('0') && !rel.includes('')");
       assert.equal(rel.normalize('NFKC').split('/').length, rel.split('/').length, 'NFKC adds no separator');
     }),
     { numRuns: 5000 },

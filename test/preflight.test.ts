@@ -45,7 +45,8 @@ test('with redis-server, chromium and bwrap hidden from PATH and no apt-get, it 
   const { code, stderr } = await preflight({ PATH: await binDir() });
   assert.notEqual(code, 0);
   assert.equal(code, 1);
-  for (const program of ['redis-server', 'chromium', 'bwrap']) assert.match(stderr, new RegExp(`missing: ${program} `), `names ${program}`);
+  for (const program of ['redis-server', 'chromium', 'bwrap'])
+    assert.match(stderr, new RegExp(`missing: ${program} `), `names ${program}`);
   assert.match(stderr, /install with: apt-get update && apt-get install -y redis-server chromium bubblewrap/);
   assert.match(stderr, /skips no test/);
 });
@@ -61,27 +62,36 @@ test('installing turned off (ECHODO_PREFLIGHT_INSTALL=never): only the missing p
 });
 
 test('npm test itself stops before starting anything when the preflight refuses', { timeout: 60_000 }, async () => {
-  const child = spawnNode('scripts/test.ts', ['test/fixtures/preflight-never-runs.ts'], { env: { PATH: await binDir() } });
+  const child = spawnNode('scripts/test.ts', ['test/fixtures/preflight-never-runs.ts'], {
+    env: { PATH: await binDir() },
+  });
   const { code } = await child.exited;
   assert.equal(code, 1, child.output());
   assert.match(child.output(), /missing: redis-server/);
-  assert.doesNotMatch(child.output(), /PostgreSQL on|Redis on|PREFLIGHT-FIXTURE-RAN/, 'no service started, no test run');
+  assert.doesNotMatch(
+    child.output(),
+    /PostgreSQL on|Redis on|PREFLIGHT-FIXTURE-RAN/,
+    'no service started, no test run',
+  );
 });
 
 test('as root on a Debian-like system, missing programs are installed with apt-get (update first), and it says so', async () => {
   // A stand-in apt-get: records each call; `install` puts an executable for each package on PATH.
   const dir = await binDir({ 'redis-server': real('redis-server') });
   const fakeApt = path.join(dir, 'apt-get');
-  await writeFile(fakeApt, [
-    '#!/bin/sh',
-    `echo "$*" >> '${fakeAptLog}'`,
-    'if [ "$1" = install ]; then',
-    '  for pkg in "$@"; do',
-    '    case "$pkg" in chromium) bin=chromium ;; bubblewrap) bin=bwrap ;; redis-server) bin=redis-server ;; *) continue ;; esac',
-    `    printf '#!/bin/sh\\nexit 0\\n' > '${dir}'/$bin && /bin/chmod +x '${dir}'/$bin`,
-    '  done',
-    'fi',
-  ].join('\n'));
+  await writeFile(
+    fakeApt,
+    [
+      '#!/bin/sh',
+      `echo "$*" >> '${fakeAptLog}'`,
+      'if [ "$1" = install ]; then',
+      '  for pkg in "$@"; do',
+      '    case "$pkg" in chromium) bin=chromium ;; bubblewrap) bin=bwrap ;; redis-server) bin=redis-server ;; *) continue ;; esac',
+      `    printf '#!/bin/sh\\nexit 0\\n' > '${dir}'/$bin && /bin/chmod +x '${dir}'/$bin`,
+      '  done',
+      'fi',
+    ].join('\n'),
+  );
   await chmod(fakeApt, 0o755);
   const { code, stderr } = await preflight({ PATH: dir });
   if (!isRoot) {
@@ -92,7 +102,11 @@ test('as root on a Debian-like system, missing programs are installed with apt-g
   }
   assert.equal(code, 0, stderr);
   const calls = (await readFile(fakeAptLog, 'utf8')).trim().split('\n');
-  assert.deepEqual(calls, ['update -qq', 'install -y -qq --no-install-recommends chromium bubblewrap'], 'one update, then only the missing packages');
+  assert.deepEqual(
+    calls,
+    ['update -qq', 'install -y -qq --no-install-recommends chromium bubblewrap'],
+    'one update, then only the missing packages',
+  );
   assert.match(stderr, /missing chromium, bwrap; installing chromium bubblewrap with apt-get/);
   assert.match(stderr, /installed chromium bubblewrap/);
   assert.match(stderr, new RegExp(`ready: redis-server .*chromium ${dir}/chromium, bubblewrap ${dir}/bwrap`));
@@ -104,8 +118,14 @@ test('the plan: ready when all are there, else install only as root with apt-get
   const none = { path: '/nonexistent', installAllowed: true };
   const install = planPreflight({ ...none, isRoot: true, aptGet: '/usr/bin/apt-get' });
   assert.equal(install.action, 'install');
-  assert.deepEqual(install.action === 'install' && install.missing.map((m) => m.aptPackage), REQUIREMENTS.map((r) => r.aptPackage));
+  assert.deepEqual(
+    install.action === 'install' && install.missing.map((m) => m.aptPackage),
+    REQUIREMENTS.map((r) => r.aptPackage),
+  );
   assert.equal(planPreflight({ ...none, isRoot: false, aptGet: '/usr/bin/apt-get' }).action, 'refuse');
   assert.equal(planPreflight({ ...none, isRoot: true, aptGet: null }).action, 'refuse');
-  assert.equal(planPreflight({ ...none, isRoot: true, aptGet: '/usr/bin/apt-get', installAllowed: false }).action, 'refuse');
+  assert.equal(
+    planPreflight({ ...none, isRoot: true, aptGet: '/usr/bin/apt-get', installAllowed: false }).action,
+    'refuse',
+  );
 });

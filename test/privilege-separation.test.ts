@@ -83,7 +83,13 @@ before(async () => {
       'package.json': JSON.stringify({ name: 'p', version: '1.0.0', scripts: { test: 'sh t.sh' } }),
       't.sh': script(host, marker),
     },
-    env: { OPENAI_API_KEY: KEY, WORKER_MAX_TOOL_STEPS: '20', WORKER_LEASE_MS: '30000', WORKER_HEARTBEAT_MS: '1000', WORKER_COMMAND_TIMEOUT_MS: '20000' },
+    env: {
+      OPENAI_API_KEY: KEY,
+      WORKER_MAX_TOOL_STEPS: '20',
+      WORKER_LEASE_MS: '30000',
+      WORKER_HEARTBEAT_MS: '1000',
+      WORKER_COMMAND_TIMEOUT_MS: '20000',
+    },
   });
   worker = s.spawnWorker({ WORKER_ID: 'privsep-worker' });
   await worker.waitForLine(/"worker started"/);
@@ -103,10 +109,13 @@ describe('attacks planted with tool calls only', () => {
 
   before(async () => {
     ({ agentRunId } = await s.dispatch({ briefId: 'brief-privsep' }));
-    run = await waitFor(async () => {
-      const row = await s.run(agentRunId);
-      return row.status === 'completed' || row.status === 'failed' ? row : undefined;
-    }, { timeoutMs: 180_000, what: 'the run to end' }).catch((err: Error) => {
+    run = await waitFor(
+      async () => {
+        const row = await s.run(agentRunId);
+        return row.status === 'completed' || row.status === 'failed' ? row : undefined;
+      },
+      { timeoutMs: 180_000, what: 'the run to end' },
+    ).catch((err: Error) => {
       throw new Error(`${err.message}\n${worker.output().slice(-5000)}`);
     });
     const rows = await s.checkpoints(agentRunId);
@@ -117,11 +126,15 @@ describe('attacks planted with tool calls only', () => {
   });
 
   test('the worker logged that its trees are confined', () => {
-    assert.ok(worker.lines.some((l) => l.includes('"trees confined"')), worker.output().slice(-3000));
+    assert.ok(
+      worker.lines.some((l) => l.includes('"trees confined"')),
+      worker.output().slice(-3000),
+    );
   });
 
-  test('no host process ran the nested repository\'s filter', () => {
-    for (const suffix of ['clean', 'smudge', 'process']) assert.equal(existsSync(`${marker}-${suffix}`), false, `${marker}-${suffix}`);
+  test("no host process ran the nested repository's filter", () => {
+    for (const suffix of ['clean', 'smudge', 'process'])
+      assert.equal(existsSync(`${marker}-${suffix}`), false, `${marker}-${suffix}`);
     const nest = records.find((r) => r.input?.command === 'npm test -- nest');
     assert.match(nest.result.tail, /RESULT nested/);
     assert.match(nest.result.note ?? '', /"nested" is a git repository of its own: not checkpointed/);
@@ -134,12 +147,19 @@ describe('attacks planted with tool calls only', () => {
 
   test('nothing of the host folder came back, was committed or was written through the link', async () => {
     assert.ok(records.some((r) => r.input?.command === 'npm test -- swap' && /RESULT swapped/.test(r.result.tail)));
-    assert.equal(everything.includes(SECRET), false, 'the host file\'s content is in no row, commit, note, event or log line');
+    assert.equal(
+      everything.includes(SECRET),
+      false,
+      "the host file's content is in no row, commit, note, event or log line",
+    );
     assert.equal(existsSync(path.join(host, 'b.txt')), false, 'b.txt was not written into the host folder');
     assert.equal(existsSync(path.join(host, 'c.txt')), false, 'c.txt was not written into the host folder');
     assert.equal(await readFile(path.join(host, 'a.txt'), 'utf8'), `${SECRET}\n`, 'the host file is untouched');
     const afterSwap = records.filter((r) => r.input?.path === 'data/a.txt' || r.input?.path === 'data/c.txt');
-    assert.ok(afterSwap.some((r) => r.ok === false), `a tool through the link was refused: ${JSON.stringify(afterSwap)}`);
+    assert.ok(
+      afterSwap.some((r) => r.ok === false),
+      `a tool through the link was refused: ${JSON.stringify(afterSwap)}`,
+    );
   });
 
   test('a setuid bit set in the sandbox does not reach the host file', () => {
@@ -173,7 +193,11 @@ describe('the tree process', () => {
       for (const leak of [SECRET, 'DATABASE_URL', 'DATABASE_APP_URL', 'REDIS_URL', s.env.DATABASE_URL!]) {
         assert.equal(text.includes(leak), false, `${leak} is not in the tree process's environment`);
       }
-      const server = await tree.run(['sh', '-c', 'tr "\\0" "\\n" < /proc/1/environ; tr "\\0" "\\n" < /proc/$PPID/environ']);
+      const server = await tree.run([
+        'sh',
+        '-c',
+        'tr "\\0" "\\n" < /proc/1/environ; tr "\\0" "\\n" < /proc/$PPID/environ',
+      ]);
       assert.equal(server.stdout.toString('utf8').includes(SECRET), false);
       assert.equal((await tree.ping()).uid, 65534, 'it runs as the unprivileged sandbox user');
       const port = new URL(s.env.DATABASE_URL!).port || '5432';
@@ -201,10 +225,21 @@ describe('placement rules', () => {
     try {
       await mkdir(path.join(repo, '.echodo'));
       const base = { WORKER_REPO_ROOT: repo, WORKER_WORKTREE_BASE: path.join(os.tmpdir(), 'echodo-wt-elsewhere') };
-      assert.throws(() => parseConfig({ ...base, ECHODO_HOME: path.join(repo, '.echodo') }), (err: unknown) =>
-        err instanceof ConfigError && /ECHODO_HOME/.test(err.message) && /WORKER_REPO_ROOT/.test(err.message));
-      assert.throws(() => parseConfig({ ...base, WORKER_WORKTREE_BASE: repo, WORKER_REPO_ROOT: os.tmpdir() + '/x', ECHODO_HOME: path.join(repo, '.echodo') }), (err: unknown) =>
-        err instanceof ConfigError && /WORKER_WORKTREE_BASE/.test(err.message));
+      assert.throws(
+        () => parseConfig({ ...base, ECHODO_HOME: path.join(repo, '.echodo') }),
+        (err: unknown) =>
+          err instanceof ConfigError && /ECHODO_HOME/.test(err.message) && /WORKER_REPO_ROOT/.test(err.message),
+      );
+      assert.throws(
+        () =>
+          parseConfig({
+            ...base,
+            WORKER_WORKTREE_BASE: repo,
+            WORKER_REPO_ROOT: os.tmpdir() + '/x',
+            ECHODO_HOME: path.join(repo, '.echodo'),
+          }),
+        (err: unknown) => err instanceof ConfigError && /WORKER_WORKTREE_BASE/.test(err.message),
+      );
       const fine = parseConfig({ WORKER_REPO_ROOT: repo });
       assert.equal(fine.ECHODO_HOME.startsWith(repo), false, 'the default home lies outside the repo root');
     } finally {

@@ -40,15 +40,22 @@ async function npmPrune(...args: string[]): Promise<PruneReport> {
 const rowCount = async (id: string) => (await s.checkpoints(id)).length;
 /** The note blob on a commit under WORKER_NOTES_REF, or undefined when the commit has none. */
 async function noteBlob(commit: string): Promise<string | undefined> {
-  return (await git(s.repo, 'notes', `--ref=${s.config.WORKER_NOTES_REF}`, 'list', commit).catch(() => '')) || undefined;
+  return (
+    (await git(s.repo, 'notes', `--ref=${s.config.WORKER_NOTES_REF}`, 'list', commit).catch(() => '')) || undefined
+  );
 }
-const hasObject = (oid: string) => git(s.repo, 'cat-file', '-e', oid).then(() => true, () => false);
+const hasObject = (oid: string) =>
+  git(s.repo, 'cat-file', '-e', oid).then(
+    () => true,
+    () => false,
+  );
 async function snapshot() {
   const state = new Map<string, { rows: number; status: string }>();
   for (const id of Object.values(runs)) state.set(id, { rows: await rowCount(id), status: (await s.run(id)).status });
   return state;
 }
-const ageRuns = (ids: string[]) => s.su`update agent_runs set finished_at = now() - interval '40 days' where id in ${s.su(ids)}`;
+const ageRuns = (ids: string[]) =>
+  s.su`update agent_runs set finished_at = now() - interval '40 days' where id in ${s.su(ids)}`;
 
 before(async () => {
   s = await createScenario({ steps: sampleSteps(10, 4), env: { WORKER_MAX_TOOL_STEPS: '20' } });
@@ -108,16 +115,17 @@ test('--dry-run changes nothing and reports what it would do', async () => {
   assert.equal(dryReport.dryRun, true);
   assert.equal(dryReport.runs, 3, 'the three runs finished 40 days ago');
   const expectedRows = pruned().reduce((n, id) => n + before_.get(id)!.rows - 1, 0);
-  assert.equal(dryReport.rowsDeleted, expectedRows, 'counts every row but each run\'s last');
+  assert.equal(dryReport.rowsDeleted, expectedRows, "counts every row but each run's last");
   assert.deepEqual([...dryReport.worktreesRemoved].sort(), [clean.worktree_path, failed.worktree_path].sort());
   assert.deepEqual(dryReport.worktreesKept, [{ path: dirty.worktree_path, reason: 'has uncommitted changes' }]);
 
   assert.deepEqual(await snapshot(), before_, 'no row and no status changed');
   assert.equal((await s.su`select count(*)::int as n from checkpoint_anchors`)[0]!.n, 0, 'no anchor written');
-  for (const run of [clean, dirty, failed]) assert.ok(existsSync(run.worktree_path), `${run.worktree_path} still there`);
+  for (const run of [clean, dirty, failed])
+    assert.ok(existsSync(run.worktree_path), `${run.worktree_path} still there`);
 });
 
-test('prune keeps each run\'s last checkpoint and an anchor; the chain still verifies', async () => {
+test("prune keeps each run's last checkpoint and an anchor; the chain still verifies", async () => {
   const lastRows = new Map<string, Record<string, any>>();
   const anchors = new Map<string, Record<string, any>>();
   for (const id of pruned()) {
@@ -130,27 +138,41 @@ test('prune keeps each run\'s last checkpoint and an anchor; the chain still ver
   const report = await npmPrune();
   assert.equal(report.dryRun, false);
   assert.equal(report.rowsDeleted, dryReport.rowsDeleted, 'deleted what the dry run counted');
-  assert.equal(report.notesRemoved, prunedNoteBlobs.length, 'the pruned checkpoints\' notes removed');
+  assert.equal(report.notesRemoved, prunedNoteBlobs.length, "the pruned checkpoints' notes removed");
 
   for (const id of pruned()) {
     const rows = await s.checkpoints(id);
-    assert.deepEqual(rows.map((r) => r.id), [lastRows.get(id)!.id], `run ${id}: only its last checkpoint is left`);
+    assert.deepEqual(
+      rows.map((r) => r.id),
+      [lastRows.get(id)!.id],
+      `run ${id}: only its last checkpoint is left`,
+    );
     const [anchor] = await s.su`select * from checkpoint_anchors where agent_run_id = ${id}`;
     assert.equal(anchor?.anchor_seq, anchors.get(id)!.checkpoint_seq, 'the anchor is the last deleted row');
     assert.equal(anchor?.anchor_hash, anchors.get(id)!.hash);
-    assert.ok(verifyChain(rows as never, anchor!.anchor_hash).ok, 'the remaining row links to the anchor and hashes right');
+    assert.ok(
+      verifyChain(rows as never, anchor!.anchor_hash).ok,
+      'the remaining row links to the anchor and hashes right',
+    );
     const integrity = await checkRunIntegrity(s.t.db, s.config, s.workspaceId, id);
-    assert.deepEqual(integrity?.findings.filter((f) => f.kind === 'hash_chain_broken'), [], `run ${id}: no hash_chain_broken`);
+    assert.deepEqual(
+      integrity?.findings.filter((f) => f.kind === 'hash_chain_broken'),
+      [],
+      `run ${id}: no hash_chain_broken`,
+    );
     // The content and its mirror stay in git: the branch and the last note are untouched.
     const run = await s.run(id);
     assert.equal(await git(s.repo, 'rev-parse', `refs/heads/${run.branch}`), lastRows.get(id)!.commit_oid);
-    assert.equal((await readCheckpointNote(s.repo, s.config.WORKER_NOTES_REF, lastRows.get(id)!.commit_oid))?.hash, lastRows.get(id)!.hash);
+    assert.equal(
+      (await readCheckpointNote(s.repo, s.config.WORKER_NOTES_REF, lastRows.get(id)!.commit_oid))?.hash,
+      lastRows.get(id)!.hash,
+    );
   }
   // Without the anchor the same rows would not verify: the anchor is what keeps the chain honest.
   assert.equal(verifyChain((await s.checkpoints(runs.clean)) as never).ok, false);
 });
 
-test('the pruned checkpoints\' notes leave the notes ref, its history too, so git gc gives their bytes back', async () => {
+test("the pruned checkpoints' notes leave the notes ref, its history too, so git gc gives their bytes back", async () => {
   // Every checkpoint that is left keeps its note: the kept rows of pruned runs, and other runs'.
   const keptBlobs: string[] = [];
   for (const id of [...untouched(), ...pruned()]) {
@@ -161,15 +183,24 @@ test('the pruned checkpoints\' notes leave the notes ref, its history too, so gi
     }
   }
   const notesRef = s.config.WORKER_NOTES_REF;
-  assert.equal(await git(s.repo, 'rev-list', '--count', notesRef), '1', 'the notes ref is one commit: its history is gone');
+  assert.equal(
+    await git(s.repo, 'rev-list', '--count', notesRef),
+    '1',
+    'the notes ref is one commit: its history is gone',
+  );
   assert.equal(await git(s.repo, 'reflog', 'show', notesRef), '', 'and so is its reflog');
   // Nothing reaches the removed notes now: gc (here without its two weeks' expiry) drops them.
   await git(s.repo, 'gc', '--quiet', '--prune=now');
-  for (const blob of prunedNoteBlobs) assert.equal(await hasObject(blob), false, `pruned note ${blob} is gone after gc`);
+  for (const blob of prunedNoteBlobs)
+    assert.equal(await hasObject(blob), false, `pruned note ${blob} is gone after gc`);
   for (const blob of keptBlobs) assert.equal(await hasObject(blob), true, `kept note ${blob} is still there`);
   for (const id of pruned()) {
     const findings = (await checkRunIntegrity(s.t.db, s.config, s.workspaceId, id))!.findings;
-    assert.deepEqual(findings.filter((f) => f.kind.startsWith('note')), [], `run ${id}: its kept checkpoint's note verifies`);
+    assert.deepEqual(
+      findings.filter((f) => f.kind.startsWith('note')),
+      [],
+      `run ${id}: its kept checkpoint's note verifies`,
+    );
   }
 });
 
@@ -181,46 +212,63 @@ test('prune removes clean worktrees of finished runs and keeps one with uncommit
     assert.ok(!listed.includes(run.worktree_path), 'and unregistered from the repo');
   }
   assert.ok(existsSync(dirty.worktree_path), 'the worktree with uncommitted changes is kept');
-  assert.match(await git(dirty.worktree_path, 'status', '--porcelain'), /src\/greet\.ts[\s\S]*scratch\.txt/, 'its changes are intact');
+  assert.match(
+    await git(dirty.worktree_path, 'status', '--porcelain'),
+    /src\/greet\.ts[\s\S]*scratch\.txt/,
+    'its changes are intact',
+  );
 });
 
 test('running, queued and recently finished runs are untouched', async () => {
   const now = await snapshot();
   for (const id of untouched()) assert.deepEqual(now.get(id), before_.get(id), `run ${id}`);
-  for (const id of [runs.recent, runs.running]) assert.ok(existsSync((await s.run(id)).worktree_path), `worktree of ${id} kept`);
-  assert.equal((await s.su`select count(*)::int as n from checkpoint_anchors where agent_run_id in ${s.su(untouched())}`)[0]!.n, 0);
+  for (const id of [runs.recent, runs.running])
+    assert.ok(existsSync((await s.run(id)).worktree_path), `worktree of ${id} kept`);
+  assert.equal(
+    (await s.su`select count(*)::int as n from checkpoint_anchors where agent_run_id in ${s.su(untouched())}`)[0]!.n,
+    0,
+  );
 });
 
 test('a second prune finds nothing more to delete and still reports the kept worktree', async () => {
   const report = await npmPrune();
   assert.equal(report.rowsDeleted, 0);
   assert.deepEqual(report.worktreesRemoved, []);
-  assert.deepEqual(report.worktreesKept.map((k) => k.path), [(await s.run(runs.dirty)).worktree_path]);
+  assert.deepEqual(
+    report.worktreesKept.map((k) => k.path),
+    [(await s.run(runs.dirty)).worktree_path],
+  );
 });
 
-test('a prune killed after removing the notes, before deleting the rows, is finished by the next one', { timeout: 120_000 }, async () => {
-  const { agentRunId } = await s.dispatch();
-  const worker = s.spawnWorker();
-  children.push(worker);
-  await s.waitForStatus(agentRunId, 'completed');
-  await worker.stop('SIGTERM');
-  const rows = await s.checkpoints(agentRunId);
-  assert.ok(rows.length > 1, 'the run has checkpoints to prune');
-  await ageRuns([agentRunId]);
+test(
+  'a prune killed after removing the notes, before deleting the rows, is finished by the next one',
+  { timeout: 120_000 },
+  async () => {
+    const { agentRunId } = await s.dispatch();
+    const worker = s.spawnWorker();
+    children.push(worker);
+    await s.waitForStatus(agentRunId, 'completed');
+    await worker.stop('SIGTERM');
+    const rows = await s.checkpoints(agentRunId);
+    assert.ok(rows.length > 1, 'the run has checkpoints to prune');
+    await ageRuns([agentRunId]);
 
-  const killed = spawnNode('scripts/prune.ts', ['--older-than', '30d'], { env: { ...s.env, ECHODO_FAULT: 'after-notes-prune' } });
-  children.push(killed);
-  assert.equal((await killed.exited).signal, 'SIGKILL', killed.output());
-  assert.equal(await rowCount(agentRunId), rows.length, 'no row deleted yet');
-  assert.equal(await noteBlob(rows[0]!.commit_oid), undefined, 'the first checkpoint\'s note already gone');
-  assert.ok(await noteBlob(rows.at(-1)!.commit_oid), 'the last checkpoint\'s note kept');
+    const killed = spawnNode('scripts/prune.ts', ['--older-than', '30d'], {
+      env: { ...s.env, ECHODO_FAULT: 'after-notes-prune' },
+    });
+    children.push(killed);
+    assert.equal((await killed.exited).signal, 'SIGKILL', killed.output());
+    assert.equal(await rowCount(agentRunId), rows.length, 'no row deleted yet');
+    assert.equal(await noteBlob(rows[0]!.commit_oid), undefined, "the first checkpoint's note already gone");
+    assert.ok(await noteBlob(rows.at(-1)!.commit_oid), "the last checkpoint's note kept");
 
-  const report = await npmPrune();
-  assert.equal(report.rowsDeleted, rows.length - 1, 'the next prune deletes the rows');
-  assert.equal(report.notesRemoved, 0, 'their notes were gone already');
-  const integrity = await checkRunIntegrity(s.t.db, s.config, s.workspaceId, agentRunId);
-  assert.equal(integrity?.intact, true, JSON.stringify(integrity?.findings));
-});
+    const report = await npmPrune();
+    assert.equal(report.rowsDeleted, rows.length - 1, 'the next prune deletes the rows');
+    assert.equal(report.notesRemoved, 0, 'their notes were gone already');
+    const integrity = await checkRunIntegrity(s.t.db, s.config, s.workspaceId, agentRunId);
+    assert.equal(integrity?.intact, true, JSON.stringify(integrity?.findings));
+  },
+);
 
 test('with WORKER_CHECKPOINT_RETENTION_DAYS=30 the stall detector prunes too', { timeout: 60_000 }, async () => {
   const { agentRunId } = await s.dispatch();
@@ -232,10 +280,15 @@ test('with WORKER_CHECKPOINT_RETENTION_DAYS=30 the stall detector prunes too', {
   assert.ok(rows.length > 1, 'the run has more than one checkpoint to prune');
   await ageRuns([agentRunId]);
 
-  const detector = spawnNode('scripts/stall-detector.ts', ['--once'], { env: { ...s.env, WORKER_CHECKPOINT_RETENTION_DAYS: '30' } });
+  const detector = spawnNode('scripts/stall-detector.ts', ['--once'], {
+    env: { ...s.env, WORKER_CHECKPOINT_RETENTION_DAYS: '30' },
+  });
   children.push(detector);
   assert.equal((await detector.exited).code, 0, detector.output());
-  assert.deepEqual((await s.checkpoints(agentRunId)).map((r) => r.id), [rows.at(-1)!.id]);
+  assert.deepEqual(
+    (await s.checkpoints(agentRunId)).map((r) => r.id),
+    [rows.at(-1)!.id],
+  );
   const [anchor] = await s.su`select anchor_hash from checkpoint_anchors where agent_run_id = ${agentRunId}`;
   assert.equal(anchor?.anchor_hash, rows.at(-2)!.hash);
   assert.equal(existsSync(done.worktree_path), false, 'its worktree removed');

@@ -8,7 +8,13 @@ import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import type { Config } from '../core/config.ts';
 import { parseJob, parseRawJob, type Job, type JobInput } from '../core/job.ts';
-import { createQueue, type Delivery, type JobQueue, type QueueTuning, type RedisJobQueue } from '../worker/queue/index.ts';
+import {
+  createQueue,
+  type Delivery,
+  type JobQueue,
+  type QueueTuning,
+  type RedisJobQueue,
+} from '../worker/queue/index.ts';
 import { redisKeys } from '../worker/queue/redis.ts';
 import { claimRun, createWorkspace, getRun, recordRun } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';
@@ -38,8 +44,7 @@ interface Harness {
 }
 
 type Consumed =
-  | { kind: 'claimed' | 'already-claimed'; job: Job; agentRunId: string }
-  | { kind: 'dead'; reason: string; raw: string };
+  { kind: 'claimed' | 'already-claimed'; job: Job; agentRunId: string } | { kind: 'dead'; reason: string; raw: string };
 
 // What the worker loop does with a delivery: parse, record (idempotent), claim, ack.
 async function consumeOne(h: Harness, queue: JobQueue, workerId: string, timeoutMs: number): Promise<Consumed | null> {
@@ -57,7 +62,9 @@ async function settle(h: Harness, queue: JobQueue, delivery: Delivery, workerId:
   }
   const job = parsed.job;
   const { agentRunId } = await withWorkspace(h.testDb.db.app, job.workspaceId, (tx) => recordRun(tx, job));
-  const run = await withWorkspace(h.testDb.db.app, job.workspaceId, (tx) => claimRun(tx, { agentRunId, workerId, leaseMs: 60_000 }));
+  const run = await withWorkspace(h.testDb.db.app, job.workspaceId, (tx) =>
+    claimRun(tx, { agentRunId, workerId, leaseMs: 60_000 }),
+  );
   await delivery.ack();
   return { kind: run ? 'claimed' : 'already-claimed', job, agentRunId };
 }
@@ -189,7 +196,11 @@ for (const backend of ['postgres', 'redis'] as const) {
         assert.equal(c?.kind, 'claimed');
         got.push(c.agentRunId);
       }
-      assert.deepEqual(got, jobs.map((j) => j.agentRunId), 'jobs come out in the order they went in');
+      assert.deepEqual(
+        got,
+        jobs.map((j) => j.agentRunId),
+        'jobs come out in the order they went in',
+      );
 
       for (const job of jobs) {
         const run = await runOf(h, job);
@@ -212,11 +223,17 @@ for (const backend of ['postgres', 'redis'] as const) {
       const consumer = h.queue('consumer-wake');
       const waiting = consumer.take({ timeoutMs: 120_000 });
       if (backend === 'redis') {
-        await waitFor(async () => /blocked_clients:[1-9]/.test(await h.inspect!.info('clients')), { what: 'the consumer blocked in BLMOVE' });
+        await waitFor(async () => /blocked_clients:[1-9]/.test(await h.inspect!.info('clients')), {
+          what: 'the consumer blocked in BLMOVE',
+        });
       } else {
         // Its LISTEN is in place and its first look found nothing: it is asleep on the doorbell.
         await waitFor(
-          async () => (await h.testDb.db.admin`select 1 from pg_stat_activity where datname = current_database() and query like 'listen %echodo_queue%'`).length > 0,
+          async () =>
+            (
+              await h.testDb.db
+                .admin`select 1 from pg_stat_activity where datname = current_database() and query like 'listen %echodo_queue%'`
+            ).length > 0,
           { what: 'the consumer listening' },
         );
         await new Promise((resolve) => setTimeout(resolve, 200));
@@ -258,7 +275,8 @@ for (const backend of ['postgres', 'redis'] as const) {
       assert.equal(parseRawJob(delivery.raw).ok && JSON.parse(delivery.raw).agentRunId, job.agentRunId);
 
       const other = h.queue('other');
-      if (backend === 'redis') assert.equal(await (other as RedisJobQueue).recoverOrphans(), 0, 'a live worker is no orphan');
+      if (backend === 'redis')
+        assert.equal(await (other as RedisJobQueue).recoverOrphans(), 0, 'a live worker is no orphan');
       assert.equal(await other.take({ timeoutMs: 300 }), null);
       assert.equal((await settle(h, holder, delivery, 'holder')).kind, 'claimed');
     });
@@ -339,7 +357,10 @@ for (const backend of ['postgres', 'redis'] as const) {
         await Promise.race([
           Promise.all(loops),
           new Promise((_, reject) => {
-            timer = setTimeout(() => reject(new Error(`only ${claims.size} of ${jobs.length} runs claimed in time`)), 30_000);
+            timer = setTimeout(
+              () => reject(new Error(`only ${claims.size} of ${jobs.length} runs claimed in time`)),
+              30_000,
+            );
           }),
         ]);
       } finally {
@@ -349,13 +370,18 @@ for (const backend of ['postgres', 'redis'] as const) {
       }
 
       for (const job of jobs) {
-        assert.equal(claims.get(job.agentRunId)?.length, 1, `run ${job.agentRunId} claimed by ${claims.get(job.agentRunId)}`);
+        assert.equal(
+          claims.get(job.agentRunId)?.length,
+          1,
+          `run ${job.agentRunId} claimed by ${claims.get(job.agentRunId)}`,
+        );
         const run = await runOf(h, job);
         assert.equal(run?.status, 'running');
         assert.equal(run?.lease_epoch, 1);
         assert.equal(run?.worker_id, claims.get(job.agentRunId)![0]);
       }
-      if (backend === 'redis') assert.equal(alreadyClaimed, jobs.length, 'each duplicate delivery found its run claimed');
+      if (backend === 'redis')
+        assert.equal(alreadyClaimed, jobs.length, 'each duplicate delivery found its run claimed');
     });
 
     test('bad jobs go to the dead letters with the reason; the consumer goes on to the next good job', async () => {
@@ -372,7 +398,10 @@ for (const backend of ['postgres', 'redis'] as const) {
         // An outside orchestrator RPUSHes whatever it likes.
         await h.inspect!.rpush(h.config.WORKER_QUEUE_KEY, malformed);
         await h.inspect!.rpush(h.config.WORKER_QUEUE_KEY, JSON.stringify(schemaFailing));
-        expected.push({ reason: /not valid JSON/, raw: malformed }, { reason: /unknown field\(s\): bogus/, raw: JSON.stringify(schemaFailing) });
+        expected.push(
+          { reason: /not valid JSON/, raw: malformed },
+          { reason: /unknown field\(s\): bogus/, raw: JSON.stringify(schemaFailing) },
+        );
       } else {
         // A stored job that no longer passes the schema (e.g. written by an older version).
         badRun = makeJob(ws, 99);
@@ -429,7 +458,9 @@ for (const backend of ['postgres', 'redis'] as const) {
     test('taken from the left end, as BLPOP does: 50 jobs RPUSHed by an orchestrator are claimed in order', async () => {
       const h = await harness();
       const ws = await newWorkspace(h);
-      const raws = Array.from({ length: 50 }, (_, i) => JSON.stringify({ ...jobInput(ws, i + 1), agentRunId: `run-${String(i + 1).padStart(2, '0')}` }));
+      const raws = Array.from({ length: 50 }, (_, i) =>
+        JSON.stringify({ ...jobInput(ws, i + 1), agentRunId: `run-${String(i + 1).padStart(2, '0')}` }),
+      );
       for (const raw of raws) await h.inspect!.rpush(h.config.WORKER_QUEUE_KEY, raw);
       const consumer = h.queue('consumer-fifo');
       const got: string[] = [];
@@ -438,9 +469,17 @@ for (const backend of ['postgres', 'redis'] as const) {
         assert.equal(c?.kind, 'claimed');
         got.push(c.agentRunId);
       }
-      assert.deepEqual(got, raws.map((r) => JSON.parse(r).agentRunId), 'first pushed, first claimed');
+      assert.deepEqual(
+        got,
+        raws.map((r) => JSON.parse(r).agentRunId),
+        'first pushed, first claimed',
+      );
       const claimedOrder = await h.su<{ id: string }[]>`select id from agent_runs order by started_at, id`;
-      assert.deepEqual(claimedOrder.map((r) => r.id), got, 'the claims in Postgres follow the push order');
+      assert.deepEqual(
+        claimedOrder.map((r) => r.id),
+        got,
+        'the claims in Postgres follow the push order',
+      );
     });
 
     test("a dead worker's jobs go back to the head of the queue, oldest first; a released delivery too", async () => {
@@ -453,12 +492,20 @@ for (const backend of ['postgres', 'redis'] as const) {
       await h.inspect!.rpush(keys.main, d!);
       const rescuer = h.queue('rescuer-order') as RedisJobQueue;
       assert.equal(await rescuer.recoverOrphans(), 3);
-      assert.deepEqual(await h.inspect!.lrange(keys.main, 0, -1), [a, b, c, d], 'the orphans are first in line, in their order');
+      assert.deepEqual(
+        await h.inspect!.lrange(keys.main, 0, -1),
+        [a, b, c, d],
+        'the orphans are first in line, in their order',
+      );
 
       const first = await rescuer.take({ timeoutMs: 2000 });
       assert.equal(first?.raw, a);
       await first!.release!();
-      assert.deepEqual(await h.inspect!.lrange(keys.main, 0, -1), [a, b, c, d], 'a released delivery is first in line again');
+      assert.deepEqual(
+        await h.inspect!.lrange(keys.main, 0, -1),
+        [a, b, c, d],
+        'a released delivery is first in line again',
+      );
       assert.equal(await h.inspect!.llen(keys.processing('rescuer-order')), 0);
       assert.equal((await rescuer.take({ timeoutMs: 2000 }))?.raw, a);
     });
@@ -521,7 +568,9 @@ for (const backend of ['postgres', 'redis'] as const) {
       const ws = await newWorkspace(h);
       const consumer = h.queue('consumer-restart');
       const waiting = consumer.take({ timeoutMs: 20_000 });
-      await waitFor(async () => /blocked_clients:[1-9]/.test(await h.inspect!.info('clients')), { what: 'the consumer blocked in BLMOVE' });
+      await waitFor(async () => /blocked_clients:[1-9]/.test(await h.inspect!.info('clients')), {
+        what: 'the consumer blocked in BLMOVE',
+      });
 
       await h.server!.restart();
       const job = makeJob(ws, 1);

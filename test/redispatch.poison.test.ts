@@ -41,37 +41,53 @@ after(async () => {
   await redis?.stop();
 });
 
-test('NUL, lone surrogate and unrecordable jobs are dead-lettered once with a reason; the worker serves the next job', { timeout: 90_000 }, async () => {
-  const job = (briefId: string, brief: string) => ({
-    workspaceId: s.workspaceId, convoyId: 'convoy-1', briefId, roleId: 'coder', harnessAlias: 'code',
-    repoPath: s.repo, baseRef: 'main', brief, model: `replay:${s.transcriptPath}`,
-  });
-  const key = s.config.WORKER_QUEUE_KEY;
-  await inspect.rpush(key, JSON.stringify(job('brief-nul', 'a\u0000b')));
-  await inspect.rpush(key, JSON.stringify(job('brief-surrogate', 'a\ud800b')));
-  await inspect.rpush(key, JSON.stringify(job('brief-poison', 'An ordinary brief.')));
-  const good = { ...job('brief-good', 'An ordinary brief.'), agentRunId: 'good-run' };
-  await inspect.rpush(key, JSON.stringify(good));
+test(
+  'NUL, lone surrogate and unrecordable jobs are dead-lettered once with a reason; the worker serves the next job',
+  { timeout: 90_000 },
+  async () => {
+    const job = (briefId: string, brief: string) => ({
+      workspaceId: s.workspaceId,
+      convoyId: 'convoy-1',
+      briefId,
+      roleId: 'coder',
+      harnessAlias: 'code',
+      repoPath: s.repo,
+      baseRef: 'main',
+      brief,
+      model: `replay:${s.transcriptPath}`,
+    });
+    const key = s.config.WORKER_QUEUE_KEY;
+    await inspect.rpush(key, JSON.stringify(job('brief-nul', 'a\u0000b')));
+    await inspect.rpush(key, JSON.stringify(job('brief-surrogate', 'a\ud800b')));
+    await inspect.rpush(key, JSON.stringify(job('brief-poison', 'An ordinary brief.')));
+    const good = { ...job('brief-good', 'An ordinary brief.'), agentRunId: 'good-run' };
+    await inspect.rpush(key, JSON.stringify(good));
 
-  const done = await s.waitForStatus('good-run', 'completed', 60_000).catch((err: Error) => {
-    throw new Error(`${err.message}\n${worker.output()}`);
-  });
-  assert.equal(done.worker_id, 'poison-worker', 'the same worker served the next job');
+    const done = await s.waitForStatus('good-run', 'completed', 60_000).catch((err: Error) => {
+      throw new Error(`${err.message}\n${worker.output()}`);
+    });
+    assert.equal(done.worker_id, 'poison-worker', 'the same worker served the next job');
 
-  const reasons = async () => (await s.su<{ reason: string }[]>`select reason from dead_letters order by id`).map((r) => r.reason);
-  const dead = await reasons();
-  assert.equal(dead.length, 3, JSON.stringify(dead));
-  assert.match(dead[0]!, /brief: brief holds a NUL character or a lone surrogate/);
-  assert.match(dead[1]!, /brief: brief holds a NUL character or a lone surrogate/);
-  assert.match(dead[2]!, /could not record the job: .*brief-poison may not be recorded/);
-  assert.equal((await s.su`select count(*)::int as n from agent_runs where brief_id <> 'brief-good'`)[0]!.n, 0, 'nothing recorded for them');
+    const reasons = async () =>
+      (await s.su<{ reason: string }[]>`select reason from dead_letters order by id`).map((r) => r.reason);
+    const dead = await reasons();
+    assert.equal(dead.length, 3, JSON.stringify(dead));
+    assert.match(dead[0]!, /brief: brief holds a NUL character or a lone surrogate/);
+    assert.match(dead[1]!, /brief: brief holds a NUL character or a lone surrogate/);
+    assert.match(dead[2]!, /could not record the job: .*brief-poison may not be recorded/);
+    assert.equal(
+      (await s.su`select count(*)::int as n from agent_runs where brief_id <> 'brief-good'`)[0]!.n,
+      0,
+      'nothing recorded for them',
+    );
 
-  // Acknowledged, not left in the processing list to come back.
-  const keys = redisKeys(key);
-  assert.equal(await inspect.llen(keys.main), 0);
-  assert.equal(await inspect.llen(keys.processing('poison-worker')), 0);
-  assert.equal(await inspect.llen(keys.dead), 3, 'mirrored on the dead list');
-  await sleep(1500);
-  assert.equal((await reasons()).length, 3, 'never redelivered');
-  assert.equal(worker.process.exitCode, null, 'the worker is still up');
-});
+    // Acknowledged, not left in the processing list to come back.
+    const keys = redisKeys(key);
+    assert.equal(await inspect.llen(keys.main), 0);
+    assert.equal(await inspect.llen(keys.processing('poison-worker')), 0);
+    assert.equal(await inspect.llen(keys.dead), 3, 'mirrored on the dead list');
+    await sleep(1500);
+    assert.equal((await reasons()).length, 3, 'never redelivered');
+    assert.equal(worker.process.exitCode, null, 'the worker is still up');
+  },
+);

@@ -33,14 +33,28 @@ const workers: Child[] = [];
 
 /** git as an operator's shell runs it (no prompt for what it lacks); rejects with its stderr. */
 const plainGit = (cwd: string, ...args: string[]) =>
-  promisify(execFile)('git', args, { cwd, env: { ...process.env, GIT_TERMINAL_PROMPT: '0' } }).catch((err: { stderr?: string }) => {
-    throw new Error(err.stderr);
-  });
+  promisify(execFile)('git', args, { cwd, env: { ...process.env, GIT_TERMINAL_PROMPT: '0' } }).catch(
+    (err: { stderr?: string }) => {
+      throw new Error(err.stderr);
+    },
+  );
 
 function host(name: string, root: string, repo: string, remoteUrl: string): Host {
   const worktreeBase = path.join(root, `worktrees-${name}`);
   const id = `host-${name}`;
-  return { name, id, repo, worktreeBase, env: { WORKER_REPO_ROOT: repo, WORKER_WORKTREE_BASE: worktreeBase, WORKER_HOST_ID: id, WORKER_CHECKPOINT_REMOTE: remoteUrl, ...NO_STANDBY } };
+  return {
+    name,
+    id,
+    repo,
+    worktreeBase,
+    env: {
+      WORKER_REPO_ROOT: repo,
+      WORKER_WORKTREE_BASE: worktreeBase,
+      WORKER_HOST_ID: id,
+      WORKER_CHECKPOINT_REMOTE: remoteUrl,
+      ...NO_STANDBY,
+    },
+  };
 }
 
 function spawnOn(h: Host, extra: Record<string, string> = {}): Child {
@@ -50,8 +64,16 @@ function spawnOn(h: Host, extra: Record<string, string> = {}): Child {
 }
 
 before(async () => {
-  const files = { 'README.md': '# sample\n', 'src/index.ts': 'export const answer = 42;\n', 'vendor/data.txt': randomBytes(60_000).toString('base64') };
-  s = await createScenario({ files, steps: sampleSteps(40, ROUNDS), env: { WORKER_LEASE_MS: '8000', WORKER_HEARTBEAT_MS: '500' } });
+  const files = {
+    'README.md': '# sample\n',
+    'src/index.ts': 'export const answer = 42;\n',
+    'vendor/data.txt': randomBytes(60_000).toString('base64'),
+  };
+  s = await createScenario({
+    files,
+    steps: sampleSteps(40, ROUNDS),
+    env: { WORKER_LEASE_MS: '8000', WORKER_HEARTBEAT_MS: '500' },
+  });
   const root = await realpath(await mkdtemp(path.join(os.tmpdir(), 'echodo-http-remote-')));
   const remoteDir = path.join(root, 'remote.git');
   await git(root, 'clone', '-q', '--bare', s.repo, remoteDir);
@@ -62,8 +84,28 @@ before(async () => {
   await writeFile(path.join(root, 'unread.txt'), 'never checked out\n');
   unreadBlob = await git(remoteDir, 'hash-object', '-w', path.join(root, 'unread.txt'));
   await rm(path.join(root, 'unread.txt'));
-  const unreadTree = execFileSync('git', ['mktree'], { cwd: remoteDir, input: `100644 blob ${unreadBlob}\tunread.txt\n` }).toString().trim();
-  await git(remoteDir, 'update-ref', 'refs/heads/unread', await git(remoteDir, '-c', 'user.name=Echodo Test', '-c', 'user.email=test@echodo.invalid', 'commit-tree', unreadTree, '-m', 'unread'));
+  const unreadTree = execFileSync('git', ['mktree'], {
+    cwd: remoteDir,
+    input: `100644 blob ${unreadBlob}\tunread.txt\n`,
+  })
+    .toString()
+    .trim();
+  await git(
+    remoteDir,
+    'update-ref',
+    'refs/heads/unread',
+    await git(
+      remoteDir,
+      '-c',
+      'user.name=Echodo Test',
+      '-c',
+      'user.email=test@echodo.invalid',
+      'commit-tree',
+      unreadTree,
+      '-m',
+      'unread',
+    ),
+  );
   const a = host('a', root, path.join(root, 'host-a'), remoteUrl);
   await git(root, 'clone', '-q', remoteDir, a.repo); // the operator's clone, made without the credentials
   const c = host('c', root, path.join(root, 'host-c', 'repo'), remoteUrl); // no repository at all
@@ -97,13 +139,20 @@ describe('a checkpoint remote over HTTP that needs credentials', () => {
 
   before(async () => {
     ({ agentRunId } = await s.dispatch({ repoPath: undefined }));
-    const victim = spawnOn(hosts.byName.a!, { ECHODO_FAULT: 'during-model-call@3', WORKER_LEASE_MS: '3000', WORKER_HEARTBEAT_MS: '300' });
+    const victim = spawnOn(hosts.byName.a!, {
+      ECHODO_FAULT: 'during-model-call@3',
+      WORKER_LEASE_MS: '3000',
+      WORKER_HEARTBEAT_MS: '300',
+    });
     assert.equal((await victim.exited).signal, 'SIGKILL');
     await finishWith(s, spawnOn(hosts.byName.c!), agentRunId);
   });
 
   test('the remote refuses a request without them', async () => {
-    await assert.rejects(plainGit(hosts.root, 'ls-remote', server.url('remote.git', { withCredentials: false })), /401|Authentication failed|could not read Username/);
+    await assert.rejects(
+      plainGit(hosts.root, 'ls-remote', server.url('remote.git', { withCredentials: false })),
+      /401|Authentication failed|could not read Username/,
+    );
     assert.ok((server.counts.denied ?? 0) >= 1);
   });
 
@@ -114,15 +163,24 @@ describe('a checkpoint remote over HTTP that needs credentials', () => {
     assert.equal(resumed?.metadata.partialClone, true);
     const repo = hosts.byName.c!.repo;
     assert.equal(await git(repo, 'config', 'remote.origin.promisor'), 'true');
-    assert.ok((server.counts['git-receive-pack'] ?? 0) > 0 && (server.counts['git-upload-pack'] ?? 0) > 0, JSON.stringify(server.counts));
+    assert.ok(
+      (server.counts['git-receive-pack'] ?? 0) > 0 && (server.counts['git-upload-pack'] ?? 0) > 0,
+      JSON.stringify(server.counts),
+    );
   });
 
-  test('the clone names the remote without its credentials; the worker\'s git fetches a missing blob with them', async () => {
+  test("the clone names the remote without its credentials; the worker's git fetches a missing blob with them", async () => {
     const repo = hosts.byName.c!.repo;
     assert.equal(await git(repo, 'config', 'remote.origin.url'), server.url('remote.git', { withCredentials: false }));
-    assert.match(await git(repo, 'rev-list', '--objects', '--missing=print', 'refs/remotes/origin/unread'), new RegExp(`^\\?${unreadBlob}$`, 'm'));
+    assert.match(
+      await git(repo, 'rev-list', '--objects', '--missing=print', 'refs/remotes/origin/unread'),
+      new RegExp(`^\\?${unreadBlob}$`, 'm'),
+    );
     // Plain git has only the URL on disk: the remote refuses it. The worker's git has the credentials.
-    await assert.rejects(plainGit(repo, 'cat-file', '-p', unreadBlob), /401|Authentication failed|could not read Username/);
+    await assert.rejects(
+      plainGit(repo, 'cat-file', '-p', unreadBlob),
+      /401|Authentication failed|could not read Username/,
+    );
     assert.equal((await runGit(repo, ['cat-file', '-p', unreadBlob])).stdout, 'never checked out\n');
   });
 
@@ -139,6 +197,6 @@ describe('a checkpoint remote over HTTP that needs credentials', () => {
       const [row] = await s.su.unsafe(`select coalesce(string_agg(t::text, ''), '') as text from ${table} t`);
       assert.ok(!String(row!.text).includes(PASSWORD), `${table} holds the remote's password`);
     }
-    for (const w of workers) assert.ok(!w.output().includes(PASSWORD), 'a worker logged the remote\'s password');
+    for (const w of workers) assert.ok(!w.output().includes(PASSWORD), "a worker logged the remote's password");
   });
 });

@@ -44,15 +44,19 @@ async function startRelay(port: number): Promise<typeof relay> {
       hanging = on;
       if (!on) for (const socket of held) socket.destroy();
     },
-    close: () => new Promise<void>((resolve) => {
-      for (const socket of held) socket.destroy();
-      server.close(() => resolve());
-    }),
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const socket of held) socket.destroy();
+        server.close(() => resolve());
+      }),
   };
 }
 
 before(async () => {
-  s = await createScenario({ steps: sampleSteps(700, ROUNDS), env: { WORKER_LEASE_MS: '8000', WORKER_HEARTBEAT_MS: '500' } });
+  s = await createScenario({
+    steps: sampleSteps(700, ROUNDS),
+    env: { WORKER_LEASE_MS: '8000', WORKER_HEARTBEAT_MS: '500' },
+  });
   const root = await realpath(await mkdtemp(path.join(os.tmpdir(), 'echodo-remote-hang-')));
   remoteDir = path.join(root, 'remote.git');
   await git(root, 'clone', '-q', '--bare', s.repo, remoteDir);
@@ -67,26 +71,42 @@ after(async () => {
   await s?.close();
 });
 
-test('a remote that stops answering mid-run: the push is stopped after WORKER_REMOTE_TIMEOUT_MS, the run released at its last checkpoint, completed once it answers', { timeout: 300_000 }, async () => {
-  const { agentRunId } = await s.dispatch();
-  const w = s.spawnWorker({ WORKER_CHECKPOINT_REMOTE: `git://127.0.0.1:${relay.port}/remote.git`, WORKER_REMOTE_TIMEOUT_MS: String(TIMEOUT_MS) });
-  workers.push(w);
-  await w.waitForLine(/"seq":2,.*"checkpoint written"|"checkpoint written".*"seq":2/, { timeoutMs: 120_000 });
-  relay.hang(true);
-  const hungAt = Date.now();
-  try {
-    const released = await w.waitForLine(/checkpoint remote unavailable; releasing the run/, { timeoutMs: 60_000 });
-    assert.match(released, new RegExp(`no answer within ${TIMEOUT_MS} ms`), 'released because git was stopped, not refused');
-    assert.ok(Date.now() - hungAt >= TIMEOUT_MS, 'not before the limit');
-    assert.notEqual((await s.run(agentRunId)).status, 'completed');
-    // Nothing un-checkpointed counted: every row's commit reached the remote before it hung.
-    for (const row of await s.checkpoints(agentRunId)) await git(remoteDir, 'cat-file', '-e', `${row.commit_oid}^{commit}`);
-  } finally {
-    relay.hang(false);
-  }
-  await s.waitForStatus(agentRunId, 'completed', 180_000);
-  await w.stop('SIGTERM', 8000);
-  const rows = await s.checkpoints(agentRunId);
-  assert.deepEqual(rows.map((r) => r.checkpoint_seq), Array.from({ length: ROUNDS }, (_, i) => i + 1), 'seqs 1..n without gaps');
-  for (const row of rows) await git(remoteDir, 'cat-file', '-e', `${row.commit_oid}^{commit}`);
-});
+test(
+  'a remote that stops answering mid-run: the push is stopped after WORKER_REMOTE_TIMEOUT_MS, the run released at its last checkpoint, completed once it answers',
+  { timeout: 300_000 },
+  async () => {
+    const { agentRunId } = await s.dispatch();
+    const w = s.spawnWorker({
+      WORKER_CHECKPOINT_REMOTE: `git://127.0.0.1:${relay.port}/remote.git`,
+      WORKER_REMOTE_TIMEOUT_MS: String(TIMEOUT_MS),
+    });
+    workers.push(w);
+    await w.waitForLine(/"seq":2,.*"checkpoint written"|"checkpoint written".*"seq":2/, { timeoutMs: 120_000 });
+    relay.hang(true);
+    const hungAt = Date.now();
+    try {
+      const released = await w.waitForLine(/checkpoint remote unavailable; releasing the run/, { timeoutMs: 60_000 });
+      assert.match(
+        released,
+        new RegExp(`no answer within ${TIMEOUT_MS} ms`),
+        'released because git was stopped, not refused',
+      );
+      assert.ok(Date.now() - hungAt >= TIMEOUT_MS, 'not before the limit');
+      assert.notEqual((await s.run(agentRunId)).status, 'completed');
+      // Nothing un-checkpointed counted: every row's commit reached the remote before it hung.
+      for (const row of await s.checkpoints(agentRunId))
+        await git(remoteDir, 'cat-file', '-e', `${row.commit_oid}^{commit}`);
+    } finally {
+      relay.hang(false);
+    }
+    await s.waitForStatus(agentRunId, 'completed', 180_000);
+    await w.stop('SIGTERM', 8000);
+    const rows = await s.checkpoints(agentRunId);
+    assert.deepEqual(
+      rows.map((r) => r.checkpoint_seq),
+      Array.from({ length: ROUNDS }, (_, i) => i + 1),
+      'seqs 1..n without gaps',
+    );
+    for (const row of rows) await git(remoteDir, 'cat-file', '-e', `${row.commit_oid}^{commit}`);
+  },
+);

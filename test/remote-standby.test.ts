@@ -6,7 +6,15 @@ import { after, before, describe, test } from 'node:test';
 import { parseConfig } from '../core/config.ts';
 import { waitFor, type Child } from './support/child.ts';
 import { git } from './support/git.ts';
-import { assertFinishedOnRemote, dispatchToHosts, setUpHosts, spawnOnHost, stopProcesses, type Host, type Hosts } from './support/hosts.ts';
+import {
+  assertFinishedOnRemote,
+  dispatchToHosts,
+  setUpHosts,
+  spawnOnHost,
+  stopProcesses,
+  type Host,
+  type Hosts,
+} from './support/hosts.ts';
 import { createScenario, sampleSteps, type Scenario } from './support/scenario.ts';
 import { readdir, readFile, realpath } from 'node:fs/promises';
 import path from 'node:path';
@@ -36,11 +44,14 @@ async function killedOnA(): Promise<{ agentRunId: string; rows: Record<string, a
 
 /** Sweeps (as the stall detector would) until the run is over. */
 async function sweepUntilFinished(agentRunId: string, w: Child): Promise<void> {
-  await waitFor(async () => {
-    await s.sweep();
-    const { status } = await s.run(agentRunId);
-    return status === 'completed' || status === 'failed';
-  }, { timeoutMs: 180_000, intervalMs: 200 }).catch((err) => assert.fail(`${(err as Error).message}\n${w.lines.slice(-30).join('\n')}`));
+  await waitFor(
+    async () => {
+      await s.sweep();
+      const { status } = await s.run(agentRunId);
+      return status === 'completed' || status === 'failed';
+    },
+    { timeoutMs: 180_000, intervalMs: 200 },
+  ).catch((err) => assert.fail(`${(err as Error).message}\n${w.lines.slice(-30).join('\n')}`));
 }
 
 /** Host B's standby fetches checkpoint `latest` while dead host A holds the run; B takes it over from it. */
@@ -48,15 +59,23 @@ async function checkTakeOver(b: Host, wb: Child, agentRunId: string, latest: str
   const run = await s.run(agentRunId);
   const refs = standbyRefs(s.workspaceId, agentRunId);
   const held = async () => (await git(b.repo, 'rev-parse', '--verify', '-q', refs.branch).catch(() => '')) === latest;
-  await waitFor(held, { timeoutMs: 60_000, intervalMs: 100 })
-    .catch(() => assert.fail(`host B's standby never fetched ${latest}\n${wb.lines.slice(-20).join('\n')}`));
+  await waitFor(held, { timeoutMs: 60_000, intervalMs: 100 }).catch(() =>
+    assert.fail(`host B's standby never fetched ${latest}\n${wb.lines.slice(-20).join('\n')}`),
+  );
   // Onto its own refs only: the run's branch is set by whoever resumes it, after its ownership check.
-  assert.equal(await git(b.repo, 'rev-parse', '--verify', '-q', `refs/heads/${run.branch}`).catch(() => 'absent'), 'absent');
-  assert.match(await standbyHeld(b), new RegExp(`^${refs.notes} [0-9a-f]{40}$`, 'm'), 'the run\'s notes are held too');
+  assert.equal(
+    await git(b.repo, 'rev-parse', '--verify', '-q', `refs/heads/${run.branch}`).catch(() => 'absent'),
+    'absent',
+  );
+  assert.match(await standbyHeld(b), new RegExp(`^${refs.notes} [0-9a-f]{40}$`, 'm'), "the run's notes are held too");
 
   // The run looks abandoned (its lease unrenewed): host B's spare worktree is aimed at its checkpoint.
-  await waitFor(async () => (await aimsOn(b)).includes(latest), { timeoutMs: 60_000, intervalMs: 100 })
-    .catch(async () => assert.fail(`host B's spare was never aimed at ${latest} (aims: ${await aimsOn(b)})\n${wb.lines.slice(-20).join('\n')}`));
+  await waitFor(async () => (await aimsOn(b)).includes(latest), { timeoutMs: 60_000, intervalMs: 100 }).catch(
+    async () =>
+      assert.fail(
+        `host B's spare was never aimed at ${latest} (aims: ${await aimsOn(b)})\n${wb.lines.slice(-20).join('\n')}`,
+      ),
+  );
 
   await sweepUntilFinished(agentRunId, wb);
   await assertFinishedOnRemote(s, hosts, agentRunId, ROUNDS, baselineTree);
@@ -68,22 +87,29 @@ async function checkTakeOver(b: Host, wb: Child, agentRunId: string, latest: str
     `resumed from what the standby held, with no fetch, into the spare already checked out at the checkpoint\n${wb.lines.slice(-40).join('\n')}`,
   );
   // The run is host B's now and then finished: nothing of it stays held.
-  await waitFor(async () => (await standbyHeld(b)) === '', { timeoutMs: 30_000, intervalMs: 100 })
-    .catch(async () => assert.fail(`standby refs left on host B: ${await standbyHeld(b)}`));
+  await waitFor(async () => (await standbyHeld(b)) === '', { timeoutMs: 30_000, intervalMs: 100 }).catch(async () =>
+    assert.fail(`standby refs left on host B: ${await standbyHeld(b)}`),
+  );
 }
 
 /** The commits the spares of the host's repository are aimed at (spare-worktrees.ts AIM_MARK). */
 async function aimsOn(host: Host): Promise<string[]> {
   const admins = path.join(host.repo, '.git', 'worktrees');
   const names = await readdir(admins).catch(() => [] as string[]);
-  const aims = await Promise.all(names.map((name) => readFile(path.join(admins, name, 'echodo-aimed'), 'utf8').catch(() => '')));
+  const aims = await Promise.all(
+    names.map((name) => readFile(path.join(admins, name, 'echodo-aimed'), 'utf8').catch(() => '')),
+  );
   return aims.map((aim) => aim.trim()).filter(Boolean);
 }
 
-const standbyHeld = (host: Host) => git(host.repo, 'for-each-ref', '--format=%(refname) %(objectname)', 'refs/echodo-standby/');
+const standbyHeld = (host: Host) =>
+  git(host.repo, 'for-each-ref', '--format=%(refname) %(objectname)', 'refs/echodo-standby/');
 
 before(async () => {
-  s = await createScenario({ steps: sampleSteps(40, ROUNDS), env: { WORKER_LEASE_MS: '8000', WORKER_HEARTBEAT_MS: '500' } });
+  s = await createScenario({
+    steps: sampleSteps(40, ROUNDS),
+    env: { WORKER_LEASE_MS: '8000', WORKER_HEARTBEAT_MS: '500' },
+  });
   hosts = await setUpHosts(s, ['a', 'b']);
   // The uncrashed run, on host A: its tree is the reference for every resumed run.
   const { agentRunId } = await dispatch();
@@ -102,17 +128,21 @@ after(async () => {
 });
 
 describe('the remote standby', () => {
-  test('host B holds the dead host\'s last checkpoint before the take-over, which then fetches nothing', { timeout: 300_000 }, async () => {
-    const b = hosts.byName.b!;
-    const { agentRunId, rows } = await killedOnA();
-    // Host B's worker is up while the run is still held by dead host A (its lease not yet swept).
-    const wb = spawnOn(b, { WORKER_REMOTE_STANDBY_MS: '200' });
-    try {
-      await checkTakeOver(b, wb, agentRunId, rows[2]!.commit_oid);
-    } finally {
-      await wb.stop('SIGTERM', 8000); // a failed check leaves no worker to take the next test's run
-    }
-  });
+  test(
+    "host B holds the dead host's last checkpoint before the take-over, which then fetches nothing",
+    { timeout: 300_000 },
+    async () => {
+      const b = hosts.byName.b!;
+      const { agentRunId, rows } = await killedOnA();
+      // Host B's worker is up while the run is still held by dead host A (its lease not yet swept).
+      const wb = spawnOn(b, { WORKER_REMOTE_STANDBY_MS: '200' });
+      try {
+        await checkTakeOver(b, wb, agentRunId, rows[2]!.commit_oid);
+      } finally {
+        await wb.stop('SIGTERM', 8000); // a failed check leaves no worker to take the next test's run
+      }
+    },
+  );
 
   test('a standby behind the latest checkpoint is not used: the take-over fetches', { timeout: 300_000 }, async () => {
     const b = hosts.byName.b!;
@@ -134,35 +164,47 @@ describe('the remote standby', () => {
     assert.ok(resumed?.metadata.fetchedBytes > 0, `fetched at the take-over: ${resumed?.metadata.fetchedBytes} bytes`);
   });
 
-  test('the standby\'s copy moves the run\'s branch only once it is the run\'s own on this host', { timeout: 300_000 }, async () => {
-    const b = hosts.byName.b!;
-    const { agentRunId, rows } = await killedOnA();
-    const { branch } = await s.run(agentRunId);
-    // On host B's repository, the branch's name is another run's (a claim each repository keeps).
-    await s.su`insert into branch_claims (repo_dir, branch, workspace_id, agent_run_id)
+  test(
+    "the standby's copy moves the run's branch only once it is the run's own on this host",
+    { timeout: 300_000 },
+    async () => {
+      const b = hosts.byName.b!;
+      const { agentRunId, rows } = await killedOnA();
+      const { branch } = await s.run(agentRunId);
+      // On host B's repository, the branch's name is another run's (a claim each repository keeps).
+      await s.su`insert into branch_claims (repo_dir, branch, workspace_id, agent_run_id)
       values (${await realpath(path.join(b.repo, '.git'))}, ${branch}, ${s.workspaceId}, ${baselineRunId})`;
-    const wb = spawnOn(b, { WORKER_REMOTE_STANDBY_MS: '200' });
-    try {
-      const refs = standbyRefs(s.workspaceId, agentRunId);
-      await waitFor(async () => (await git(b.repo, 'rev-parse', '--verify', '-q', refs.branch).catch(() => '')) === rows[2]!.commit_oid, { timeoutMs: 60_000, intervalMs: 100 });
-      await sweepUntilFinished(agentRunId, wb);
-    } finally {
-      await wb.stop('SIGTERM', 8000);
-    }
-    const run = await s.run(agentRunId);
-    assert.equal(run.status, 'failed');
-    assert.match(run.failure_reason, /ref_refused: branch .* belongs to another run/);
-    // The refusal came before the move: the standby's copy never reached the branch on host B.
-    assert.equal(await git(b.repo, 'rev-parse', '--verify', '-q', `refs/heads/${branch}`).catch(() => 'absent'), 'absent');
-  });
+      const wb = spawnOn(b, { WORKER_REMOTE_STANDBY_MS: '200' });
+      try {
+        const refs = standbyRefs(s.workspaceId, agentRunId);
+        await waitFor(
+          async () =>
+            (await git(b.repo, 'rev-parse', '--verify', '-q', refs.branch).catch(() => '')) === rows[2]!.commit_oid,
+          { timeoutMs: 60_000, intervalMs: 100 },
+        );
+        await sweepUntilFinished(agentRunId, wb);
+      } finally {
+        await wb.stop('SIGTERM', 8000);
+      }
+      const run = await s.run(agentRunId);
+      assert.equal(run.status, 'failed');
+      assert.match(run.failure_reason, /ref_refused: branch .* belongs to another run/);
+      // The refusal came before the move: the standby's copy never reached the branch on host B.
+      assert.equal(
+        await git(b.repo, 'rev-parse', '--verify', '-q', `refs/heads/${branch}`).catch(() => 'absent'),
+        'absent',
+      );
+    },
+  );
 
   test('switched off, a worker lets go of what the standby held', { timeout: 120_000 }, async () => {
     const b = hosts.byName.b!;
     await git(b.repo, 'update-ref', 'refs/echodo-standby/branches/ws/gone-run', await git(b.repo, 'rev-parse', 'HEAD'));
     const wb = spawnOn(b, { WORKER_REMOTE_STANDBY_MS: '0' });
     try {
-      await waitFor(async () => (await standbyHeld(b)) === '', { timeoutMs: 60_000, intervalMs: 100 })
-        .catch(async () => assert.fail(`standby refs left on host B: ${await standbyHeld(b)}`));
+      await waitFor(async () => (await standbyHeld(b)) === '', { timeoutMs: 60_000, intervalMs: 100 }).catch(async () =>
+        assert.fail(`standby refs left on host B: ${await standbyHeld(b)}`),
+      );
     } finally {
       await wb.stop('SIGTERM', 8000);
     }
@@ -177,7 +219,11 @@ describe('the remote standby', () => {
     assert.deepEqual(await readStandby(b.repo, 'ws-read', 'run-read'), { branch: head, notes: undefined });
     await git(b.repo, 'update-ref', refs.notes, other!);
     await git(b.repo, 'pack-refs', '--all');
-    assert.deepEqual(await readStandby(b.repo, 'ws-read', 'run-read'), { branch: head, notes: other }, 'from packed-refs');
+    assert.deepEqual(
+      await readStandby(b.repo, 'ws-read', 'run-read'),
+      { branch: head, notes: other },
+      'from packed-refs',
+    );
     await git(b.repo, 'update-ref', refs.branch, other!); // loose again, over the packed one
     assert.deepEqual(await readStandby(b.repo, 'ws-read', 'run-read'), { branch: other, notes: other });
     await git(b.repo, 'update-ref', '-d', refs.branch);
@@ -186,17 +232,37 @@ describe('the remote standby', () => {
   });
 
   test('the spare is aimed at the run likeliest to be taken over: queued first, then the most overdue lease', () => {
-    const run = (id: string, status: 'running' | 'queued', leftMs: number | null): StandbyRun =>
-      ({ workspace_id: 'ws', agent_run_id: id, branch: `b-${id}`, commit_oid: id.padEnd(40, '0'), status, lease_left_ms: leftMs });
+    const run = (id: string, status: 'running' | 'queued', leftMs: number | null): StandbyRun => ({
+      workspace_id: 'ws',
+      agent_run_id: id,
+      branch: `b-${id}`,
+      commit_oid: id.padEnd(40, '0'),
+      status,
+      lease_left_ms: leftMs,
+    });
     const overdue = 6000; // WORKER_LEASE_MS 10 s less two 2 s heartbeats
-    assert.equal(pickAim([run('fresh', 'running', 9500), run('renewed', 'running', 7000)], overdue), undefined, 'every lease renewed: none');
-    assert.equal(pickAim([run('late', 'running', 5000), run('later', 'running', -200), run('fresh', 'running', 9000)], overdue)?.agent_run_id, 'later');
-    assert.equal(pickAim([run('later', 'running', -200), run('released', 'queued', null)], overdue)?.agent_run_id, 'released');
+    assert.equal(
+      pickAim([run('fresh', 'running', 9500), run('renewed', 'running', 7000)], overdue),
+      undefined,
+      'every lease renewed: none',
+    );
+    assert.equal(
+      pickAim([run('late', 'running', 5000), run('later', 'running', -200), run('fresh', 'running', 9000)], overdue)
+        ?.agent_run_id,
+      'later',
+    );
+    assert.equal(
+      pickAim([run('later', 'running', -200), run('released', 'queued', null)], overdue)?.agent_run_id,
+      'released',
+    );
     assert.equal(pickAim([], overdue), undefined);
   });
 
   test('WORKER_REMOTE_STANDBY_MS is 0 or at least 100 ms', () => {
-    assert.throws(() => parseConfig({ ...s.env, WORKER_REMOTE_STANDBY_MS: '50' }), /WORKER_REMOTE_STANDBY_MS: must be 0 \(off\) or at least 100/);
+    assert.throws(
+      () => parseConfig({ ...s.env, WORKER_REMOTE_STANDBY_MS: '50' }),
+      /WORKER_REMOTE_STANDBY_MS: must be 0 \(off\) or at least 100/,
+    );
     assert.equal(parseConfig({ ...s.env, WORKER_REMOTE_STANDBY_MS: '0' }).WORKER_REMOTE_STANDBY_MS, 0);
     assert.equal(parseConfig({ ...s.env }).WORKER_REMOTE_STANDBY_MS, 2000);
   });

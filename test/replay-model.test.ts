@@ -110,13 +110,19 @@ test('stepCountIs stops between rounds and a second session continues where the 
   const first = fileTools();
   const model = new ReplayModel({ transcript: threeRounds, startAt: 0 });
   await generateText({ model, tools: first.tools, prompt: 'x', stopWhen: stepCountIs(2) });
-  assert.deepEqual(first.executed.map((e) => e.toolCallId), ['replay-0-0', 'replay-1-0', 'replay-1-1']);
+  assert.deepEqual(
+    first.executed.map((e) => e.toolCallId),
+    ['replay-0-0', 'replay-1-0', 'replay-1-1'],
+  );
   assert.equal(model.entriesPlayed, 2);
 
   const second = fileTools();
   const resumed = new ReplayModel({ transcript: threeRounds, startAt: model.nextEntryIndex });
   const result = await generateText({ model: resumed, tools: second.tools, prompt: 'y', stopWhen: stepCountIs(10) });
-  assert.deepEqual(second.executed.map((e) => e.toolCallId), ['replay-2-0']);
+  assert.deepEqual(
+    second.executed.map((e) => e.toolCallId),
+    ['replay-2-0'],
+  );
   assert.equal(result.text, 'Done.');
 });
 
@@ -130,7 +136,9 @@ test('past the end of the transcript the model answers "(transcript ended)" and 
 
 test('an entry with text and tool calls returns both', async () => {
   const model = new ReplayModel({
-    transcript: { steps: [{ text: 'Writing it.', toolCalls: [{ toolName: 'write_file', input: { path: 'c', content: 'x' } }] }] },
+    transcript: {
+      steps: [{ text: 'Writing it.', toolCalls: [{ toolName: 'write_file', input: { path: 'c', content: 'x' } }] }],
+    },
     startAt: 0,
   });
   const result = await model.doGenerate({ prompt: [] });
@@ -170,10 +178,13 @@ test('the model-level signal also aborts the delay', { timeout: 10_000 }, async 
   await assert.rejects(model.doGenerate({ prompt: [] }), /lease lost/);
 });
 
-test('an entry with delayMs passes the during-model-call fault point before answering', { timeout: 30_000 }, async () => {
-  // A real child process armed with ECHODO_FAULT kills itself on the 2nd delayed entry.
-  const replayModule = fileURLToPath(new URL('../worker/models/replay.ts', import.meta.url));
-  const script = `
+test(
+  'an entry with delayMs passes the during-model-call fault point before answering',
+  { timeout: 30_000 },
+  async () => {
+    // A real child process armed with ECHODO_FAULT kills itself on the 2nd delayed entry.
+    const replayModule = fileURLToPath(new URL('../worker/models/replay.ts', import.meta.url));
+    const script = `
     import { ReplayModel } from ${JSON.stringify(replayModule)};
     const model = new ReplayModel({ startAt: 0, transcript: { steps: [
       { text: 'zero', delayMs: 0 }, { text: 'one' }, { text: 'two', delayMs: 5 }, { text: 'three' } ] } });
@@ -181,28 +192,32 @@ test('an entry with delayMs passes the during-model-call fault point before answ
       const r = await model.doGenerate({ prompt: [] });
       console.log('played', r.content[0].text);
     }`;
-  const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], {
-    env: { ...process.env, ECHODO_FAULT: 'during-model-call@2' },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (d) => (stdout += d));
-  child.stderr.on('data', (d) => (stderr += d));
-  const [code, signal] = await new Promise<[number | null, NodeJS.Signals | null]>((resolve) =>
-    child.on('exit', (c, s) => resolve([c, s])),
-  );
-  assert.equal(signal, 'SIGKILL', `expected SIGKILL, got code ${code}; stderr: ${stderr}`);
-  assert.deepEqual(stdout.trim().split('\n'), ['played zero', 'played one']);
-  assert.match(stderr, /fault point during-model-call reached/);
-});
+    const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], {
+      env: { ...process.env, ECHODO_FAULT: 'during-model-call@2' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d) => (stdout += d));
+    child.stderr.on('data', (d) => (stderr += d));
+    const [code, signal] = await new Promise<[number | null, NodeJS.Signals | null]>((resolve) =>
+      child.on('exit', (c, s) => resolve([c, s])),
+    );
+    assert.equal(signal, 'SIGKILL', `expected SIGKILL, got code ${code}; stderr: ${stderr}`);
+    assert.deepEqual(stdout.trim().split('\n'), ['played zero', 'played one']);
+    assert.match(stderr, /fault point during-model-call reached/);
+  },
+);
 
 test('doStream emits the same content, so streamText runs the tool rounds too', async () => {
   const { tools, executed } = fileTools();
   const model = new ReplayModel({ transcript: threeRounds, startAt: 0 });
   const result = streamText({ model, tools, prompt: 'x', stopWhen: stepCountIs(10) });
   assert.equal(await result.text, 'Done.');
-  assert.deepEqual(executed.map((e) => e.toolCallId), ['replay-0-0', 'replay-1-0', 'replay-1-1', 'replay-2-0']);
+  assert.deepEqual(
+    executed.map((e) => e.toolCallId),
+    ['replay-0-0', 'replay-1-0', 'replay-1-1', 'replay-2-0'],
+  );
   assert.equal((await result.steps).length, 4);
 });
 
@@ -241,13 +256,19 @@ test('bad transcripts give clear errors naming the file or the bad field', async
   await assert.rejects(loadTranscript(join(dir, 'a-dir.json')), /is a directory/);
 
   assert.throws(() => parseTranscript({ steps: [{}] }), /steps\[0\].*toolCalls or text/);
-  assert.throws(() => parseTranscript({ steps: [{ toolcalls: [] }] }), (err: unknown) => {
-    assert.match((err as Error).message, /steps\[0\]: 1 unexpected field/);
-    assert.ok(!(err as Error).message.includes('toolcalls'), 'a field of the file is never named');
-    return true;
-  });
+  assert.throws(
+    () => parseTranscript({ steps: [{ toolcalls: [] }] }),
+    (err: unknown) => {
+      assert.match((err as Error).message, /steps\[0\]: 1 unexpected field/);
+      assert.ok(!(err as Error).message.includes('toolcalls'), 'a field of the file is never named');
+      return true;
+    },
+  );
   assert.throws(() => parseTranscript({ steps: [] }), /steps/);
-  assert.throws(() => parseTranscript({ steps: [{ toolCalls: [{ toolName: 'x', input: 'nope' }] }] }), /steps\[0\]\.toolCalls\[0\]\.input/);
+  assert.throws(
+    () => parseTranscript({ steps: [{ toolCalls: [{ toolName: 'x', input: 'nope' }] }] }),
+    /steps\[0\]\.toolCalls\[0\]\.input/,
+  );
 
   const good = join(dir, 'good.json');
   await writeFile(good, JSON.stringify(threeRounds));
@@ -268,7 +289,10 @@ test('resolveModel turns replay:<absolute path> into a ReplayModel starting at s
   const result = await generateText({ model: resolved.model, prompt: 'x' });
   assert.equal(result.text, 'Done.');
 
-  await assert.rejects(resolveModel({ model: 'replay:relative/t.json', lookupProvider, startAt: 0, replayDir: dir }), /must be absolute/);
+  await assert.rejects(
+    resolveModel({ model: 'replay:relative/t.json', lookupProvider, startAt: 0, replayDir: dir }),
+    /must be absolute/,
+  );
   await assert.rejects(
     resolveModel({ model: `replay:${join(dir, 'nope.json')}`, lookupProvider, startAt: 0, replayDir: dir }),
     (err: unknown) => err instanceof EchodoError && err.code === 'model_unknown' && /does not exist/.test(err.message),

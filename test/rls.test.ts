@@ -33,7 +33,8 @@ const fixtures: Record<string, (tx: WorkspaceTx, ws: string, n: number) => Promi
     tx`insert into harness_providers (workspace_id, alias, needs_worktree) values (${ws}, ${`harness-${n}`}, true)`,
   role_harness_routes: (tx, ws, n) =>
     tx`insert into role_harness_routes (workspace_id, role_id, harness_alias) values (${ws}, ${`role-${n}`}, 'harness-0')`,
-  dead_letters: (tx, ws, n) => tx`insert into dead_letters (workspace_id, job_id, reason, raw) values (${ws}, ${`job-${n}`}, 'invalid', '{}')`,
+  dead_letters: (tx, ws, n) =>
+    tx`insert into dead_letters (workspace_id, job_id, reason, raw) values (${ws}, ${`job-${n}`}, 'invalid', '{}')`,
   checkpoint_anchors: (tx, ws, n) =>
     tx`insert into checkpoint_anchors (workspace_id, agent_run_id, anchor_seq, anchor_hash)
        values (${ws}, ${`${ws}-run-0`}, 1, ${`anchor-${n}`})`,
@@ -52,9 +53,11 @@ const fixtures: Record<string, (tx: WorkspaceTx, ws: string, n: number) => Promi
     tx`insert into workspace_storage_policies (workspace_id, keep_last) values (${ws}, 3)`,
   // Operator grants: the app role only reads them (written over the owner's connection, see before()).
   key_grants: (tx, ws, n) => tx`insert into key_grants (workspace_id, env_var) values (${ws}, ${`GRANT_${n}_API_KEY`})`,
-  repo_grants: (tx, ws, n) => tx`insert into repo_grants (workspace_id, path) values (${ws}, ${`/srv/${ws}/repo-${n}`})`,
+  repo_grants: (tx, ws, n) =>
+    tx`insert into repo_grants (workspace_id, path) values (${ws}, ${`/srv/${ws}/repo-${n}`})`,
   // A workspace never inserts a claim itself (store/migrations/005): it claims through the function.
-  branch_claims: (tx, _ws, n) => tx`select echodo_claim_branch('/repo', ${`echodo/b-${tx.workspaceId}-${n}`}, ${`${tx.workspaceId}-run-0`}, true)`,
+  branch_claims: (tx, _ws, n) =>
+    tx`select echodo_claim_branch('/repo', ${`echodo/b-${tx.workspaceId}-${n}`}, ${`${tx.workspaceId}-run-0`}, true)`,
 };
 const TABLES = Object.keys(fixtures);
 /** Tables the app role may only read: their rows are written as the owner. */
@@ -112,18 +115,32 @@ test('every table has workspace_id, forced row-level security, and a fixture in 
      where ns.nspname = 'public' and c.relkind = 'r' and c.relname <> 'schema_migrations'
      order by 1`;
   for (const row of tables) {
-    assert.ok(row.has_ws && row.rls && row.forced && row.policies > 0, `table ${row.table} is not workspace-isolated: ${JSON.stringify(row)}`);
-    assert.ok(TABLES.includes(row.table), `table ${row.table} has no fixture in test/rls.test.ts: add one so its isolation is tested`);
+    assert.ok(
+      row.has_ws && row.rls && row.forced && row.policies > 0,
+      `table ${row.table} is not workspace-isolated: ${JSON.stringify(row)}`,
+    );
+    assert.ok(
+      TABLES.includes(row.table),
+      `table ${row.table} has no fixture in test/rls.test.ts: add one so its isolation is tested`,
+    );
   }
 });
 
 test('the app client logs in as echodo_app_login (a member of echodo_app), neither superuser nor BYPASSRLS', async () => {
   for (const client of [app, t.db.admin]) {
-    const [me] = await client<{ user: string; session: string; superuser: boolean; bypassrls: boolean; app: boolean }[]>`
+    const [me] = await client<
+      { user: string; session: string; superuser: boolean; bypassrls: boolean; app: boolean }[]
+    >`
       select current_user as user, session_user as session, rolsuper as superuser, rolbypassrls as bypassrls,
              pg_has_role(current_user, 'echodo_app', 'USAGE') as app
         from pg_roles where rolname = current_user`;
-    assert.deepEqual(me, { user: 'echodo_app_login', session: 'echodo_app_login', superuser: false, bypassrls: false, app: true });
+    assert.deepEqual(me, {
+      user: 'echodo_app_login',
+      session: 'echodo_app_login',
+      superuser: false,
+      bypassrls: false,
+      app: true,
+    });
   }
 });
 
@@ -143,7 +160,11 @@ test('the login is a member of no privileged role, and can run every system func
 });
 
 test('no app connection can SET ROLE to the superuser, inside or outside a workspace transaction', async () => {
-  await assert.rejects(app`set role postgres`, (err: { code?: string }) => err.code === '42501', 'set role postgres accepted');
+  await assert.rejects(
+    app`set role postgres`,
+    (err: { code?: string }) => err.code === '42501',
+    'set role postgres accepted',
+  );
   await assert.rejects(
     withWorkspace(app, A, (tx) => tx`set local role postgres`),
     (err: { code?: string }) => err.code === '42501',
@@ -157,14 +178,21 @@ test('no app connection can SET ROLE to the superuser, inside or outside a works
 test('workspace A sees only its own rows in every table', async () => {
   for (const table of TABLES) {
     assert.equal(await countAs(A, table, 'workspace_id = $1'), 0, `${table}: A sees B's rows`);
-    const all = await withWorkspace(app, A, (tx) => tx.unsafe<{ workspace_id: string }[]>(`select workspace_id from ${table}`));
+    const all = await withWorkspace(app, A, (tx) =>
+      tx.unsafe<{ workspace_id: string }[]>(`select workspace_id from ${table}`),
+    );
     assert.ok(all.length > 0, `${table}: A sees its own row`);
-    assert.ok(all.every((r) => r.workspace_id === A), `${table}: A sees ${JSON.stringify(all)}`);
+    assert.ok(
+      all.every((r) => r.workspace_id === A),
+      `${table}: A sees ${JSON.stringify(all)}`,
+    );
   }
 });
 
 test('hand-written SQL through withWorkspace(A) returns only A runs', async () => {
-  const runs = await withWorkspace(app, A, (tx) => tx.unsafe<{ id: string; workspace_id: string }[]>('select * from agent_runs'));
+  const runs = await withWorkspace(app, A, (tx) =>
+    tx.unsafe<{ id: string; workspace_id: string }[]>('select * from agent_runs'),
+  );
   assert.deepEqual(
     runs.map((r) => [r.id, r.workspace_id]),
     [[`${A}-run-0`, A]],
@@ -182,9 +210,15 @@ test("workspace A cannot update or delete B's rows: zero rows affected, B's rows
       },
     );
   for (const table of TABLES) {
-    assert.equal(await affected(`update ${table} set workspace_id = workspace_id where workspace_id = $1`), 0, `${table}: update reached B`);
+    assert.equal(
+      await affected(`update ${table} set workspace_id = workspace_id where workspace_id = $1`),
+      0,
+      `${table}: update reached B`,
+    );
     assert.equal(await affected(`delete from ${table} where workspace_id = $1`), 0, `${table}: delete reached B`);
-    const [row] = await su.unsafe<{ n: number }[]>(`select count(*)::int as n from ${table} where workspace_id = $1`, [B]);
+    const [row] = await su.unsafe<{ n: number }[]>(`select count(*)::int as n from ${table} where workspace_id = $1`, [
+      B,
+    ]);
     assert.ok(row!.n > 0, `${table}: B's row is gone`);
   }
 });

@@ -20,7 +20,12 @@ import { createScenario, type Scenario, type TranscriptStep } from './support/sc
 
 const FIXTURES = path.resolve('test/fixtures/hostile');
 const TIMEOUT_MS = 10_000; // npm alone takes seconds on a loaded 2-core machine
-const LIMITS = { WORKER_SANDBOX_PIDS: '64', WORKER_SANDBOX_FILE_MB: '8', WORKER_SANDBOX_MEMORY_MB: '1024', WORKER_SANDBOX_CPU_S: '30' };
+const LIMITS = {
+  WORKER_SANDBOX_PIDS: '64',
+  WORKER_SANDBOX_FILE_MB: '8',
+  WORKER_SANDBOX_MEMORY_MB: '1024',
+  WORKER_SANDBOX_CPU_S: '30',
+};
 const SECRET_KEY = `sk-live-${randomBytes(20).toString('hex')}`;
 // The same host as the worker's: which limiter the worker's sandbox has.
 const probed = await probeSandbox({ mode: 'bwrap' });
@@ -43,7 +48,10 @@ const CORPUS: Entry[] = [
   { name: 'setsid-daemon', expect: /RESULT daemon=started\n?$/ },
   // Within the cgroup's pids.max (64). A host with no writable cgroup has no process limit (the note
   // says so, docs/security.md); there the bomb stops at its own cap of 500 and the timeout ends it.
-  { name: 'fork-bomb', expect: limiterKind === 'none' ? /RESULT spawned=500 stopped=cap\n?$/ : /RESULT spawned=\d{1,2} stopped=EAGAIN\n?$/ },
+  {
+    name: 'fork-bomb',
+    expect: limiterKind === 'none' ? /RESULT spawned=500 stopped=cap\n?$/ : /RESULT spawned=\d{1,2} stopped=EAGAIN\n?$/,
+  },
   { name: 'big-file', expect: /RESULT size=8388608\n?$/ },
   { name: 'print-100mb', expect: /x{100,}\nRESULT printed\n?$/ },
   { name: 'sleep', expect: /^(?![\s\S]*RESULT woke)/, timedOut: true },
@@ -73,16 +81,22 @@ async function plantCorpus(redisPort: number): Promise<void> {
     for (const [key, value] of Object.entries(values)) text = text.replaceAll(key, value);
     await writeFile(path.join(s.repo, 'hostile', file), text);
   }
-  await writeFile(path.join(s.repo, 'package.json'), JSON.stringify({ name: 'hostile', version: '1.0.0', scripts: { test: 'sh hostile/run.sh' } }, null, 2));
+  await writeFile(
+    path.join(s.repo, 'package.json'),
+    JSON.stringify({ name: 'hostile', version: '1.0.0', scripts: { test: 'sh hostile/run.sh' } }, null, 2),
+  );
   await git(s.repo, 'add', '-A');
   await git(s.repo, 'commit', '-q', '-m', 'hostile corpus');
 }
 
 async function waitForEnd(agentRunId: string): Promise<Record<string, any>> {
-  return waitFor(async () => {
-    const row = await s.run(agentRunId);
-    return row.status === 'completed' || row.status === 'failed' ? row : undefined;
-  }, { timeoutMs: 180_000, what: `run ${agentRunId} to finish` }).catch((err: Error) => {
+  return waitFor(
+    async () => {
+      const row = await s.run(agentRunId);
+      return row.status === 'completed' || row.status === 'failed' ? row : undefined;
+    },
+    { timeoutMs: 180_000, what: `run ${agentRunId} to finish` },
+  ).catch((err: Error) => {
     throw new Error(`${err.message}\nworker output:\n${worker?.output().slice(-6000) ?? ''}`);
   });
 }
@@ -123,13 +137,15 @@ before(async () => {
   outside = await realpath(await mkdtemp(path.join(os.tmpdir(), 'echodo-hostile-outside-')));
   worktrees = s.env.WORKER_WORKTREE_BASE!;
   await mkdir(path.join(worktrees, 'other-run'), { recursive: true, mode: 0o700 });
-  await writeFile(path.join(worktrees, 'other-run', 'secret.txt'), 'another run\'s work\n');
+  await writeFile(path.join(worktrees, 'other-run', 'secret.txt'), "another run's work\n");
   await rm('/tmp/echodo-hostile-pwned', { force: true });
   const redisPort = redis?.port ?? (redisStandIn!.address() as net.AddressInfo).port;
   await plantCorpus(redisPort);
   const dbPassword = decodeURIComponent(new URL(s.env.DATABASE_URL!).password);
   if (dbPassword) secrets.push(dbPassword);
-  const appRole = JSON.parse(await readFile(path.join(s.env.ECHODO_HOME!, 'app-role.json'), 'utf8')) as { password?: string };
+  const appRole = JSON.parse(await readFile(path.join(s.env.ECHODO_HOME!, 'app-role.json'), 'utf8')) as {
+    password?: string;
+  };
   if (appRole.password) secrets.push(appRole.password);
   worker = s.spawnWorker({ WORKER_ID: 'hostile-worker' });
   await worker.waitForLine(/"worker started"/);
@@ -157,7 +173,10 @@ describe('hostile repository scripts under npm test', () => {
   test('the run went on through every script and completed', () => {
     assert.equal(run.status, 'completed', `run failed: ${run.failure_reason}\n${worker.output()}`);
     assert.equal(records.length, CORPUS.length + 1, 'one recorded round per command');
-    assert.ok(worker.lines.some((l) => l.includes('"sandbox ready"')), 'the worker logged its sandbox at start-up');
+    assert.ok(
+      worker.lines.some((l) => l.includes('"sandbox ready"')),
+      'the worker logged its sandbox at start-up',
+    );
   });
 
   for (const [i, entry] of CORPUS.entries()) {
@@ -172,19 +191,30 @@ describe('hostile repository scripts under npm test', () => {
 
   test('nothing was written outside the worktree, and the setsid daemon never wrote', async () => {
     await new Promise((r) => setTimeout(r, 2500)); // the daemon's sleep is 2 s
-    for (const target of ['/tmp/echodo-hostile-pwned', '/usr/echodo-hostile-pwned', path.join(worktrees, 'echodo-hostile-pwned'), path.join(outside, 'pwned')]) {
+    for (const target of [
+      '/tmp/echodo-hostile-pwned',
+      '/usr/echodo-hostile-pwned',
+      path.join(worktrees, 'echodo-hostile-pwned'),
+      path.join(outside, 'pwned'),
+    ]) {
       assert.equal(existsSync(target), false, `${target} was not written on the host`);
     }
     assert.equal(existsSync(path.join(run.worktree_path, 'late.txt')), false, 'no late.txt in the worktree');
     assert.equal(existsSync(path.join(run.worktree_path, 'big.bin')), false);
-    assert.match(await readFile(path.join(run.worktree_path, '.git'), 'utf8'), /^gitdir: /, 'the .git pointer is unchanged');
+    assert.match(
+      await readFile(path.join(run.worktree_path, '.git'), 'utf8'),
+      /^gitdir: /,
+      'the .git pointer is unchanged',
+    );
     await assert.rejects(git(s.repo, 'cat-file', '-e', `${run.branch}:late.txt`), 'late.txt is on no checkpoint');
   });
 
   test('every round was checkpointed and the last checkpoint is intact', async () => {
     const rows = await s.checkpoints(agentRunId);
     assert.equal(rows.at(-1)!.step, CORPUS.length + 1);
-    const check = spawnNode('scripts/integrity-check.ts', ['--workspace', s.workspaceId, '--run', agentRunId], { env: s.env });
+    const check = spawnNode('scripts/integrity-check.ts', ['--workspace', s.workspaceId, '--run', agentRunId], {
+      env: s.env,
+    });
     const exit = await check.exited;
     assert.equal(exit.code, 0, `integrity-check: ${check.output()}`);
   });
@@ -201,7 +231,8 @@ describe('hostile repository scripts under npm test', () => {
     const messages = await git(s.repo, 'log', '--all', '--format=%B');
     const places = { rows, notes, messages, log: worker.output() };
     for (const secret of secrets) {
-      for (const [where, text] of Object.entries(places)) assert.ok(!text.includes(secret), `a planted secret is in the ${where}`);
+      for (const [where, text] of Object.entries(places))
+        assert.ok(!text.includes(secret), `a planted secret is in the ${where}`);
     }
   });
 });
@@ -218,7 +249,10 @@ describe('WORKER_SANDBOX=bwrap with bwrap unusable', () => {
     await writeFile(transcript, JSON.stringify({ steps }));
     worker = s.spawnWorker({ WORKER_ID: 'no-bwrap-worker', WORKER_SANDBOX_BWRAP: '/nonexistent/bwrap' });
     await worker.waitForLine(/"worker started"/);
-    assert.ok(worker.lines.some((l) => /sandbox unusable.*bubblewrap was not found/.test(l)), `start-up log says so:\n${worker.output()}`);
+    assert.ok(
+      worker.lines.some((l) => /sandbox unusable.*bubblewrap was not found/.test(l)),
+      `start-up log says so:\n${worker.output()}`,
+    );
     const { agentRunId } = await s.dispatch({ briefId: 'brief-no-bwrap', model: `replay:${transcript}` });
     const run = await waitForEnd(agentRunId);
     assert.equal(run.status, 'completed', `run failed: ${run.failure_reason}`);
@@ -231,7 +265,10 @@ describe('WORKER_SANDBOX=bwrap with bwrap unusable', () => {
 
   test('the dry-run banner says so, and WORKER_SANDBOX=off is announced', async () => {
     for (const [env, pattern] of [
-      [{ WORKER_SANDBOX_BWRAP: '/nonexistent/bwrap' }, /sandbox: sandbox unusable, run_command is refused: bubblewrap was not found/],
+      [
+        { WORKER_SANDBOX_BWRAP: '/nonexistent/bwrap' },
+        /sandbox: sandbox unusable, run_command is refused: bubblewrap was not found/,
+      ],
       [{ WORKER_SANDBOX: 'off' }, /sandbox: WORKER_SANDBOX=off: commands run unconfined/],
     ] as const) {
       const dry = spawnNode('scripts/worker.ts', [], { env: { ...s.env, ...env, WORKER_DRY_RUN: '1' } });

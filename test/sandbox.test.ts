@@ -83,11 +83,23 @@ describe('git commands in the sandbox', () => {
     assert.equal(layout.kind, 'worktree');
     if (layout.kind !== 'worktree') return;
     assert.equal(layout.commonDir, await realpath(path.join(repo, '.git')));
-    const args = bwrapArgs({ toolchain: sandbox.mode === 'bwrap' && sandbox.usable ? sandbox.toolchain : { mounts: [], path: '' }, root: worktree, access: 'git', git: layout, argv: ['git', 'status'] });
+    const args = bwrapArgs({
+      toolchain: sandbox.mode === 'bwrap' && sandbox.usable ? sandbox.toolchain : { mounts: [], path: '' },
+      root: worktree,
+      access: 'git',
+      git: layout,
+      argv: ['git', 'status'],
+    });
     const joined = args.join(' ');
     assert.ok(joined.includes(`--ro-bind ${layout.commonDir} ${layout.commonDir}`), joined);
     assert.ok(joined.includes(`--bind ${layout.adminDir} ${layout.adminDir}`), joined);
-    const scriptArgs = bwrapArgs({ toolchain: { mounts: [], path: '' }, root: worktree, access: 'script', git: layout, argv: ['npm', 'test'] });
+    const scriptArgs = bwrapArgs({
+      toolchain: { mounts: [], path: '' },
+      root: worktree,
+      access: 'script',
+      git: layout,
+      argv: ['npm', 'test'],
+    });
     assert.ok(!scriptArgs.includes(layout.commonDir), 'a script gets no git dir mount');
   });
 
@@ -127,12 +139,15 @@ describe('repository scripts in the sandbox', () => {
     assert.match(result.stdout, /uid=65534 home=\/home\/sandbox/);
     assert.equal(await readFile(path.join(worktree, '.git'), 'utf8'), pointer, 'the .git pointer is unchanged');
     const made = await stat(path.join(worktree, 'made-by-script.txt'));
-    assert.equal(made.uid, process.getuid!(), 'written as the worker\'s uid outside');
+    assert.equal(made.uid, process.getuid!(), "written as the worker's uid outside");
     assert.equal(await readFile(path.join(worktree, 'made-by-script.txt'), 'utf8'), 'made\n');
   });
 
   test('in a plain repository a script gets an empty, read-only .git', async () => {
-    await writeFile(path.join(repo, 'probe.sh'), 'ls -A .git | wc -l\n(touch .git/x) 2>/dev/null && echo wrote\ntrue\n');
+    await writeFile(
+      path.join(repo, 'probe.sh'),
+      'ls -A .git | wc -l\n(touch .git/x) 2>/dev/null && echo wrote\ntrue\n',
+    );
     const result = await runCommand(ctx(repo), { command: 'npm test' });
     assert.equal(result.exitCode, 0, result.stderr);
     assert.match(result.stdout, /^0$/m);
@@ -157,7 +172,10 @@ describe('nothing outlives the worker', () => {
         `await runCommand(ctx, { command: 'npm test' });\n`,
     );
     const child = spawnNode(script, [worktree]);
-    await waitFor(() => existsSync(path.join(worktree, 'started.txt')), { timeoutMs: 30_000, what: 'the script to start' });
+    await waitFor(() => existsSync(path.join(worktree, 'started.txt')), {
+      timeoutMs: 30_000,
+      what: 'the script to start',
+    });
     child.kill('SIGKILL');
     await child.exited;
     await new Promise((r) => setTimeout(r, 3500));
@@ -171,15 +189,16 @@ describe('nothing outlives the worker', () => {
     }
     let dead = 4_000_000;
     while (existsSync(`/proc/${dead}`)) dead--;
-    const parent = sandbox.limiter.kind === 'cgroup2' ? '/sys/fs/cgroup/echodo-sandbox' : '/sys/fs/cgroup/pids/echodo-sandbox';
+    const parent =
+      sandbox.limiter.kind === 'cgroup2' ? '/sys/fs/cgroup/echodo-sandbox' : '/sys/fs/cgroup/pids/echodo-sandbox';
     const stale = path.join(parent, `cmd-${dead}-1`);
     const mine = path.join(parent, `cmd-${process.pid}-999999`);
     await mkdir(stale);
     await mkdir(mine);
     try {
       await probeSandbox({ mode: 'bwrap' });
-      assert.equal(existsSync(stale), false, 'the dead worker\'s cgroup is gone');
-      assert.equal(existsSync(mine), true, 'a live worker\'s cgroup is left alone');
+      assert.equal(existsSync(stale), false, "the dead worker's cgroup is gone");
+      assert.equal(existsSync(mine), true, "a live worker's cgroup is left alone");
     } finally {
       await rmdir(mine).catch(() => {});
       await rmdir(stale).catch(() => {});
@@ -193,7 +212,9 @@ describe('fail closed', () => {
     assert.deepEqual(broken, { mode: 'bwrap', usable: false, reason: 'bubblewrap was not found (/nonexistent/bwrap)' });
     let touched = 0;
     await refused(
-      runCommand(ctx(worktree, { sandbox: broken, beforeTouch: async () => void touched++ }), { command: 'git status' }),
+      runCommand(ctx(worktree, { sandbox: broken, beforeTouch: async () => void touched++ }), {
+        command: 'git status',
+      }),
       /^run_command is refused: bubblewrap was not found \(\/nonexistent\/bwrap\)$/,
     );
     assert.equal(touched, 0);
@@ -203,12 +224,20 @@ describe('fail closed', () => {
     const dir = await mkdtemp(path.join(os.tmpdir(), 'echodo-fake-bwrap-'));
     scratch.push(dir);
     const fake = path.join(dir, 'bwrap');
-    await writeFile(fake, '#!/bin/sh\necho "bwrap: No permissions to create new namespace" >&2\nexit 1\n', { mode: 0o755 });
+    await writeFile(fake, '#!/bin/sh\necho "bwrap: No permissions to create new namespace" >&2\nexit 1\n', {
+      mode: 0o755,
+    });
     const broken = await probeSandbox({ mode: 'bwrap', bwrapPath: fake });
-    assert.equal(broken.mode === 'bwrap' && !broken.usable && broken.reason, `bubblewrap (${fake}) is not usable here: bwrap: No permissions to create new namespace`);
+    assert.equal(
+      broken.mode === 'bwrap' && !broken.usable && broken.reason,
+      `bubblewrap (${fake}) is not usable here: bwrap: No permissions to create new namespace`,
+    );
   });
 
   test('no sandbox in the context: refused', async () => {
-    await refused(runCommand(ctx(worktree, { sandbox: undefined }), { command: 'git status' }), /no sandbox is configured/);
+    await refused(
+      runCommand(ctx(worktree, { sandbox: undefined }), { command: 'git status' }),
+      /no sandbox is configured/,
+    );
   });
 });

@@ -20,9 +20,18 @@ before(async () => {
     await su.end({ timeout: 2 });
   }
   jobFile = path.join(path.dirname(t.env.ECHODO_HOME), 'job.json');
-  await writeFile(jobFile, JSON.stringify({
-    workspaceId: 'acme', convoyId: 'c', briefId: 'b', roleId: 'coder', baseRef: 'main', brief: 'x', model: 'replay:/nonexistent.json',
-  }));
+  await writeFile(
+    jobFile,
+    JSON.stringify({
+      workspaceId: 'acme',
+      convoyId: 'c',
+      briefId: 'b',
+      roleId: 'coder',
+      baseRef: 'main',
+      brief: 'x',
+      model: 'replay:/nonexistent.json',
+    }),
+  );
 });
 after(async () => {
   await t?.drop();
@@ -41,7 +50,9 @@ const entryPoints: { name: string; script: string; args: () => string[] }[] = [
 describe('a schema newer than the code', () => {
   for (const entry of entryPoints) {
     test(`${entry.name} refuses to start with a clear message`, { timeout: 60_000 }, async () => {
-      const child = spawnNode(entry.script, entry.args(), { env: { ...t.env, LOG_LEVEL: 'info', MISSION_CONTROL_PORT: '0' } });
+      const child = spawnNode(entry.script, entry.args(), {
+        env: { ...t.env, LOG_LEVEL: 'info', MISSION_CONTROL_PORT: '0' },
+      });
       // A process that did start would keep running: stop it, and the assertions below fail.
       const timer = setTimeout(() => child.kill('SIGKILL'), 30_000);
       const exit = await child.exited.finally(() => clearTimeout(timer));

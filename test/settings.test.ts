@@ -36,8 +36,15 @@ before(async () => {
   token = await createWorkspaceToken(t.db.app, WS);
   chat = await startChatServer([{ text: 'ok' }, { text: 'ok' }, { text: 'ok' }]);
   const destination = new Writable({ write: (chunk, _enc, done) => (logs.push(String(chunk)), done()) });
-  server = await createMissionControl({ db: t.db, config: { ...t.config, LOG_LEVEL: 'info' }, logger: createLogger({ level: 'debug', destination }) }).start(0);
-  browser = await chromium.launch({ executablePath: '/usr/bin/chromium', args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-sync'] });
+  server = await createMissionControl({
+    db: t.db,
+    config: { ...t.config, LOG_LEVEL: 'info' },
+    logger: createLogger({ level: 'debug', destination }),
+  }).start(0);
+  browser = await chromium.launch({
+    executablePath: '/usr/bin/chromium',
+    args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-sync'],
+  });
 });
 after(async () => {
   await browser?.close();
@@ -54,7 +61,10 @@ async function cli(args: string[]) {
 }
 
 test('npm run workspace: harness, route and model add|list|rm|test; bad input refused with the reason', async () => {
-  assert.equal((await cli(['harness', 'add', WS, '--alias', 'lint', '--allow', 'npm run lint', '--write-prefix', 'src/'])).code, 0);
+  assert.equal(
+    (await cli(['harness', 'add', WS, '--alias', 'lint', '--allow', 'npm run lint', '--write-prefix', 'src/'])).code,
+    0,
+  );
   assert.match((await cli(['harness', 'list', WS])).out, /"alias":"lint".*"npm run lint"/);
   assert.equal((await cli(['route', 'add', WS, '--role', 'linter', '--harness', 'lint'])).code, 0);
   assert.match((await cli(['route', 'list', WS])).out, /"role":"linter","harness":"lint"/);
@@ -62,7 +72,19 @@ test('npm run workspace: harness, route and model add|list|rm|test; bad input re
   assert.equal((await cli(['route', 'rm', WS, '--role', 'linter'])).code, 2, 'nothing left to remove');
   assert.equal((await cli(['harness', 'rm', WS, '--alias', 'lint'])).code, 0);
 
-  const add = await cli(['model', 'add', WS, '--alias', 'local', '--base-url', chat.baseURL, '--model', 'tiny', '--key-env', KEY_VAR]);
+  const add = await cli([
+    'model',
+    'add',
+    WS,
+    '--alias',
+    'local',
+    '--base-url',
+    chat.baseURL,
+    '--model',
+    'tiny',
+    '--key-env',
+    KEY_VAR,
+  ]);
   assert.equal(add.code, 0, add.err);
   const tested = await cli(['model', 'test', WS, '--alias', 'local']);
   assert.equal(tested.code, 0, tested.err);
@@ -75,15 +97,22 @@ test('npm run workspace: harness, route and model add|list|rm|test; bad input re
   for (const [args, reason] of [
     [['model', 'add', WS, '--alias', 'x', '--base-url', 'ftp://h/v1', '--model', 'm'], /http or https/],
     [['model', 'add', WS, '--alias', 'x', '--base-url', 'not a url', '--model', 'm'], /not a URL/],
-    [['model', 'add', WS, '--alias', 'x', '--base-url', chat.baseURL, '--model', 'm', '--provider', 'gemini'], /unknown kind "gemini"/],
-    [['model', 'add', WS, '--alias', 'x', '--base-url', chat.baseURL, '--model', 'm', '--key-env', 'DATABASE_URL'], /WORKER_PROVIDER_KEY_VARS/],
+    [
+      ['model', 'add', WS, '--alias', 'x', '--base-url', chat.baseURL, '--model', 'm', '--provider', 'gemini'],
+      /unknown kind "gemini"/,
+    ],
+    [
+      ['model', 'add', WS, '--alias', 'x', '--base-url', chat.baseURL, '--model', 'm', '--key-env', 'DATABASE_URL'],
+      /WORKER_PROVIDER_KEY_VARS/,
+    ],
     [['frobnicate', WS], /unknown command/],
   ] as const) {
     const r = await cli([...args]);
     assert.equal(r.code, 2, `${args.join(' ')}: ${r.err}`);
     assert.match(r.err, reason);
   }
-  for (const r of [add, tested]) assert.equal(`${r.out}${r.err}`.includes(KEY), false, 'the key is not in the command\'s output');
+  for (const r of [add, tested])
+    assert.equal(`${r.out}${r.err}`.includes(KEY), false, "the key is not in the command's output");
 });
 
 test('the Settings page: add a model, Test shows ok; server stopped, Test shows the error; the key appears nowhere', async () => {
@@ -120,7 +149,13 @@ test('the Settings page: add a model, Test shows ok; server stopped, Test shows 
   const apiRes = await fetch(`${server.url}/api/settings`, { headers: { authorization: `Bearer ${token}` } });
   const api = await apiRes.text();
   assert.match(api, /"alias":"panel"/);
-  const apiTest = await (await fetch(`${server.url}/api/models/panel/test`, { method: 'POST', headers: { authorization: `Bearer ${token}` } })).text();
+  const apiTest = await (
+    await fetch(`${server.url}/api/models/panel/test`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${token}` },
+    })
+  ).text();
   assert.match(apiTest, /"ok":false/);
-  for (const text of [api, apiTest, logs.join('')]) assert.equal(text.includes(KEY), false, 'the key is not in the API or the logs');
+  for (const text of [api, apiTest, logs.join('')])
+    assert.equal(text.includes(KEY), false, 'the key is not in the API or the logs');
 });

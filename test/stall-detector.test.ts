@@ -18,7 +18,9 @@ after(async () => s?.close());
 /** A claimed run whose worker went silent: its lease is already past. */
 async function stalledRun(): Promise<{ id: string; epoch: number }> {
   const { agentRunId } = await s.dispatch();
-  const run = await withWorkspace(s.t.db.app, s.workspaceId, (tx) => claimRun(tx, { agentRunId, workerId: 'gone', leaseMs: 60_000 }));
+  const run = await withWorkspace(s.t.db.app, s.workspaceId, (tx) =>
+    claimRun(tx, { agentRunId, workerId: 'gone', leaseMs: 60_000 }),
+  );
   await s.su`update agent_runs set lease_expires_at = now() - interval '1 second' where id = ${agentRunId}`;
   return { id: agentRunId, epoch: run!.lease_epoch };
 }
@@ -27,7 +29,9 @@ test('two detectors sweeping at once re-dispatch a stalled run exactly once', as
   const { id, epoch } = await stalledRun();
   const log = createLogger({ level: 'silent' });
   // Three detectors, as three processes would: each its own config, the same database.
-  const results = await Promise.all([0, 1, 2].map(() => sweepStalledRuns({ config: parseConfig(s.env), db: s.t.db, queue: s.queue, log })));
+  const results = await Promise.all(
+    [0, 1, 2].map(() => sweepStalledRuns({ config: parseConfig(s.env), db: s.t.db, queue: s.queue, log })),
+  );
   assert.equal(results.filter((r) => r.redispatched.includes(id)).length, 1, 'one sweep re-dispatched it');
   const run = await s.run(id);
   assert.equal(run.status, 'queued');

@@ -32,16 +32,37 @@ after(async () => {
   await s?.close();
 });
 
-const tampers: { name: string; kinds: string[]; repairable: boolean; apply(run: Record<string, any>): Promise<void> }[] = [
-  { name: 'a file edited', kinds: ['file_changed', 'uncommitted_changes'], repairable: true, apply: (r) => appendFile(path.join(r.worktree_path, 'src/greet.ts'), '// edited\n') },
-  { name: 'a file deleted', kinds: ['file_missing', 'uncommitted_changes'], repairable: true, apply: (r) => rm(path.join(r.worktree_path, 'src/greet.ts')) },
-  { name: 'the worktree folder removed', kinds: ['worktree_missing'], repairable: true, apply: (r) => rm(r.worktree_path, { recursive: true, force: true }) },
+const tampers: {
+  name: string;
+  kinds: string[];
+  repairable: boolean;
+  apply(run: Record<string, any>): Promise<void>;
+}[] = [
+  {
+    name: 'a file edited',
+    kinds: ['file_changed', 'uncommitted_changes'],
+    repairable: true,
+    apply: (r) => appendFile(path.join(r.worktree_path, 'src/greet.ts'), '// edited\n'),
+  },
+  {
+    name: 'a file deleted',
+    kinds: ['file_missing', 'uncommitted_changes'],
+    repairable: true,
+    apply: (r) => rm(path.join(r.worktree_path, 'src/greet.ts')),
+  },
+  {
+    name: 'the worktree folder removed',
+    kinds: ['worktree_missing'],
+    repairable: true,
+    apply: (r) => rm(r.worktree_path, { recursive: true, force: true }),
+  },
   {
     name: 'a note deleted',
     kinds: ['note_missing'],
     repairable: true,
     apply: async (r) => {
-      const [latest] = await s.su`select commit_oid from worker_checkpoints where agent_run_id = ${r.id} order by checkpoint_seq desc limit 1`;
+      const [latest] =
+        await s.su`select commit_oid from worker_checkpoints where agent_run_id = ${r.id} order by checkpoint_seq desc limit 1`;
       await git(s.repo, 'notes', `--ref=${s.config.WORKER_NOTES_REF}`, 'remove', latest!.commit_oid);
     },
   },
@@ -63,7 +84,8 @@ test('integrity-check reports every tamper and resume repairs what it can', { ti
   await Promise.all(crashed.map((c) => c.exited));
 
   // Clean before tampering: the crash itself left nothing integrity-check would flag.
-  for (const id of ids) assert.equal((await integrityCheck(s.workspaceId, id)).code, 0, `run ${id} intact after the crash`);
+  for (const id of ids)
+    assert.equal((await integrityCheck(s.workspaceId, id)).code, 0, `run ${id} intact after the crash`);
   // Workspace isolation: the same run seen from another workspace does not exist.
   assert.equal((await integrityCheck('someone-else', ids[0]!)).code, 2);
 
@@ -71,16 +93,20 @@ test('integrity-check reports every tamper and resume repairs what it can', { ti
     await tamper.apply(await s.run(ids[i]!));
     const { code, out } = await integrityCheck(s.workspaceId, ids[i]!);
     assert.equal(code, 1, `${tamper.name}: drift found\n${out}`);
-    for (const kind of tamper.kinds) assert.match(out, new RegExp(`DRIFT ${kind}`), `${tamper.name} is reported as ${kind}`);
+    for (const kind of tamper.kinds)
+      assert.match(out, new RegExp(`DRIFT ${kind}`), `${tamper.name} is reported as ${kind}`);
   }
 
   const finisher = s.spawnWorker();
   children.push(finisher);
-  await waitFor(async () => {
-    await s.sweep();
-    const rows = await s.su`select status from agent_runs where id in ${s.su(ids)}`;
-    return rows.every((r) => r.status === 'completed' || r.status === 'failed');
-  }, { timeoutMs: 60_000, intervalMs: 200, what: 'every tampered run to finish' });
+  await waitFor(
+    async () => {
+      await s.sweep();
+      const rows = await s.su`select status from agent_runs where id in ${s.su(ids)}`;
+      return rows.every((r) => r.status === 'completed' || r.status === 'failed');
+    },
+    { timeoutMs: 60_000, intervalMs: 200, what: 'every tampered run to finish' },
+  );
 
   for (const [i, tamper] of tampers.entries()) {
     const run = await s.run(ids[i]!);

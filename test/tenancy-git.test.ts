@@ -21,7 +21,9 @@ const VICTIM_BRANCH = 'echodo/brief-1-aaaaaaaa';
 let s: Scenario;
 let worker: Child;
 
-const write = (p: string, content: string): TranscriptStep => ({ toolCalls: [{ toolName: 'write_file', input: { path: p, content } }] });
+const write = (p: string, content: string): TranscriptStep => ({
+  toolCalls: [{ toolName: 'write_file', input: { path: p, content } }],
+});
 const cmd = (command: string): TranscriptStep => ({ toolCalls: [{ toolName: 'run_command', input: { command } }] });
 
 async function transcript(name: string, steps: TranscriptStep[]): Promise<string> {
@@ -35,25 +37,37 @@ async function runIn(workspaceId: string, agentRunId: string): Promise<Record<st
 }
 
 async function waitForEnd(workspaceId: string, agentRunId: string): Promise<Record<string, any>> {
-  return waitFor(async () => {
-    const row = await runIn(workspaceId, agentRunId);
-    return row?.status === 'completed' || row?.status === 'failed' ? row : undefined;
-  }, { timeoutMs: 40_000, what: `run ${workspaceId}/${agentRunId} to finish` }).catch((err: Error) => {
+  return waitFor(
+    async () => {
+      const row = await runIn(workspaceId, agentRunId);
+      return row?.status === 'completed' || row?.status === 'failed' ? row : undefined;
+    },
+    { timeoutMs: 40_000, what: `run ${workspaceId}/${agentRunId} to finish` },
+  ).catch((err: Error) => {
     throw new Error(`${err.message}\nworker output:\n${worker.output()}`);
   });
 }
 
 /** The tool calls recorded across the run's checkpoints (each row may hold only its own rounds). */
-async function toolCalls(workspaceId: string, agentRunId: string): Promise<{ round: number; tool: string; ok: boolean; error?: string }[]> {
-  const rows = await s.su`select tool_history from worker_checkpoints where workspace_id = ${workspaceId} and agent_run_id = ${agentRunId}
+async function toolCalls(
+  workspaceId: string,
+  agentRunId: string,
+): Promise<{ round: number; tool: string; ok: boolean; error?: string }[]> {
+  const rows =
+    await s.su`select tool_history from worker_checkpoints where workspace_id = ${workspaceId} and agent_run_id = ${agentRunId}
                            order by checkpoint_seq`;
   const byRound = new Map<number, { round: number; tool: string; ok: boolean; error?: string }>();
   for (const row of rows) for (const call of row.tool_history) byRound.set(call.round, call);
   return [...byRound.values()];
 }
 
-async function integrityCheck(workspaceId: string, agentRunId: string): Promise<{ code: number | null; output: string }> {
-  const child = spawnNode('scripts/integrity-check.ts', ['--workspace', workspaceId, '--run', agentRunId], { env: s.env });
+async function integrityCheck(
+  workspaceId: string,
+  agentRunId: string,
+): Promise<{ code: number | null; output: string }> {
+  const child = spawnNode('scripts/integrity-check.ts', ['--workspace', workspaceId, '--run', agentRunId], {
+    env: s.env,
+  });
   const exit = await child.exited;
   return { code: exit.code, output: child.output() };
 }
@@ -91,14 +105,21 @@ async function assertVictimIntact(): Promise<void> {
 }
 
 test("baseRef naming another workspace's echodo/ branch, or a commit only on it, fails the run with a clear reason", async () => {
-  const model = await transcript('attacker-base', [write('src/planted.ts', 'export const planted = 1;\n'), { text: 'Done.' }]);
-  for (const [agentRunId, baseRef] of [['aaaaaaaa-1111-other-a', VICTIM_BRANCH], ['aaaaaaaa-1112-other-b', victimTip]] as const) {
+  const model = await transcript('attacker-base', [
+    write('src/planted.ts', 'export const planted = 1;\n'),
+    { text: 'Done.' },
+  ]);
+  for (const [agentRunId, baseRef] of [
+    ['aaaaaaaa-1111-other-a', VICTIM_BRANCH],
+    ['aaaaaaaa-1112-other-b', victimTip],
+  ] as const) {
     await s.dispatch({ workspaceId: 'other', briefId: 'brief-1', agentRunId, baseRef, model });
     const run = await waitForEnd('other', agentRunId);
     assert.equal(run.status, 'failed', `${baseRef}: refused`);
-    const why = baseRef === VICTIM_BRANCH
-      ? 'it names the branch echodo/brief-1-aaaaaaaa, which belongs to no run of this workspace'
-      : "its commit is reachable only from echodo/ branches of other runs";
+    const why =
+      baseRef === VICTIM_BRANCH
+        ? 'it names the branch echodo/brief-1-aaaaaaaa, which belongs to no run of this workspace'
+        : 'its commit is reachable only from echodo/ branches of other runs';
     assert.equal(run.failure_reason, `ref_refused: baseRef "${baseRef}" is refused: ${why}`);
     assert.equal(run.branch, null, 'no branch was made or claimed');
   }
@@ -120,24 +141,40 @@ test('the same brief id and run-id prefix get another branch; git diff of their 
   assert.equal(run.status, 'completed', `attacker run: ${run.failure_reason}\n${worker.output()}`);
   assert.notEqual(run.branch, VICTIM_BRANCH);
   assert.match(run.branch, /^echodo\/brief-1-aaaaaaaa-[0-9a-f]{8}$/, 'the taken name gets a longer unique suffix');
-  assert.ok(!existsSync(path.join(run.worktree_path, 'src/victim.ts')), "demo's code is not checked out in other's worktree");
-  assert.equal(await git(s.repo, 'show', `${run.branch}:src/mine.ts`), 'export const mine = 1;', "other's work is on other's branch");
+  assert.ok(
+    !existsSync(path.join(run.worktree_path, 'src/victim.ts')),
+    "demo's code is not checked out in other's worktree",
+  );
+  assert.equal(
+    await git(s.repo, 'show', `${run.branch}:src/mine.ts`),
+    'export const mine = 1;',
+    "other's work is on other's branch",
+  );
 
   const history = await toolCalls('other', agentRunId);
-  for (const [round, operand] of [[2, VICTIM_BRANCH], [3, 'refs/notes/echodo-checkpoints'], [4, victimTip]] as const) {
+  for (const [round, operand] of [
+    [2, VICTIM_BRANCH],
+    [3, 'refs/notes/echodo-checkpoints'],
+    [4, victimTip],
+  ] as const) {
     const call = history.find((h) => h.round === round);
     assert.ok(call, `round ${round} in ${JSON.stringify(history)}`);
     assert.equal(call.ok, false, `round ${round} refused`);
     assert.match(call.error!, new RegExp(`argument "${operand.replace(/\//g, '\\/')}" is refused`));
   }
   assert.equal(history.find((h) => h.round === 5)?.ok, true, 'its own history is readable');
-  const everything = JSON.stringify(await s.su`select tool_history from worker_checkpoints where workspace_id = 'other'`);
+  const everything = JSON.stringify(
+    await s.su`select tool_history from worker_checkpoints where workspace_id = 'other'`,
+  );
   assert.ok(!everything.includes(SECRET), "nothing of demo's source reached other's rows");
   await assertVictimIntact();
 });
 
 test('the very same run id in another workspace is an independent run with its own branch and worktree', async () => {
-  const model = await transcript('attacker-same-id', [write('src/victim.ts', 'export const v = "overwritten";\n'), { text: 'Done.' }]);
+  const model = await transcript('attacker-same-id', [
+    write('src/victim.ts', 'export const v = "overwritten";\n'),
+    { text: 'Done.' },
+  ]);
   const { agentRunId } = await s.dispatch({ workspaceId: 'other', briefId: 'brief-1', agentRunId: VICTIM_ID, model });
   assert.equal(agentRunId, VICTIM_ID);
   const run = await waitForEnd('other', VICTIM_ID);
@@ -153,7 +190,7 @@ test('the very same run id in another workspace is an independent run with its o
   assert.equal(check.code, 0, `other's run is intact too:\n${check.output}`);
 });
 
-test('a git branch of the run\'s name made outside the product is not adopted', async () => {
+test("a git branch of the run's name made outside the product is not adopted", async () => {
   await git(s.repo, 'branch', 'echodo/brief-2-bbbbbbbb', 'main');
   const planted = await git(s.repo, 'rev-parse', 'echodo/brief-2-bbbbbbbb');
   const { agentRunId } = await s.dispatch({ briefId: 'brief-2', agentRunId: 'bbbbbbbb-3333-demo' });
@@ -170,12 +207,17 @@ test('a worker killed right after claiming the branch: the run, re-dispatched, g
   const doomed = s.spawnWorker({ ECHODO_FAULT: 'after-branch-claim' });
   const exit = await doomed.exited;
   assert.equal(exit.signal, 'SIGKILL', `the worker died at the fault point:\n${doomed.output()}`);
-  const [claimRow] = await s.su`select branch from branch_claims where workspace_id = 'demo' and agent_run_id = ${agentRunId}`;
+  const [claimRow] =
+    await s.su`select branch from branch_claims where workspace_id = 'demo' and agent_run_id = ${agentRunId}`;
   assert.equal(claimRow?.branch, 'echodo/brief-3-cccccccc', 'the claim was committed before the kill');
   await s.su`update agent_runs set lease_expires_at = now() - interval '1 second' where workspace_id = 'demo' and id = ${agentRunId}`;
   assert.ok((await s.sweep()).redispatched.includes(agentRunId), 'the stalled run is re-dispatched');
   worker = s.spawnWorker();
   const run = await waitForEnd('demo', agentRunId);
   assert.equal(run.status, 'completed', `${run.failure_reason}\n${worker.output()}`);
-  assert.equal(run.branch, 'echodo/brief-3-cccccccc', 'its own claim answered "yours": the short name, not a longer one');
+  assert.equal(
+    run.branch,
+    'echodo/brief-3-cccccccc',
+    'its own claim answered "yours": the short name, not a longer one',
+  );
 });

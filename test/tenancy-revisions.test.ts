@@ -35,7 +35,15 @@ before(async () => {
   await git(repo, 'commit', '-q', '-m', 'victim checkpoint');
   victimOid = await git(repo, 'rev-parse', 'HEAD');
   victimTree = await git(repo, 'rev-parse', 'HEAD^{tree}');
-  await git(repo, 'notes', '--ref=echodo-checkpoints', 'add', '-m', `{"workspaceId":"demo","files":["${SECRET}"]}`, 'HEAD');
+  await git(
+    repo,
+    'notes',
+    '--ref=echodo-checkpoints',
+    'add',
+    '-m',
+    `{"workspaceId":"demo","files":["${SECRET}"]}`,
+    'HEAD',
+  );
   await git(repo, 'checkout', '-q', 'main');
   // An object on no branch at all.
   danglingOid = await git(repo, 'commit-tree', '-m', 'dangling', '-p', baseOid, victimTree);
@@ -69,12 +77,13 @@ function ctx(): ToolContext {
 async function refused(command: string, names: string): Promise<void> {
   await assert.rejects(
     runCommand(ctx(), { command }),
-    (err: unknown) => err instanceof ToolRefusedError && err.message.includes(JSON.stringify(names)) && /own history/.test(err.message),
+    (err: unknown) =>
+      err instanceof ToolRefusedError && err.message.includes(JSON.stringify(names)) && /own history/.test(err.message),
     `${command} is refused, naming ${names}`,
   );
 }
 
-test('git diff naming another run\'s branch, the notes ref, or a raw id of their commit is refused', async () => {
+test("git diff naming another run's branch, the notes ref, or a raw id of their commit is refused", async () => {
   await refused('git diff HEAD echodo/brief-1-aaaaaaaa', 'echodo/brief-1-aaaaaaaa');
   await refused('git diff HEAD refs/notes/echodo-checkpoints', 'refs/notes/echodo-checkpoints');
   await refused('git diff HEAD notes/echodo-checkpoints', 'notes/echodo-checkpoints');
@@ -84,7 +93,7 @@ test('git diff naming another run\'s branch, the notes ref, or a raw id of their
   await refused(`git diff --stat ${victimTree} HEAD^{tree}`, victimTree);
 });
 
-test('range, peel, parent and path forms of another run\'s revision are refused', async () => {
+test("range, peel, parent and path forms of another run's revision are refused", async () => {
   for (const operand of [
     'HEAD..echodo/brief-1-aaaaaaaa',
     'HEAD...echodo/brief-1-aaaaaaaa',
@@ -102,13 +111,30 @@ test('range, peel, parent and path forms of another run\'s revision are refused'
   await refused('git diff main@{0}', 'main@{0}');
 });
 
-test('the run\'s own history, its base and paths pass; the output holds nothing of the victim', async () => {
-  for (const command of ['git diff', 'git diff HEAD', 'git diff HEAD~1', 'git diff --stat main', `git diff ${baseOid}`,
-    'git diff main..HEAD', 'git diff HEAD~1...HEAD -- src', 'git diff HEAD:src/index.ts HEAD:src/mine.ts', 'git diff -- src/mine.ts',
-    'git diff src/mine.ts', 'git status --short', 'git diff HEAD -- echodo/brief-1-aaaaaaaa']) {
+test("the run's own history, its base and paths pass; the output holds nothing of the victim", async () => {
+  for (const command of [
+    'git diff',
+    'git diff HEAD',
+    'git diff HEAD~1',
+    'git diff --stat main',
+    `git diff ${baseOid}`,
+    'git diff main..HEAD',
+    'git diff HEAD~1...HEAD -- src',
+    'git diff HEAD:src/index.ts HEAD:src/mine.ts',
+    'git diff -- src/mine.ts',
+    'git diff src/mine.ts',
+    'git status --short',
+    'git diff HEAD -- echodo/brief-1-aaaaaaaa',
+  ]) {
     const result = await runCommand(ctx(), { command });
-    assert.ok(result.exitCode === 0 || command.includes('echodo/'), `${command}: exit ${result.exitCode}, ${result.stderr}`);
-    assert.ok(!result.stdout.includes(SECRET) && !result.stderr.includes(SECRET), `${command} shows nothing of the victim`);
+    assert.ok(
+      result.exitCode === 0 || command.includes('echodo/'),
+      `${command}: exit ${result.exitCode}, ${result.stderr}`,
+    );
+    assert.ok(
+      !result.stdout.includes(SECRET) && !result.stderr.includes(SECRET),
+      `${command} shows nothing of the victim`,
+    );
   }
   const diff = await runCommand(ctx(), { command: 'git diff --stat HEAD~1' });
   assert.match(diff.stdout, /src\/mine\.ts/, 'the run sees its own changes');

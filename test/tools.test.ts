@@ -3,7 +3,17 @@ import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { createWriteStream } from 'node:fs';
-import { chmod, mkdtemp, open, readdir, readFile as fsReadFile, rm, stat, symlink, writeFile as fsWriteFile } from 'node:fs/promises';
+import {
+  chmod,
+  mkdtemp,
+  open,
+  readdir,
+  readFile as fsReadFile,
+  rm,
+  stat,
+  symlink,
+  writeFile as fsWriteFile,
+} from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -70,7 +80,8 @@ const scratch: string[] = [];
 before(async () => {
   repo = await makeRepo({
     'README.md': '# demo\n',
-    'src/greet.ts': 'export function greet(name: string) {\n  return `hello ${name}`;\n}\n// -foo marks a dash pattern\n',
+    'src/greet.ts':
+      'export function greet(name: string) {\n  return `hello ${name}`;\n}\n// -foo marks a dash pattern\n',
     'docs/guide.md': 'guide\n',
   });
   outside = await mkdtemp(path.join(os.tmpdir(), 'echodo-tools-outside-'));
@@ -124,7 +135,10 @@ describe('path confinement (read_file and write_file)', () => {
 
   test('a doc-writer may write under docs/ and plans/ only', async () => {
     const ctx = makeCtx(repo, { writePrefixes: ['docs/', 'plans/'], allowedCommands: null });
-    await refused(writeFile(ctx, { path: 'src/evil.ts', content: 'x' }), /outside the writable folders \(docs\/, plans\/\)/);
+    await refused(
+      writeFile(ctx, { path: 'src/evil.ts', content: 'x' }),
+      /outside the writable folders \(docs\/, plans\/\)/,
+    );
     await refused(writeFile(ctx, { path: 'docs/../src/evil.ts', content: 'x' }), /outside the writable folders/);
     await refused(writeFile(ctx, { path: 'docsx/a.md', content: 'x' }), /outside the writable folders/);
     assert.equal(await exists(path.join(repo, 'src/evil.ts')), false);
@@ -149,7 +163,10 @@ describe('path confinement (read_file and write_file)', () => {
     scratch.push(root);
     const ctx = makeCtx(root);
     assert.equal((await readFile(ctx, { path: '.gitignore' })).content, 'node_modules\n');
-    assert.equal((await writeFile(ctx, { path: '.github/workflows/ci.yml', content: 'on: pull_request\n' })).path, '.github/workflows/ci.yml');
+    assert.equal(
+      (await writeFile(ctx, { path: '.github/workflows/ci.yml', content: 'on: pull_request\n' })).path,
+      '.github/workflows/ci.yml',
+    );
   });
 
   test('a symlink inside the root that stays inside is followed', async () => {
@@ -165,7 +182,12 @@ describe('read_file', () => {
   test('reads a text file with its size and sha256', async () => {
     const result = await readFile(makeCtx(repo), { path: './src//greet.ts' });
     const raw = await fsReadFile(path.join(repo, 'src/greet.ts'));
-    assert.deepEqual(result, { path: 'src/greet.ts', bytes: raw.length, sha256: sha256(raw), content: raw.toString('utf8') });
+    assert.deepEqual(result, {
+      path: 'src/greet.ts',
+      bytes: raw.length,
+      sha256: sha256(raw),
+      content: raw.toString('utf8'),
+    });
   });
 
   test('a missing file and a folder are refused with a clear message', async () => {
@@ -246,7 +268,7 @@ describe('read_file', () => {
     const result = await readFile(makeCtx(dir), { path: 'euro.txt' });
     assert.equal(result.truncated, true);
     assert.doesNotMatch(result.note!, /UTF-8/);
-    assert.ok(!result.content!.includes('\uFFFD'), '!result.content!.includes(\'uFFFD\')');
+    assert.ok(!result.content!.includes('\uFFFD'), "!result.content!.includes('uFFFD')");
   });
 });
 
@@ -277,7 +299,10 @@ describe('write_file', () => {
     const root = await makeRepo({ 'src/a.ts': 'a\n' });
     scratch.push(root);
     await refused(writeFile(makeCtx(root), { path: 'src', content: 'x' }), /path "src" is a folder/);
-    await refused(writeFile(makeCtx(root), { path: 'src/a.ts/b.ts', content: 'x' }), /needs a folder where a file already exists/);
+    await refused(
+      writeFile(makeCtx(root), { path: 'src/a.ts/b.ts', content: 'x' }),
+      /needs a folder where a file already exists/,
+    );
     await refused(writeFile(makeCtx(root), { path: '.', content: 'x' }), /is the root folder/);
     assert.deepEqual(await readdir(path.join(root, 'src')), ['a.ts']);
   });
@@ -298,13 +323,19 @@ describe('write_file', () => {
     const root = await makeRepo({});
     scratch.push(root);
     const ctx = makeCtx(root);
-    await refused(writeFile(ctx, { path: 'big.txt', content: 'a'.repeat(WRITE_MAX_BYTES + 1) }), /larger than the 10485760-byte \(10 MiB\) write limit/);
+    await refused(
+      writeFile(ctx, { path: 'big.txt', content: 'a'.repeat(WRITE_MAX_BYTES + 1) }),
+      /larger than the 10485760-byte \(10 MiB\) write limit/,
+    );
     // fewer UTF-16 units than the limit, but more UTF-8 bytes
     await refused(writeFile(ctx, { path: 'big.txt', content: '€'.repeat(4 * 1024 * 1024) }), /write limit/);
     const hundred = 'b'.repeat(100 * 1024 * 1024);
     const before = process.memoryUsage().arrayBuffers;
     await refused(writeFile(ctx, { path: 'big.txt', content: hundred }), /write limit/);
-    assert.ok(process.memoryUsage().arrayBuffers - before < 8 * 1024 * 1024, 'the refused 100 MB write allocated a buffer');
+    assert.ok(
+      process.memoryUsage().arrayBuffers - before < 8 * 1024 * 1024,
+      'the refused 100 MB write allocated a buffer',
+    );
     assert.equal(await exists(path.join(root, 'big.txt')), false);
     assert.equal(ctx.touches, 0);
   });
@@ -342,7 +373,11 @@ describe('write_file', () => {
     assert.equal(await fsReadFile(path.join(root, 'a.txt'), 'utf8'), 'old\n');
     const leftovers = (await readdir(root)).filter((n) => n.includes('.echodo-tmp-'));
     assert.equal(leftovers.length, 1);
-    assert.equal(await fsReadFile(path.join(root, leftovers[0]!), 'utf8'), 'new\n', 'the temp file was fully written and synced');
+    assert.equal(
+      await fsReadFile(path.join(root, leftovers[0]!), 'utf8'),
+      'new\n',
+      'the temp file was fully written and synced',
+    );
     assert.deepEqual(await removeStaleTempFiles(root), [leftovers[0]]);
     assert.deepEqual((await readdir(root)).sort(), ['.git', 'a.txt']);
   });
@@ -351,16 +386,25 @@ describe('write_file', () => {
 describe('grep', () => {
   test('finds matches with path, line and text', async () => {
     const result = await grep(makeCtx(repo), { pattern: 'hello \\$\\{name\\}' });
-    assert.deepEqual(result, { matches: [{ path: 'src/greet.ts', line: 2, text: '  return `hello ${name}`;' }], truncated: false });
+    assert.deepEqual(result, {
+      matches: [{ path: 'src/greet.ts', line: 2, text: '  return `hello ${name}`;' }],
+      truncated: false,
+    });
   });
 
   test('no match is an empty result, not an error', async () => {
-    assert.deepEqual(await grep(makeCtx(repo), { pattern: 'no-such-text-anywhere-42' }), { matches: [], truncated: false });
+    assert.deepEqual(await grep(makeCtx(repo), { pattern: 'no-such-text-anywhere-42' }), {
+      matches: [],
+      truncated: false,
+    });
   });
 
   test('a pattern starting with "-" is a pattern, not an option', async () => {
     const result = await grep(makeCtx(repo), { pattern: '-foo' });
-    assert.deepEqual(result.matches.map((m) => [m.path, m.line]), [['src/greet.ts', 4]]);
+    assert.deepEqual(
+      result.matches.map((m) => [m.path, m.line]),
+      [['src/greet.ts', 4]],
+    );
     const files = await grep(makeCtx(repo), { pattern: '--files' });
     assert.deepEqual(files.matches, []);
   });
@@ -447,11 +491,20 @@ describe('run_command', () => {
   });
 
   test('a harness without an allowlist has no run_command', async () => {
-    await refused(runCommand(makeCtx(repo, { allowedCommands: null }), { command: 'git status' }), /not available in this harness/);
+    await refused(
+      runCommand(makeCtx(repo, { allowedCommands: null }), { command: 'git status' }),
+      /not available in this harness/,
+    );
     assert.equal('run_command' in toolsForHarness(false), false);
     assert.deepEqual(Object.keys(toolsForHarness(true)).sort(), ['grep', 'read_file', 'run_command', 'write_file']);
-    assert.deepEqual(TOOLS.map((t) => t.name), ['read_file', 'write_file', 'grep', 'run_command']);
-    assert.ok(toolsForHarness(false).read_file.inputSchema.safeParse({ path: 'a' }).success, 'toolsForHarness(false).read_file.inputSchema.safeParse({ path: \'a\' }).success');
+    assert.deepEqual(
+      TOOLS.map((t) => t.name),
+      ['read_file', 'write_file', 'grep', 'run_command'],
+    );
+    assert.ok(
+      toolsForHarness(false).read_file.inputSchema.safeParse({ path: 'a' }).success,
+      "toolsForHarness(false).read_file.inputSchema.safeParse({ path: 'a' }).success",
+    );
   });
 
   test('runs an allowlisted git command; a non-zero exit is a normal result', async () => {
@@ -460,7 +513,13 @@ describe('run_command', () => {
     await fsWriteFile(path.join(root, 'a.txt'), 'two\n');
     const ctx = makeCtx(root);
     const { note, ...status } = await runCommand(ctx, { command: 'git status --short' });
-    assert.deepEqual(status, { command: 'git status --short', exitCode: 0, stdout: ' M a.txt\n', stderr: '', mayHaveChangedFiles: true });
+    assert.deepEqual(status, {
+      command: 'git status --short',
+      exitCode: 0,
+      stdout: ' M a.txt\n',
+      stderr: '',
+      mayHaveChangedFiles: true,
+    });
     assert.match(note!, /ran in the bwrap sandbox/);
     const diff = await runCommand(ctx, { command: "git diff --exit-code --stat -- 'a.txt'" });
     assert.equal(diff.exitCode, 1);
@@ -469,39 +528,47 @@ describe('run_command', () => {
     assert.deepEqual(ctx.touched, [], 'commands report no paths; the lead checks with git');
   });
 
-  for (const mode of ['bwrap', 'off'] as const) test(`the environment is built from scratch (sandbox ${mode}): no keys, tokens or database URLs`, async () => {
-    const planted = {
-      OPENAI_API_KEY: 'sk-test-do-not-leak',
-      GITHUB_TOKEN: 'ghp-test-do-not-leak',
-      DATABASE_URL: 'postgres://secret@db/x',
-      REDIS_URL: 'redis://secret@cache',
-      NODE_OPTIONS: '--require ./evil.js',
-    };
-    const saved = Object.fromEntries(Object.keys(planted).map((k) => [k, process.env[k]]));
-    Object.assign(process.env, planted);
-    try {
-      const ctx = makeCtx(repo, { allowedCommands: ['env'], sandbox: mode === 'off' ? { mode: 'off' } : sandbox });
-      const result = await runCommand(ctx, { command: 'env' });
-      assert.equal(result.exitCode, 0);
-      for (const value of Object.values(planted)) assert.ok(!result.stdout.includes(value), `leaked ${value}`);
-      const names = result.stdout.trim().split('\n').map((line) => line.split('=')[0]).sort();
-      const home = /^HOME=(.*)$/m.exec(result.stdout)![1]!;
-      assert.notEqual(home, os.homedir());
-      if (mode === 'bwrap') {
-        // bwrap --clearenv: exactly these four (PWD is the shell-less exec's own, set by bwrap --chdir).
-        assert.deepEqual(names.filter((n) => n !== 'PWD'), ['CI', 'HOME', 'LANG', 'PATH']);
-        assert.equal(home, '/home/sandbox', 'a private tmpfs HOME');
-      } else {
-        assert.deepEqual(names, ['GIT_CONFIG_NOSYSTEM', 'GIT_TERMINAL_PROMPT', 'HOME', 'LANG', 'PATH', 'TERM']);
-        assert.equal(await exists(home), false, 'the per-command HOME is removed afterwards');
+  for (const mode of ['bwrap', 'off'] as const)
+    test(`the environment is built from scratch (sandbox ${mode}): no keys, tokens or database URLs`, async () => {
+      const planted = {
+        OPENAI_API_KEY: 'sk-test-do-not-leak',
+        GITHUB_TOKEN: 'ghp-test-do-not-leak',
+        DATABASE_URL: 'postgres://secret@db/x',
+        REDIS_URL: 'redis://secret@cache',
+        NODE_OPTIONS: '--require ./evil.js',
+      };
+      const saved = Object.fromEntries(Object.keys(planted).map((k) => [k, process.env[k]]));
+      Object.assign(process.env, planted);
+      try {
+        const ctx = makeCtx(repo, { allowedCommands: ['env'], sandbox: mode === 'off' ? { mode: 'off' } : sandbox });
+        const result = await runCommand(ctx, { command: 'env' });
+        assert.equal(result.exitCode, 0);
+        for (const value of Object.values(planted)) assert.ok(!result.stdout.includes(value), `leaked ${value}`);
+        const names = result.stdout
+          .trim()
+          .split('\n')
+          .map((line) => line.split('=')[0])
+          .sort();
+        const home = /^HOME=(.*)$/m.exec(result.stdout)![1]!;
+        assert.notEqual(home, os.homedir());
+        if (mode === 'bwrap') {
+          // bwrap --clearenv: exactly these four (PWD is the shell-less exec's own, set by bwrap --chdir).
+          assert.deepEqual(
+            names.filter((n) => n !== 'PWD'),
+            ['CI', 'HOME', 'LANG', 'PATH'],
+          );
+          assert.equal(home, '/home/sandbox', 'a private tmpfs HOME');
+        } else {
+          assert.deepEqual(names, ['GIT_CONFIG_NOSYSTEM', 'GIT_TERMINAL_PROMPT', 'HOME', 'LANG', 'PATH', 'TERM']);
+          assert.equal(await exists(home), false, 'the per-command HOME is removed afterwards');
+        }
+      } finally {
+        for (const [k, v] of Object.entries(saved)) {
+          if (v === undefined) delete process.env[k];
+          else process.env[k] = v;
+        }
       }
-    } finally {
-      for (const [k, v] of Object.entries(saved)) {
-        if (v === undefined) delete process.env[k];
-        else process.env[k] = v;
-      }
-    }
-  });
+    });
 
   test('a timeout kills the command and its children with SIGKILL', async () => {
     const root = await makeRepo({});
@@ -524,13 +591,16 @@ describe('run_command', () => {
     assert.match(result.note!, /timed out after 1500 ms and was killed \(SIGKILL\)/);
     assert.ok(await exists(path.join(root, 'child.pid')), 'the command had started its child');
     await new Promise((r) => setTimeout(r, 2000));
-    assert.equal(await exists(path.join(root, 'late.txt')), false, 'the command\'s child was killed with it');
+    assert.equal(await exists(path.join(root, 'late.txt')), false, "the command's child was killed with it");
   });
 
   test('a cancelled run stops its command', async () => {
     const root = await makeRepo({});
     scratch.push(root);
-    await fsWriteFile(path.join(root, 'wait.js'), "require('node:fs').writeFileSync('started', '');\nsetInterval(() => {}, 1000);\n");
+    await fsWriteFile(
+      path.join(root, 'wait.js'),
+      "require('node:fs').writeFileSync('started', '');\nsetInterval(() => {}, 1000);\n",
+    );
     const abort = new AbortController();
     const ctx = makeCtx(root, { allowedCommands: ['node wait.js'], signal: abort.signal });
     const running = runCommand(ctx, { command: 'node wait.js' });
@@ -552,16 +622,28 @@ describe('run_command', () => {
     const result = await runCommand(makeCtx(root, { allowedCommands: ['node spew.js'] }), { command: 'node spew.js' });
     assert.equal(result.exitCode, 0);
     assert.equal(result.truncated, true);
-    assert.ok(Buffer.byteLength(result.stdout) <= COMMAND_OUTPUT_CAP_BYTES, 'Buffer.byteLength(result.stdout) <= COMMAND_OUTPUT_CAP_BYTES');
-    assert.ok(Buffer.byteLength(result.stdout) > COMMAND_OUTPUT_CAP_BYTES - 100, 'Buffer.byteLength(result.stdout) > COMMAND_OUTPUT_CAP_BYTES - 100');
-    assert.ok(result.stdout.endsWith('line 19999 ' + 'x'.repeat(40) + '\nTHE-END\n'), 'result.stdout.endsWith(\'line 19999 \' + \'x\'.repeat(40) + \'nTHE-ENDn\')');
+    assert.ok(
+      Buffer.byteLength(result.stdout) <= COMMAND_OUTPUT_CAP_BYTES,
+      'Buffer.byteLength(result.stdout) <= COMMAND_OUTPUT_CAP_BYTES',
+    );
+    assert.ok(
+      Buffer.byteLength(result.stdout) > COMMAND_OUTPUT_CAP_BYTES - 100,
+      'Buffer.byteLength(result.stdout) > COMMAND_OUTPUT_CAP_BYTES - 100',
+    );
+    assert.ok(
+      result.stdout.endsWith('line 19999 ' + 'x'.repeat(40) + '\nTHE-END\n'),
+      "result.stdout.endsWith('line 19999 ' + 'x'.repeat(40) + 'nTHE-ENDn')",
+    );
     assert.equal(result.stderr, 'short\n');
     assert.match(result.note!, /stdout was longer than 65536 bytes/);
   });
 
   test('a program missing from PATH is refused by name', async () => {
     const ctx = makeCtx(repo, { allowedCommands: ['no-such-program-echodo'] });
-    await refused(runCommand(ctx, { command: 'no-such-program-echodo' }), /program "no-such-program-echodo" was not found on PATH/);
+    await refused(
+      runCommand(ctx, { command: 'no-such-program-echodo' }),
+      /program "no-such-program-echodo" was not found on PATH/,
+    );
   });
 
   test('the during-command fault point fires after the child is spawned', async () => {

@@ -29,10 +29,13 @@ const ROUNDS = STEPS.length - 1;
 
 /** Waits until the run is completed or failed; fails the test with the reason when it failed. */
 async function waitForEnd(s: Scenario, agentRunId: string, worker?: Child): Promise<Record<string, any>> {
-  const run = await waitFor(async () => {
-    const row = await s.run(agentRunId);
-    return row.status === 'completed' || row.status === 'failed' ? row : undefined;
-  }, { timeoutMs: 40_000, what: `run ${agentRunId} to finish` }).catch((err: Error) => {
+  const run = await waitFor(
+    async () => {
+      const row = await s.run(agentRunId);
+      return row.status === 'completed' || row.status === 'failed' ? row : undefined;
+    },
+    { timeoutMs: 40_000, what: `run ${agentRunId} to finish` },
+  ).catch((err: Error) => {
     throw new Error(`${err.message}\nworker output:\n${worker?.output() ?? ''}`);
   });
   return run;
@@ -71,7 +74,10 @@ for (const backend of ['postgres', 'redis'] as const) {
     });
 
     test('a dispatched brief is run to completion on its own branch and worktree', async () => {
-      assert.ok(worker.lines.some((l) => l.includes(`"queue":"${backend}"`)), `worker uses the ${backend} queue`);
+      assert.ok(
+        worker.lines.some((l) => l.includes(`"queue":"${backend}"`)),
+        `worker uses the ${backend} queue`,
+      );
       const briefId = `brief-greet-${backend}`;
       const { agentRunId } = await s.dispatch({ briefId });
       const run = await waitForEnd(s, agentRunId, worker);
@@ -102,7 +108,10 @@ for (const backend of ['postgres', 'redis'] as const) {
       const base = s.env.WORKER_WORKTREE_BASE!;
       const wt = run.worktree_path as string;
       assert.ok(wt.startsWith(base + path.sep), `${wt} is under ${base}`);
-      const listed = (await git(s.repo, 'worktree', 'list', '--porcelain')).split('\n').filter((l) => l.startsWith('worktree ')).map((l) => l.slice(9));
+      const listed = (await git(s.repo, 'worktree', 'list', '--porcelain'))
+        .split('\n')
+        .filter((l) => l.startsWith('worktree '))
+        .map((l) => l.slice(9));
       assert.ok(listed.includes(wt), `git worktree list shows ${wt}: ${listed.join(', ')}`);
       assert.ok((await stat(path.join(wt, '.git'))).isFile(), 'the worktree has a .git pointer file, not a repository');
       assert.equal(await git(wt, 'rev-parse', '--path-format=absolute', '--git-common-dir'), path.join(s.repo, '.git'));
@@ -112,12 +121,20 @@ for (const backend of ['postgres', 'redis'] as const) {
 
       // Checkpoints: one per round, seqs without gaps, each a commit on the branch.
       const rows = await s.checkpoints(agentRunId);
-      assert.deepEqual(rows.map((r) => r.checkpoint_seq), Array.from({ length: ROUNDS }, (_, i) => i + 1));
+      assert.deepEqual(
+        rows.map((r) => r.checkpoint_seq),
+        Array.from({ length: ROUNDS }, (_, i) => i + 1),
+      );
       assert.equal(rows.at(-1)!.step, ROUNDS);
       assert.equal(rows.at(-1)!.commit_oid, await git(s.repo, 'rev-parse', `refs/heads/${branch}`));
 
       // Refused calls came back as errors, and the rounds after them ran.
-      const history = rows.flatMap((r) => r.tool_history) as { round: number; tool: string; ok: boolean; error?: string }[];
+      const history = rows.flatMap((r) => r.tool_history) as {
+        round: number;
+        tool: string;
+        ok: boolean;
+        error?: string;
+      }[];
       const escape = history.find((h) => h.round === 2);
       assert.equal(escape?.tool, 'write_file');
       assert.equal(escape?.ok, false);
@@ -126,7 +143,10 @@ for (const backend of ['postgres', 'redis'] as const) {
       assert.equal(banned?.tool, 'run_command');
       assert.equal(banned?.ok, false);
       assert.match(banned!.error!, /command "ls" is not on the allowlist/);
-      assert.deepEqual(history.filter((h) => h.ok).map((h) => h.round), [1, 4, 5]);
+      assert.deepEqual(
+        history.filter((h) => h.ok).map((h) => h.round),
+        [1, 4, 5],
+      );
     });
 
     test('a job for a workspace that does not exist is dead-lettered; the worker serves the next job', async () => {
@@ -165,10 +185,13 @@ for (const backend of ['postgres', 'redis'] as const) {
       }
       const { agentRunId } = await s.dispatch({ briefId: `brief-after-ghost-${backend}` });
 
-      const dead = await waitFor(async () => {
-        const rows = await s.su`select * from dead_letters where job_id = ${badJob.jobId}`;
-        return rows[0];
-      }, { what: 'the dead letter' });
+      const dead = await waitFor(
+        async () => {
+          const rows = await s.su`select * from dead_letters where job_id = ${badJob.jobId}`;
+          return rows[0];
+        },
+        { what: 'the dead letter' },
+      );
       const next = await waitForEnd(s, agentRunId, worker);
       assert.equal(next.status, 'completed', `next run: ${next.failure_reason}`);
       assert.equal(next.worker_id, workerId, 'the same worker process ran the next job');
@@ -185,10 +208,19 @@ for (const backend of ['postgres', 'redis'] as const) {
         const client = new Redis(redis!.url);
         try {
           const mirrored = (await client.lrange(`${s.config.WORKER_QUEUE_KEY}:dead`, 0, -1)).map((e) => JSON.parse(e));
-          assert.ok(mirrored.some((e) => /workspace "ghost" does not exist/.test(e.reason)), 'dead list mirrors the reason');
+          assert.ok(
+            mirrored.some((e) => /workspace "ghost" does not exist/.test(e.reason)),
+            'dead list mirrors the reason',
+          );
           // The ack of the last job lands just after its claim: give it a moment.
-          await waitFor(async () => (await client.llen(s.config.WORKER_QUEUE_KEY)) === 0, { timeoutMs: 5000, what: 'nothing left on the queue' });
-          await waitFor(async () => (await client.llen(`${s.config.WORKER_QUEUE_KEY}:processing:${workerId}`)) === 0, { timeoutMs: 5000, what: 'every taken job acked' });
+          await waitFor(async () => (await client.llen(s.config.WORKER_QUEUE_KEY)) === 0, {
+            timeoutMs: 5000,
+            what: 'nothing left on the queue',
+          });
+          await waitFor(async () => (await client.llen(`${s.config.WORKER_QUEUE_KEY}:processing:${workerId}`)) === 0, {
+            timeoutMs: 5000,
+            what: 'every taken job acked',
+          });
           const [garbage] = await s.su`select * from dead_letters where raw = '{"workspaceId": "acme", '`;
           assert.match(garbage?.reason, /invalid job: not valid JSON/);
         } finally {
@@ -196,7 +228,10 @@ for (const backend of ['postgres', 'redis'] as const) {
         }
       }
       assert.equal((await s.su`select count(*)::int as n from agent_runs where workspace_id = 'ghost'`)[0]!.n, 0);
-      assert.ok(worker.lines.some((l) => l.includes('"job dead-lettered"')), 'worker.lines.some((l) => l.includes(\'"job dead-lettered"\'))');
+      assert.ok(
+        worker.lines.some((l) => l.includes('"job dead-lettered"')),
+        'worker.lines.some((l) => l.includes(\'"job dead-lettered"\'))',
+      );
     });
   });
 }

@@ -22,7 +22,8 @@ const log = createLogger({ level: 'silent' });
 /** The half-made states, each planted into a healthy worktree (its folder, its admin folder). */
 const STATES: Record<string, (wt: string, admin: string) => Promise<void>> = {
   'admin folder with gitdir only': async (_wt, admin) => {
-    for (const f of await readdir(admin)) if (f !== 'gitdir') await rm(path.join(admin, f), { recursive: true, force: true });
+    for (const f of await readdir(admin))
+      if (f !== 'gitdir') await rm(path.join(admin, f), { recursive: true, force: true });
   },
   'empty commondir': async (_wt, admin) => {
     await writeFile(path.join(admin, 'commondir'), '');
@@ -58,7 +59,16 @@ describe('half-made worktree states, repaired in place (in process)', () => {
   let healthy: string;
   let healthyBefore: Awaited<ReturnType<typeof snapshot>>;
   const make = (agentRunId: string, extra: Record<string, string> = {}) =>
-    prepareWorktree({ repoPath: repo, worktreeBase: base, workspaceId: 'ws', agentRunId, briefId: `b-${agentRunId}`, baseRef: 'main', log, ...extra });
+    prepareWorktree({
+      repoPath: repo,
+      worktreeBase: base,
+      workspaceId: 'ws',
+      agentRunId,
+      briefId: `b-${agentRunId}`,
+      baseRef: 'main',
+      log,
+      ...extra,
+    });
 
   before(async () => {
     repo = await makeRepo({ 'README.md': '# r\n', 'src/a.ts': 'export const a = 1;\n' });
@@ -92,7 +102,10 @@ describe('half-made worktree states, repaired in place (in process)', () => {
       assert.equal(await git(again.path, 'status', '--porcelain'), '');
       assert.equal(await readFile(path.join(again.path, 'src', 'a.ts'), 'utf8'), 'changed by the run\n');
       const repairs = [...fresh.repairs, ...again.repairs];
-      assert.ok(repairs.some((line) => line.includes(id)), `the repair of ${id} is reported: ${JSON.stringify(repairs)}`);
+      assert.ok(
+        repairs.some((line) => line.includes(id)),
+        `the repair of ${id} is reported: ${JSON.stringify(repairs)}`,
+      );
 
       assert.deepEqual(await snapshot(healthy), healthyBefore, 'the healthy worktree of another run is untouched');
       await git(repo, 'worktree', 'list', '--porcelain'); // git is healthy on the repository again
@@ -113,7 +126,15 @@ describe('half-made worktree states, repaired in place (in process)', () => {
   test('the worktree base is made 0700; a symlinked base or workspace folder is refused with a clear message', async () => {
     const root = await mkdtemp(path.join(os.tmpdir(), 'echodo-base-'));
     const fresh = path.join(root, 'new-base');
-    await prepareWorktree({ repoPath: repo, worktreeBase: fresh, workspaceId: 'ws', agentRunId: 'mode-run', briefId: 'b', baseRef: 'main', log });
+    await prepareWorktree({
+      repoPath: repo,
+      worktreeBase: fresh,
+      workspaceId: 'ws',
+      agentRunId: 'mode-run',
+      briefId: 'b',
+      baseRef: 'main',
+      log,
+    });
     assert.equal((await stat(fresh)).mode & 0o777, 0o700);
     assert.equal((await stat(path.join(fresh, 'ws'))).mode & 0o777, 0o700);
 
@@ -121,14 +142,30 @@ describe('half-made worktree states, repaired in place (in process)', () => {
     const linked = path.join(root, 'linked-base');
     await symlink(elsewhere, linked);
     await assert.rejects(
-      prepareWorktree({ repoPath: repo, worktreeBase: linked, workspaceId: 'ws', agentRunId: 'link-run', briefId: 'b', baseRef: 'main', log }),
+      prepareWorktree({
+        repoPath: repo,
+        worktreeBase: linked,
+        workspaceId: 'ws',
+        agentRunId: 'link-run',
+        briefId: 'b',
+        baseRef: 'main',
+        log,
+      }),
       /WORKER_WORKTREE_BASE .*linked-base is a symbolic link/,
     );
     assert.deepEqual(await readdir(elsewhere), [], 'nothing was made through the link');
 
     await symlink(elsewhere, path.join(fresh, 'planted'));
     await assert.rejects(
-      prepareWorktree({ repoPath: repo, worktreeBase: fresh, workspaceId: 'planted', agentRunId: 'planted-run', briefId: 'b', baseRef: 'main', log }),
+      prepareWorktree({
+        repoPath: repo,
+        worktreeBase: fresh,
+        workspaceId: 'planted',
+        agentRunId: 'planted-run',
+        briefId: 'b',
+        baseRef: 'main',
+        log,
+      }),
       /planted is a symbolic link/,
     );
     assert.deepEqual(await readdir(elsewhere), []);
@@ -165,7 +202,18 @@ describe('the per-repository lock', () => {
     // Live: a holder that keeps refreshing is waited for, however long it holds (> staleMs).
     const order: string[] = [];
     let release!: () => void;
-    const holding = withFileLock(lock, () => new Promise<void>((r) => (release = () => { order.push('first done'); r(); })), { staleMs: 300 });
+    const holding = withFileLock(
+      lock,
+      () =>
+        new Promise<void>(
+          (r) =>
+            (release = () => {
+              order.push('first done');
+              r();
+            }),
+        ),
+      { staleMs: 300 },
+    );
     await new Promise((r) => setTimeout(r, 50));
     const waiting = withFileLock(lock, async () => void order.push('second'), { staleMs: 300 });
     await new Promise((r) => setTimeout(r, 1_200)); // four stale periods
@@ -215,18 +263,25 @@ const spawnWorker = (env: Record<string, string> = {}) => {
   if (out) {
     const file = createWriteStream(path.join(out, 'worktree-crash-workers.log'), { flags: 'a' });
     const tag = `[w${workers.length - 1} ${w.pid}${env.ECHODO_FAULT ? ` ${env.ECHODO_FAULT}` : ''}] `;
-    for (const stream of [w.process.stdout!, w.process.stderr!]) stream.on('data', (d: string | Buffer) => file.write(String(d).replace(/^(?=.)/gm, tag)));
+    for (const stream of [w.process.stdout!, w.process.stderr!])
+      stream.on('data', (d: string | Buffer) => file.write(String(d).replace(/^(?=.)/gm, tag)));
     void w.exited.then(() => file.end());
   }
   return w;
 };
 const finishAll = (ids: string[]) => finishAllRuns(s, spawnWorker, ids, { finishers: 2 });
 const workerErrors = (agentRunId: string) =>
-  workers.flatMap((w) => w.lines).filter((l) => l.includes(agentRunId) && /"level":[45]0/.test(l)).join('\n').slice(0, 2000);
-const assertCompleted = (agentRunId: string) => assertCompletedLike(s, agentRunId, baselineTree, workerErrors(agentRunId));
+  workers
+    .flatMap((w) => w.lines)
+    .filter((l) => l.includes(agentRunId) && /"level":[45]0/.test(l))
+    .join('\n')
+    .slice(0, 2000);
+const assertCompleted = (agentRunId: string) =>
+  assertCompletedLike(s, agentRunId, baselineTree, workerErrors(agentRunId));
 
 before(async () => {
-  if (process.env.ECHODO_TEST_OUTPUT) await rm(path.join(process.env.ECHODO_TEST_OUTPUT, 'worktree-crash-workers.log'), { force: true });
+  if (process.env.ECHODO_TEST_OUTPUT)
+    await rm(path.join(process.env.ECHODO_TEST_OUTPUT, 'worktree-crash-workers.log'), { force: true });
   const base = path.join(await mkdtemp(path.join(os.tmpdir(), 'echodo-wtcrash-e2e-')), 'worktrees');
   // Leases long enough that a loaded machine's late heartbeat is not taken for a stall.
   s = await createScenario({ steps: sampleSteps(10, ROUNDS), env: { WORKER_WORKTREE_BASE: base, ...SLOW_LEASE } });
@@ -239,62 +294,79 @@ after(async () => {
 });
 
 describe('half-made worktrees of killed runs (real workers)', () => {
-  test('each state next to a healthy worktree: a new run completes, the damaged runs resume and complete, the healthy one is untouched', { timeout: 600_000 }, async () => {
-    const { agentRunId: healthyId } = await s.dispatch();
-    const first = spawnWorker();
-    await s.waitForStatus(healthyId, 'completed', 120_000);
-    await first.stop('SIGTERM');
-    baselineTree = await s.branchTree(healthyId);
-    const healthyPath = (await s.run(healthyId)).worktree_path as string;
+  test(
+    'each state next to a healthy worktree: a new run completes, the damaged runs resume and complete, the healthy one is untouched',
+    { timeout: 600_000 },
+    async () => {
+      const { agentRunId: healthyId } = await s.dispatch();
+      const first = spawnWorker();
+      await s.waitForStatus(healthyId, 'completed', 120_000);
+      await first.stop('SIGTERM');
+      baselineTree = await s.branchTree(healthyId);
+      const healthyPath = (await s.run(healthyId)).worktree_path as string;
 
-    // One victim per state, each killed after its second checkpoint.
-    const names = Object.keys(STATES);
-    const victims: string[] = [];
-    for (const _ of names) victims.push((await s.dispatch()).agentRunId);
-    const faulty = names.map(() => spawnWorker({ ECHODO_FAULT: 'after-checkpoint-row@2' }));
-    // Killed at the point, or (a loaded machine's late heartbeat) stopped by its own lease check
-    // first: either way the run is left for the stall detector with its worktree recorded.
-    for (const exit of await Promise.all(faulty.map((w) => w.exited))) assert.ok(exit.signal === 'SIGKILL' || exit.code === 3, JSON.stringify(exit));
+      // One victim per state, each killed after its second checkpoint.
+      const names = Object.keys(STATES);
+      const victims: string[] = [];
+      for (const _ of names) victims.push((await s.dispatch()).agentRunId);
+      const faulty = names.map(() => spawnWorker({ ECHODO_FAULT: 'after-checkpoint-row@2' }));
+      // Killed at the point, or (a loaded machine's late heartbeat) stopped by its own lease check
+      // first: either way the run is left for the stall detector with its worktree recorded.
+      for (const exit of await Promise.all(faulty.map((w) => w.exited)))
+        assert.ok(exit.signal === 'SIGKILL' || exit.code === 3, JSON.stringify(exit));
 
-    const healthyBefore = await snapshot(healthyPath);
-    for (const [i, name] of names.entries()) {
-      const wt = (await s.run(victims[i]!)).worktree_path as string;
-      assert.ok(wt, `victim ${i} recorded its worktree`);
-      await STATES[name]!(wt, await adminOf(wt));
-    }
+      const healthyBefore = await snapshot(healthyPath);
+      for (const [i, name] of names.entries()) {
+        const wt = (await s.run(victims[i]!)).worktree_path as string;
+        assert.ok(wt, `victim ${i} recorded its worktree`);
+        await STATES[name]!(wt, await adminOf(wt));
+      }
 
-    const { agentRunId: newId } = await s.dispatch();
-    await finishAll([...victims, newId]);
+      const { agentRunId: newId } = await s.dispatch();
+      await finishAll([...victims, newId]);
 
-    await assertCompleted(newId);
-    for (const [i, id] of victims.entries()) {
-      await assertCompleted(id);
-      const resumed = (await s.events(id, 'run_resumed')).at(-1)!;
-      const said = JSON.stringify(resumed.metadata);
-      assert.match(said, /worktree re-added with git worktree add .* at checkpoint commit/, `${names[i]}: run_resumed lists the re-add: ${said}`);
-      // Its own resume repaired it, or a run that made its worktree first did (then it was missing).
-      assert.match(said, /half.made|worktree_missing/, `${names[i]}: run_resumed names what it found: ${said}`);
-    }
-    assert.deepEqual(await snapshot(healthyPath), healthyBefore, 'the healthy worktree of another run is untouched');
-  });
+      await assertCompleted(newId);
+      for (const [i, id] of victims.entries()) {
+        await assertCompleted(id);
+        const resumed = (await s.events(id, 'run_resumed')).at(-1)!;
+        const said = JSON.stringify(resumed.metadata);
+        assert.match(
+          said,
+          /worktree re-added with git worktree add .* at checkpoint commit/,
+          `${names[i]}: run_resumed lists the re-add: ${said}`,
+        );
+        // Its own resume repaired it, or a run that made its worktree first did (then it was missing).
+        assert.match(said, /half.made|worktree_missing/, `${names[i]}: run_resumed names what it found: ${said}`);
+      }
+      assert.deepEqual(await snapshot(healthyPath), healthyBefore, 'the healthy worktree of another run is untouched');
+    },
+  );
 });
 
 describe('SIGKILL at the worktree fault points', () => {
   const points = ['after-worktree-admin', 'after-worktree-checkout', 'before-branch-recorded'];
-  test(`each of ${points.join(', ')}: the killed run resumes and a new run completes`, { timeout: 600_000 }, async () => {
-    const killed: string[] = [];
-    for (const _ of points) killed.push((await s.dispatch()).agentRunId);
-    const faulty = points.map((point) => spawnWorker({ ECHODO_FAULT: point }));
-    const exits = await Promise.all(faulty.map((w) => w.exited));
-    for (const [i, exit] of exits.entries()) {
-      assert.equal(exit.signal, 'SIGKILL', `worker with ${points[i]} killed at its point: ${faulty[i]!.output().slice(-1500)}`);
-      assert.ok(faulty[i]!.lines.some((l) => l.includes(`fault point ${points[i]} reached`)));
-    }
-    const fresh: string[] = [];
-    for (const _ of points) fresh.push((await s.dispatch()).agentRunId);
-    await finishAll([...killed, ...fresh]);
-    for (const id of [...killed, ...fresh]) await assertCompleted(id);
-    for (const id of killed) assert.ok((await s.run(id)).attempt >= 2, 'the killed run was resumed');
-    await git(s.repo, 'worktree', 'list', '--porcelain');
-  });
+  test(
+    `each of ${points.join(', ')}: the killed run resumes and a new run completes`,
+    { timeout: 600_000 },
+    async () => {
+      const killed: string[] = [];
+      for (const _ of points) killed.push((await s.dispatch()).agentRunId);
+      const faulty = points.map((point) => spawnWorker({ ECHODO_FAULT: point }));
+      const exits = await Promise.all(faulty.map((w) => w.exited));
+      for (const [i, exit] of exits.entries()) {
+        assert.equal(
+          exit.signal,
+          'SIGKILL',
+          `worker with ${points[i]} killed at its point: ${faulty[i]!.output().slice(-1500)}`,
+        );
+        assert.ok(faulty[i]!.lines.some((l) => l.includes(`fault point ${points[i]} reached`)));
+      }
+      const fresh: string[] = [];
+      for (const _ of points) fresh.push((await s.dispatch()).agentRunId);
+      await finishAll([...killed, ...fresh]);
+      for (const id of [...killed, ...fresh]) await assertCompleted(id);
+      for (const id of killed) assert.ok((await s.run(id)).attempt >= 2, 'the killed run was resumed');
+      await git(s.repo, 'worktree', 'list', '--porcelain');
+    },
+  );
 });

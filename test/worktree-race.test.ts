@@ -22,7 +22,10 @@ const spawnWorker = (env: Record<string, string> = {}) => {
 before(async () => {
   const base = path.join(await mkdtemp(path.join(os.tmpdir(), 'echodo-wtrace-')), 'worktrees');
   // Leases long enough that a loaded machine's late heartbeat is not taken for a stall.
-  s = await createScenario({ steps: sampleSteps(10, 2), env: { WORKER_WORKTREE_BASE: base, WORKER_LEASE_MS: '6000', WORKER_HEARTBEAT_MS: '300' } });
+  s = await createScenario({
+    steps: sampleSteps(10, 2),
+    env: { WORKER_WORKTREE_BASE: base, WORKER_LEASE_MS: '6000', WORKER_HEARTBEAT_MS: '300' },
+  });
   const { agentRunId } = await s.dispatch();
   const first = spawnWorker();
   await s.waitForStatus(agentRunId, 'completed', 180_000);

@@ -23,7 +23,10 @@ test('a paused worker is fenced off: after SIGCONT it writes nothing and exits',
   const { agentRunId } = await s.dispatch();
   const zombie = s.spawnWorker();
   children.push(zombie);
-  await waitFor(async () => (await s.checkpoints(agentRunId)).length >= 2, { timeoutMs: 20_000, what: 'two checkpoints' });
+  await waitFor(async () => (await s.checkpoints(agentRunId)).length >= 2, {
+    timeoutMs: 20_000,
+    what: 'two checkpoints',
+  });
   zombie.kill('SIGSTOP');
   const stoppedAt = await s.run(agentRunId);
   const zombieEpoch = stoppedAt.lease_epoch as number;
@@ -32,25 +35,43 @@ test('a paused worker is fenced off: after SIGCONT it writes nothing and exits',
   const roundsBeforeStop = zombieLines();
 
   // The lease runs out; the stall detector re-dispatches; another worker takes over.
-  await waitFor(async () => (await s.sweep()).redispatched.includes(agentRunId), { timeoutMs: 15_000, what: 're-dispatch' });
+  await waitFor(async () => (await s.sweep()).redispatched.includes(agentRunId), {
+    timeoutMs: 15_000,
+    what: 're-dispatch',
+  });
   const successor = s.spawnWorker();
   children.push(successor);
-  await waitFor(async () => (await s.checkpoints(agentRunId)).some((r) => r.lease_epoch > zombieEpoch), { timeoutMs: 20_000, what: 'the successor to checkpoint' });
+  await waitFor(async () => (await s.checkpoints(agentRunId)).some((r) => r.lease_epoch > zombieEpoch), {
+    timeoutMs: 20_000,
+    what: 'the successor to checkpoint',
+  });
 
   zombie.kill('SIGCONT');
   const exit = await Promise.race([
     zombie.exited,
-    new Promise<never>((_, reject) => setTimeout(() => reject(new Error(`zombie did not exit:\n${zombie.lines.slice(-8).join('\n')}`)), 20_000)),
+    new Promise<never>((_, reject) =>
+      setTimeout(() => reject(new Error(`zombie did not exit:\n${zombie.lines.slice(-8).join('\n')}`)), 20_000),
+    ),
   ]);
   assert.equal(exit.code, LEASE_LOST_EXIT, 'the zombie exits with the lease-lost code');
-  assert.ok(zombie.lines.some((l) => l.includes('lease')), 'it says why');
+  assert.ok(
+    zombie.lines.some((l) => l.includes('lease')),
+    'it says why',
+  );
 
   const run = await s.waitForStatus(agentRunId, 'completed');
   await successor.stop('SIGTERM');
   const rows = await s.checkpoints(agentRunId);
-  assert.equal(rows.filter((r) => r.lease_epoch === zombieEpoch).length, zombieRows, 'no row from the zombie after it was paused');
+  assert.equal(
+    rows.filter((r) => r.lease_epoch === zombieEpoch).length,
+    zombieRows,
+    'no row from the zombie after it was paused',
+  );
   assert.equal(zombieLines(), roundsBeforeStop, 'the zombie ran no tool round after waking');
-  assert.deepEqual(rows.map((r) => r.checkpoint_seq), rows.map((_, i) => i + 1));
+  assert.deepEqual(
+    rows.map((r) => r.checkpoint_seq),
+    rows.map((_, i) => i + 1),
+  );
   assert.ok(run.lease_epoch > zombieEpoch, 'the successor holds a newer epoch');
   for (const row of rows) {
     const note = await readCheckpointNote(s.repo, s.config.WORKER_NOTES_REF, row.commit_oid);

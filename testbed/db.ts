@@ -11,7 +11,12 @@ import postgres, { type Sql } from 'postgres';
 import { parseConfig, type Config } from '../core/config.ts';
 import { openDatabase, type Database } from '../store/connection.ts';
 import {
-  APP_LOGIN_ROLE, appLoginUrl, appRoleFile, setAppLoginPassword, writeCredentialsExclusive, type AppCredentials,
+  APP_LOGIN_ROLE,
+  appLoginUrl,
+  appRoleFile,
+  setAppLoginPassword,
+  writeCredentialsExclusive,
+  type AppCredentials,
 } from '../store/app-role.ts';
 import { ensureEmbeddedPostgres } from '../store/embedded.ts';
 import { migrate } from '../store/migrate.ts';
@@ -108,7 +113,9 @@ export async function createTestDatabase(): Promise<TestDatabase> {
  * URL, and each test home gets it in app-role.json.
  */
 export function testAppCredentials(adminUrl: string): AppCredentials {
-  const password = createHmac('sha256', withDatabase(adminUrl, 'postgres')).update('echodo test app login').digest('base64url');
+  const password = createHmac('sha256', withDatabase(adminUrl, 'postgres'))
+    .update('echodo test app login')
+    .digest('base64url');
   return { role: APP_LOGIN_ROLE, password };
 }
 
@@ -204,7 +211,10 @@ function stopStandaloneSync(home: string): void {
     if (pid > 0) {
       process.kill(pid, 'SIGQUIT');
       // Wait for it to go (or become a zombie nobody reaps) before removing its files.
-      spawnSync('sh', ['-c', `for i in $(seq 50); do s=$(cut -d' ' -f3 /proc/${pid}/stat 2>/dev/null) || exit 0; [ "$s" = Z ] && exit 0; sleep 0.1; done`]);
+      spawnSync('sh', [
+        '-c',
+        `for i in $(seq 50); do s=$(cut -d' ' -f3 /proc/${pid}/stat 2>/dev/null) || exit 0; [ "$s" = Z ] && exit 0; sleep 0.1; done`,
+      ]);
     }
   } catch {
     // not started, or already gone

@@ -40,15 +40,25 @@ export async function startGitDaemon(basePath: string): Promise<GitDaemon> {
   const port = await freePort();
   let child: ChildProcess | undefined;
   const start = async () => {
-    child = spawn(GIT_DAEMON, [
-      `--base-path=${basePath}`, '--export-all', '--enable=receive-pack', '--reuseaddr',
-      '--listen=127.0.0.1', `--port=${port}`, basePath,
-    ], { stdio: ['ignore', 'ignore', 'pipe'] });
+    child = spawn(
+      GIT_DAEMON,
+      [
+        `--base-path=${basePath}`,
+        '--export-all',
+        '--enable=receive-pack',
+        '--reuseaddr',
+        '--listen=127.0.0.1',
+        `--port=${port}`,
+        basePath,
+      ],
+      { stdio: ['ignore', 'ignore', 'pipe'] },
+    );
     let stderr = '';
     child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
     const deadline = Date.now() + 20_000;
     while (!(await accepts(port))) {
-      if (child.exitCode !== null || Date.now() > deadline) throw new Error(`git daemon did not start on port ${port}: ${stderr}`);
+      if (child.exitCode !== null || Date.now() > deadline)
+        throw new Error(`git daemon did not start on port ${port}: ${stderr}`);
       await sleep(50);
     }
   };

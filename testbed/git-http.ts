@@ -49,10 +49,14 @@ function relayCgi(cgi: ReturnType<typeof spawn>, res: ServerResponse): void {
   });
 }
 
-export async function startGitHttpServer(basePath: string, credentials?: { user: string; password: string }): Promise<GitHttpServer> {
+export async function startGitHttpServer(
+  basePath: string,
+  credentials?: { user: string; password: string },
+): Promise<GitHttpServer> {
   const counts: Record<string, number> = {};
   const count = (key: string) => (counts[key] = (counts[key] ?? 0) + 1);
-  const expected = credentials && `Basic ${Buffer.from(`${credentials.user}:${credentials.password}`).toString('base64')}`;
+  const expected =
+    credentials && `Basic ${Buffer.from(`${credentials.user}:${credentials.password}`).toString('base64')}`;
   const handle = (req: IncomingMessage, res: ServerResponse) => {
     const url = new URL(req.url ?? '/', 'http://127.0.0.1');
     if (expected && req.headers.authorization !== expected) {
@@ -84,7 +88,9 @@ export async function startGitHttpServer(basePath: string, credentials?: { user:
   const server = createServer(handle);
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const { port } = server.address() as AddressInfo;
-  const userinfo = credentials ? `${encodeURIComponent(credentials.user)}:${encodeURIComponent(credentials.password)}@` : '';
+  const userinfo = credentials
+    ? `${encodeURIComponent(credentials.user)}:${encodeURIComponent(credentials.password)}@`
+    : '';
   return {
     port,
     url: (name, options) => `http://${options?.withCredentials === false ? '' : userinfo}127.0.0.1:${port}/${name}`,

@@ -31,7 +31,20 @@ export async function startRedis(): Promise<RedisServer> {
   let child: ChildProcess | null = null;
 
   const start = async () => {
-    const args = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, '--loglevel', 'warning'];
+    const args = [
+      '--port',
+      String(port),
+      '--bind',
+      '127.0.0.1',
+      '--save',
+      '',
+      '--appendonly',
+      'no',
+      '--dir',
+      dir,
+      '--loglevel',
+      'warning',
+    ];
     const proc = spawn(bin, args, { stdio: ['ignore', 'ignore', 'pipe'] });
     child = proc;
     let stderr = '';

@@ -25,15 +25,21 @@ export type DaemonState = 'idle' | 'taking' | 'running' | 'stopping' | 'stopped'
 
 export class WorkerDaemon {
   state: DaemonState = 'idle';
-  readonly results: Record<JobResult, number> = { completed: 0, failed: 0, released: 0, skipped: 0, dead_lettered: 0, given_up: 0, lease_lost: 0 };
+  readonly results: Record<JobResult, number> = {
+    completed: 0,
+    failed: 0,
+    released: 0,
+    skipped: 0,
+    dead_lettered: 0,
+    given_up: 0,
+    lease_lost: 0,
+  };
   private readonly shutdown = new AbortController();
   private spares: SpareKeeper | undefined;
   private standby: RemoteStandby | undefined;
   private readonly outage: OutageWatch;
 
-  constructor(
-    private readonly deps: { config: Config; db: Database; queue: JobQueue; workerId: string; log: Logger },
-  ) {
+  constructor(private readonly deps: { config: Config; db: Database; queue: JobQueue; workerId: string; log: Logger }) {
     this.outage = new OutageWatch(deps.log, 'the worker');
   }
 
@@ -60,7 +66,9 @@ export class WorkerDaemon {
     const { config, db, log } = this.deps;
     if (!config.WORKER_CHECKPOINT_REMOTE) return undefined;
     if (!config.WORKER_REMOTE_STANDBY_MS) {
-      void dropStandby(config.WORKER_REPO_ROOT).catch((err) => log.warn({ error: errorMessage(err) }, 'could not drop the remote standby\'s refs'));
+      void dropStandby(config.WORKER_REPO_ROOT).catch((err) =>
+        log.warn({ error: errorMessage(err) }, "could not drop the remote standby's refs"),
+      );
       return undefined;
     }
     const standby = new RemoteStandby({
@@ -72,7 +80,13 @@ export class WorkerDaemon {
       admin: db.admin,
       // The spare worktree (when spares are on) is aimed at the run likeliest to be taken over.
       aimSpare: config.WORKER_SPARE_WORKTREE
-        ? (aim) => makeSpareWorktree({ repoPath: config.WORKER_REPO_ROOT, worktreeBase: config.WORKER_WORKTREE_BASE, aim, log })
+        ? (aim) =>
+            makeSpareWorktree({
+              repoPath: config.WORKER_REPO_ROOT,
+              worktreeBase: config.WORKER_WORKTREE_BASE,
+              aim,
+              log,
+            })
         : undefined,
       overdueLeftMs: config.WORKER_LEASE_MS - 2 * config.WORKER_HEARTBEAT_MS,
       log,
@@ -86,10 +100,16 @@ export class WorkerDaemon {
     const { config, log } = this.deps;
     const repo = { repoPath: config.WORKER_REPO_ROOT, worktreeBase: config.WORKER_WORKTREE_BASE, log };
     if (!config.WORKER_SPARE_WORKTREE) {
-      void removeSpareWorktrees(repo).catch((err) => log.warn({ error: errorMessage(err) }, 'could not remove the spare worktree'));
+      void removeSpareWorktrees(repo).catch((err) =>
+        log.warn({ error: errorMessage(err) }, 'could not remove the spare worktree'),
+      );
       return undefined;
     }
-    const keeper = new SpareKeeper({ worktreeBase: config.WORKER_WORKTREE_BASE, log, delayMs: SPARE_REPLENISH_DELAY_MS });
+    const keeper = new SpareKeeper({
+      worktreeBase: config.WORKER_WORKTREE_BASE,
+      log,
+      delayMs: SPARE_REPLENISH_DELAY_MS,
+    });
     keeper.start(config.WORKER_REPO_ROOT);
     return keeper;
   }
@@ -159,7 +179,14 @@ export class WorkerDaemon {
   private pause(ms: number): Promise<void> {
     return new Promise((resolve) => {
       const timer = setTimeout(resolve, ms);
-      this.shutdown.signal.addEventListener('abort', () => { clearTimeout(timer); resolve(); }, { once: true });
+      this.shutdown.signal.addEventListener(
+        'abort',
+        () => {
+          clearTimeout(timer);
+          resolve();
+        },
+        { once: true },
+      );
     });
   }
 }

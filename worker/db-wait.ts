@@ -18,7 +18,10 @@ export const DEFAULT_PROBE_BACKOFF: ProbeBackoff = { firstMs: 100, maxMs: 1000 }
 export class OutageWatch {
   private downSince: number | undefined;
 
-  constructor(private readonly log: Logger, private readonly what: string) {}
+  constructor(
+    private readonly log: Logger,
+    private readonly what: string,
+  ) {}
 
   get isDown(): boolean {
     return this.downSince !== undefined;

@@ -10,13 +10,29 @@ export type { Logger };
 
 const MAX_DEPTH = 6;
 
-export function createLogger(options: { level?: string; name?: string; destination?: pino.DestinationStream } = {}): Logger {
+export function createLogger(
+  options: { level?: string; name?: string; destination?: pino.DestinationStream } = {},
+): Logger {
   return pino(
     {
       name: options.name ?? 'echodo',
       level: options.level ?? process.env.LOG_LEVEL ?? 'info',
       redact: {
-        paths: ['apiKey', '*.apiKey', 'authorization', '*.authorization', 'headers.authorization', 'env', '*.env', 'password', '*.password', 'token', '*.token', 'content', '*.content'],
+        paths: [
+          'apiKey',
+          '*.apiKey',
+          'authorization',
+          '*.authorization',
+          'headers.authorization',
+          'env',
+          '*.env',
+          'password',
+          '*.password',
+          'token',
+          '*.token',
+          'content',
+          '*.content',
+        ],
         censor: '[redacted]',
       },
       formatters: {
@@ -64,7 +80,8 @@ function redactDeep(value: unknown, depth = 0): unknown {
   if (typeof value === 'string') return safeRedact(value);
   if (value === null || typeof value !== 'object') return value;
   if (depth > MAX_DEPTH) return '[dropped: nested too deep to redact]';
-  if (value instanceof Error) return { name: value.name, message: safeRedact(value.message), code: (value as { code?: unknown }).code };
+  if (value instanceof Error)
+    return { name: value.name, message: safeRedact(value.message), code: (value as { code?: unknown }).code };
   if (value instanceof Date) return value;
   if (Array.isArray(value)) return value.map((v) => redactDeep(v, depth + 1));
   const out: Record<string, unknown> = {};

@@ -5,7 +5,7 @@
 import type { Logger } from './log.ts';
 
 function fromDriver(err: unknown): boolean {
-  const stack = err instanceof Error ? err.stack ?? '' : '';
+  const stack = err instanceof Error ? (err.stack ?? '') : '';
   const code = (err as { code?: unknown })?.code;
   return stack.includes('/node_modules/postgres/') || (typeof code === 'string' && /^(57P0|08|CONNECTION_)/.test(code));
 }
@@ -14,7 +14,10 @@ export function guardDaemon(name: string, log: Logger): void {
   process.removeAllListeners('uncaughtException');
   process.removeAllListeners('unhandledRejection');
   process.on('unhandledRejection', (err) => {
-    log.error({ error: err instanceof Error ? err.message : String(err) }, `${name}: unhandled rejection ignored; the daemon goes on`);
+    log.error(
+      { error: err instanceof Error ? err.message : String(err) },
+      `${name}: unhandled rejection ignored; the daemon goes on`,
+    );
   });
   process.on('uncaughtException', (err) => {
     if (fromDriver(err)) {

@@ -11,13 +11,21 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import type { Database } from '../store/connection.ts';
 import { allApiKeyEnvVars } from '../store/workspace-config.ts';
-import { registerSecret, registerSecretsFromEnv, registerUrlCredentials, registeredSecretCount } from '../core/redact.ts';
+import {
+  registerSecret,
+  registerSecretsFromEnv,
+  registerUrlCredentials,
+  registeredSecretCount,
+} from '../core/redact.ts';
 import type { Config } from '../core/config.ts';
 import { EchodoError } from '../core/errors.ts';
 import { parseKeyVarGlobs } from '../core/key-vars.ts';
 import { remoteForGit } from './git/run-git.ts';
 
-type SecretConfig = Pick<Config, 'DATABASE_URL' | 'DATABASE_APP_URL' | 'REDIS_URL' | 'WORKER_CHECKPOINT_REMOTE' | 'WORKER_PROVIDER_KEY_VARS'> &
+type SecretConfig = Pick<
+  Config,
+  'DATABASE_URL' | 'DATABASE_APP_URL' | 'REDIS_URL' | 'WORKER_CHECKPOINT_REMOTE' | 'WORKER_PROVIDER_KEY_VARS'
+> &
   Partial<Pick<Config, 'ECHODO_HOME'>>;
 
 /** Registers what needs no database: the configured URLs' credentials and the environment's secret-looking variables. */
@@ -50,7 +58,11 @@ function readIfPresent(file: string): string | undefined {
 }
 
 /** Everything of registerConfigSecrets, plus the URLs `db` connects with and every workspace's key variables. */
-export async function registerStartupSecrets(config: SecretConfig, db: Database, env: NodeJS.ProcessEnv = process.env): Promise<{ registered: number }> {
+export async function registerStartupSecrets(
+  config: SecretConfig,
+  db: Database,
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<{ registered: number }> {
   registerConfigSecrets(config, env);
   // The URL actually used (embedded: a generated superuser password) and any other connection URL
   // the database object carries (the app login's, when derived).
@@ -61,7 +73,11 @@ export async function registerStartupSecrets(config: SecretConfig, db: Database,
   try {
     names = await allApiKeyEnvVars(db.admin);
   } catch (err) {
-    throw new EchodoError('internal', `could not read the model providers' key variable names to redact them: ${(err as Error).message}`, { cause: err });
+    throw new EchodoError(
+      'internal',
+      `could not read the model providers' key variable names to redact them: ${(err as Error).message}`,
+      { cause: err },
+    );
   }
   registerSecretsFromEnv(env, names, parseKeyVarGlobs(config.WORKER_PROVIDER_KEY_VARS));
   return { registered: registeredSecretCount() };

@@ -25,7 +25,8 @@ export interface AgUiAgent {
   close(): Promise<void>;
 }
 
-const roundsIn = (input: RunAgentInput) => input.messages.filter((m) => m.role === 'assistant' && m.toolCalls?.length).length;
+const roundsIn = (input: RunAgentInput) =>
+  input.messages.filter((m) => m.role === 'assistant' && m.toolCalls?.length).length;
 
 export async function startAgUiAgent(scripts: Record<string, AgentEntry[]>): Promise<AgUiAgent> {
   const inputs = new Map<string, RunAgentInput[]>();

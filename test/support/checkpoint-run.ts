@@ -59,7 +59,14 @@ export interface DriveOptions {
 function remoteFor(o: DriveOptions, identity: RunIdentity, lease: Lease, wt: { path: string; branch: string }) {
   if (!o.remote) return undefined;
   const notesRef = runNotesRef(identity.workspaceId, identity.agentRunId);
-  const pusher = new RemotePusher({ cwd: wt.path, remote: o.remote.url, branch: wt.branch, notesRef, assertHeld: () => lease.assertHeld(), log: silentLog });
+  const pusher = new RemotePusher({
+    cwd: wt.path,
+    remote: o.remote.url,
+    branch: wt.branch,
+    notesRef,
+    assertHeld: () => lease.assertHeld(),
+    log: silentLog,
+  });
   const around = o.remote.aroundPush;
   if (around) {
     const push = pusher.pushCheckpoint.bind(pusher);
@@ -68,7 +75,14 @@ function remoteFor(o: DriveOptions, identity: RunIdentity, lease: Lease, wt: { p
   return { pusher, notesRef };
 }
 
-function writerFor(o: DriveOptions, identity: RunIdentity, lease: Lease, tracker: TouchTracker, wt: { path: string; branch: string }, state: CheckpointState) {
+function writerFor(
+  o: DriveOptions,
+  identity: RunIdentity,
+  lease: Lease,
+  tracker: TouchTracker,
+  wt: { path: string; branch: string },
+  state: CheckpointState,
+) {
   return checkpointWriterFor(
     o.config,
     {
@@ -86,27 +100,61 @@ function writerFor(o: DriveOptions, identity: RunIdentity, lease: Lease, tracker
   );
 }
 
-function driven(o: DriveOptions, run: RunRow, lease: Lease, wt: { path: string; branch: string }, state: CheckpointState): DrivenRun {
-  const identity: RunIdentity = { workspaceId: run.workspace_id, agentRunId: run.id, convoyId: run.convoy_id, briefId: run.brief_id, attempt: run.attempt };
+function driven(
+  o: DriveOptions,
+  run: RunRow,
+  lease: Lease,
+  wt: { path: string; branch: string },
+  state: CheckpointState,
+): DrivenRun {
+  const identity: RunIdentity = {
+    workspaceId: run.workspace_id,
+    agentRunId: run.id,
+    convoyId: run.convoy_id,
+    briefId: run.brief_id,
+    attempt: run.attempt,
+  };
   const tracker = new TouchTracker(wt.path);
   const writer = writerFor(o, identity, lease, tracker, wt, state);
   return {
-    run, identity, lease, tracker, writer, worktree: wt.path, branch: wt.branch,
+    run,
+    identity,
+    lease,
+    tracker,
+    writer,
+    worktree: wt.path,
+    branch: wt.branch,
     async round(write, remove = []) {
       await writer.readyForTools(); // as the session's tools do: the last checkpoint's index work first
-      await Promise.all(Object.entries(write).map(async ([p, content]) => {
-        await mkdir(path.dirname(path.join(wt.path, p)), { recursive: true });
-        await writeFile(path.join(wt.path, p), content);
-      }));
+      await Promise.all(
+        Object.entries(write).map(async ([p, content]) => {
+          await mkdir(path.dirname(path.join(wt.path, p)), { recursive: true });
+          await writeFile(path.join(wt.path, p), content);
+        }),
+      );
       await Promise.all(remove.map((p) => rm(path.join(wt.path, p), { force: true })));
       const round = state.step + 1;
       for (const [p, content] of Object.entries(write)) {
         tracker.note(p);
-        state.history.push(recordToolCall({ round, tool: 'write_file', input: { path: p, content }, output: { path: p, bytes: content.length, sha256: sha256(content) } }));
+        state.history.push(
+          recordToolCall({
+            round,
+            tool: 'write_file',
+            input: { path: p, content },
+            output: { path: p, bytes: content.length, sha256: sha256(content) },
+          }),
+        );
       }
       for (const p of remove) {
         tracker.note(p);
-        state.history.push(recordToolCall({ round, tool: 'run_command', input: { command: `rm ${p}` }, output: { exitCode: 0, timedOut: false, stdout: '', stderr: '' } }));
+        state.history.push(
+          recordToolCall({
+            round,
+            tool: 'run_command',
+            input: { command: `rm ${p}` },
+            output: { exitCode: 0, timedOut: false, stdout: '', stderr: '' },
+          }),
+        );
       }
       state.step = round;
       await writer.write();
@@ -117,8 +165,15 @@ function driven(o: DriveOptions, run: RunRow, lease: Lease, wt: { path: string; 
 /** A new run, claimed, with its worktree: round() plays a tool round and checkpoints it. */
 export async function startDrivenRun(o: DriveOptions): Promise<DrivenRun> {
   const parsed = parseJob({
-    workspaceId: o.workspaceId, convoyId: 'convoy-long', briefId: `long-${Math.random().toString(36).slice(2, 8)}`, roleId: 'coder',
-    harnessAlias: 'code', repoPath: o.repo, baseRef: 'main', brief: 'a long run', model: 'replay:/dev/null',
+    workspaceId: o.workspaceId,
+    convoyId: 'convoy-long',
+    briefId: `long-${Math.random().toString(36).slice(2, 8)}`,
+    roleId: 'coder',
+    harnessAlias: 'code',
+    repoPath: o.repo,
+    baseRef: 'main',
+    brief: 'a long run',
+    model: 'replay:/dev/null',
     ...(o.agentRunId ? { agentRunId: o.agentRunId } : {}),
   });
   if (!parsed.ok) throw new Error(parsed.problems.join('; '));
@@ -128,11 +183,29 @@ export async function startDrivenRun(o: DriveOptions): Promise<DrivenRun> {
   const run = await scoped((tx) => claimRun(tx, { agentRunId, workerId: `test-${process.pid}`, leaseMs: LEASE_MS }));
   if (!run) throw new Error('run not claimed');
   const wt = await prepareWorktree({
-    repoPath: o.repo, worktreeBase: o.config.WORKER_WORKTREE_BASE, workspaceId: run.workspace_id, agentRunId: run.id,
-    briefId: run.brief_id, baseRef: 'main', log: silentLog,
+    repoPath: o.repo,
+    worktreeBase: o.config.WORKER_WORKTREE_BASE,
+    workspaceId: run.workspace_id,
+    agentRunId: run.id,
+    briefId: run.brief_id,
+    baseRef: 'main',
+    log: silentLog,
   });
-  await scoped((tx) => setRunWorkspace(tx, { agentRunId: run.id, leaseEpoch: run.lease_epoch, harnessAlias: 'code', branch: wt.branch, worktreePath: wt.path, baseOid: wt.baseOid }));
-  const lease = new Lease(sql, run.workspace_id, run.id, run.lease_epoch, { heartbeatMs: 1000, leaseMs: LEASE_MS, log: silentLog });
+  await scoped((tx) =>
+    setRunWorkspace(tx, {
+      agentRunId: run.id,
+      leaseEpoch: run.lease_epoch,
+      harnessAlias: 'code',
+      branch: wt.branch,
+      worktreePath: wt.path,
+      baseOid: wt.baseOid,
+    }),
+  );
+  const lease = new Lease(sql, run.workspace_id, run.id, run.lease_epoch, {
+    heartbeatMs: 1000,
+    leaseMs: LEASE_MS,
+    log: silentLog,
+  });
   const state = stateFromChain([], wt.baseOid, o.config.WORKER_CHECKPOINT_HISTORY_LIMIT, []);
   return driven(o, { ...run, branch: wt.branch, worktree_path: wt.path, base_oid: wt.baseOid }, lease, wt, state);
 }
@@ -150,12 +223,18 @@ export async function continueDrivenRun(o: DriveOptions, prior: DrivenRun): Prom
 
 /** path → sha256 of every blob in a commit's tree (one ls-tree, one cat-file --batch). */
 export async function treeManifest(repo: string, rev: string): Promise<Map<string, string>> {
-  const entries = (await git(repo, 'ls-tree', '-r', '-z', rev)).split('\0').filter(Boolean).map((line) => {
-    const [meta, p] = line.split('\t');
-    return { path: p!, oid: meta!.split(' ')[2]! };
-  });
+  const entries = (await git(repo, 'ls-tree', '-r', '-z', rev))
+    .split('\0')
+    .filter(Boolean)
+    .map((line) => {
+      const [meta, p] = line.split('\t');
+      return { path: p!, oid: meta!.split(' ')[2]! };
+    });
   const { execFileSync } = await import('node:child_process');
-  const out = execFileSync('git', ['-C', repo, 'cat-file', '--batch'], { input: entries.map((e) => e.oid).join('\n') + '\n', maxBuffer: 1 << 28 });
+  const out = execFileSync('git', ['-C', repo, 'cat-file', '--batch'], {
+    input: entries.map((e) => e.oid).join('\n') + '\n',
+    maxBuffer: 1 << 28,
+  });
   const result = new Map<string, string>();
   let at = 0;
   for (const e of entries) {

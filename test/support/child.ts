@@ -125,7 +125,11 @@ export function spawnProcess(command: string, args: string[], options: SpawnOpti
         void exited.then(({ code, signal }) => {
           if (!waiters.delete(waiter)) return;
           clearTimeout(timer);
-          reject(new Error(`process exited (code ${code}, signal ${signal}) before a line matched ${pattern}; output:\n${output()}`));
+          reject(
+            new Error(
+              `process exited (code ${code}, signal ${signal}) before a line matched ${pattern}; output:\n${output()}`,
+            ),
+          );
         });
       });
     },
@@ -149,7 +153,11 @@ export function spawnProcess(command: string, args: string[], options: SpawnOpti
 /** Polls `predicate` until it returns a truthy value, which is returned. */
 export async function waitFor<T>(
   predicate: () => T | Promise<T>,
-  { timeoutMs = 10_000, intervalMs = 50, what = 'condition' }: { timeoutMs?: number; intervalMs?: number; what?: string } = {},
+  {
+    timeoutMs = 10_000,
+    intervalMs = 50,
+    what = 'condition',
+  }: { timeoutMs?: number; intervalMs?: number; what?: string } = {},
 ): Promise<NonNullable<T>> {
   const deadline = Date.now() + timeoutMs;
   let lastError: unknown;

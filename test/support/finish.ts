@@ -28,10 +28,19 @@ export async function finishAll(
 }
 
 /** The run completed, its branch holds the uncrashed run's tree, and integrity-check finds nothing. */
-export async function assertCompletedLike(s: Scenario, agentRunId: string, baselineTree: string, context = ''): Promise<void> {
+export async function assertCompletedLike(
+  s: Scenario,
+  agentRunId: string,
+  baselineTree: string,
+  context = '',
+): Promise<void> {
   const run = await s.run(agentRunId);
-  assert.equal(run.status, 'completed', `run ${agentRunId}: ${run.failure_reason ?? ''}${context ? `\n${context}` : ''}`);
-  assert.equal(await s.branchTree(agentRunId), baselineTree, 'the final tree is an uncrashed run\'s');
+  assert.equal(
+    run.status,
+    'completed',
+    `run ${agentRunId}: ${run.failure_reason ?? ''}${context ? `\n${context}` : ''}`,
+  );
+  assert.equal(await s.branchTree(agentRunId), baselineTree, "the final tree is an uncrashed run's");
   const report = await checkRunIntegrity(s.t.db, s.config, s.workspaceId, agentRunId);
   assert.deepEqual(report?.findings, [], `integrity of ${agentRunId}`);
 }

@@ -66,7 +66,19 @@ export async function setUpHosts(s: Scenario, names: string[]): Promise<Hosts> {
     await git(root, 'clone', '-q', remoteUrl, repo); // over the real transport
     const worktreeBase = path.join(root, `worktrees-${name}`);
     const id = `host-${name}`;
-    byName[name] = { name, id, repo, worktreeBase, env: { WORKER_REPO_ROOT: repo, WORKER_WORKTREE_BASE: worktreeBase, WORKER_HOST_ID: id, WORKER_CHECKPOINT_REMOTE: remoteUrl, ...NO_STANDBY } };
+    byName[name] = {
+      name,
+      id,
+      repo,
+      worktreeBase,
+      env: {
+        WORKER_REPO_ROOT: repo,
+        WORKER_WORKTREE_BASE: worktreeBase,
+        WORKER_HOST_ID: id,
+        WORKER_CHECKPOINT_REMOTE: remoteUrl,
+        ...NO_STANDBY,
+      },
+    };
   }
   return {
     root,
@@ -97,7 +109,12 @@ export async function moveOn(hosts: Pick<Hosts, 'root' | 'remoteUrl'>, repo: str
   const script: string[] = [];
   for (let i = 1; i <= count; i++) {
     const msg = `move on ${i}`;
-    script.push('commit refs/heads/main', `committer Mover <mover@echodo.invalid> ${1_700_000_000 + i} +0000`, `data ${msg.length}`, msg);
+    script.push(
+      'commit refs/heads/main',
+      `committer Mover <mover@echodo.invalid> ${1_700_000_000 + i} +0000`,
+      `data ${msg.length}`,
+      msg,
+    );
     if (i === 1) script.push('from refs/heads/main^0');
     if (i < count) script.push('M 100644 inline moving.txt', `data ${String(i).length + 1}`, `${i}`);
     else script.push('D moving.txt');
@@ -130,19 +147,48 @@ async function remoteLog(hosts: HostsSeen, branch: string, notesRef: string): Pr
  * remote with its note (seq and hash) in the run's notes ref there, integrity intact on that host.
  * Returns the host that finished it.
  */
-export async function assertFinishedOnRemote(s: Scenario, hosts: HostsSeen, agentRunId: string, rounds: number, baselineTree: string, context = ''): Promise<Host> {
+export async function assertFinishedOnRemote(
+  s: Scenario,
+  hosts: HostsSeen,
+  agentRunId: string,
+  rounds: number,
+  baselineTree: string,
+  context = '',
+): Promise<Host> {
   const run = await s.run(agentRunId);
-  assert.equal(run.status, 'completed', `run ${agentRunId}: ${run.failure_reason ?? ''}${context ? `\n${context}` : ''}`);
+  assert.equal(
+    run.status,
+    'completed',
+    `run ${agentRunId}: ${run.failure_reason ?? ''}${context ? `\n${context}` : ''}`,
+  );
   const host = hosts.byId(run.host_id);
-  assert.ok(run.worktree_path.startsWith(host.worktreeBase + path.sep), `run ${agentRunId} on ${host.id} records a worktree under its own base: ${run.worktree_path}`);
+  assert.ok(
+    run.worktree_path.startsWith(host.worktreeBase + path.sep),
+    `run ${agentRunId} on ${host.id} records a worktree under its own base: ${run.worktree_path}`,
+  );
   const rows = await s.checkpoints(agentRunId);
-  assert.deepEqual(rows.map((r) => r.checkpoint_seq), Array.from({ length: rounds }, (_, i) => i + 1), `seqs of ${agentRunId}: 1..n, no gap or duplicate`);
-  assert.equal(await git(host.repo, 'rev-parse', `refs/heads/${run.branch}^{tree}`), baselineTree, `final tree of ${agentRunId} on ${host.id}`);
-  assert.equal(await git(hosts.remoteDir, 'rev-parse', `refs/heads/${run.branch}^{tree}`), baselineTree, `final tree of ${agentRunId} on the remote`);
+  assert.deepEqual(
+    rows.map((r) => r.checkpoint_seq),
+    Array.from({ length: rounds }, (_, i) => i + 1),
+    `seqs of ${agentRunId}: 1..n, no gap or duplicate`,
+  );
+  assert.equal(
+    await git(host.repo, 'rev-parse', `refs/heads/${run.branch}^{tree}`),
+    baselineTree,
+    `final tree of ${agentRunId} on ${host.id}`,
+  );
+  assert.equal(
+    await git(hosts.remoteDir, 'rev-parse', `refs/heads/${run.branch}^{tree}`),
+    baselineTree,
+    `final tree of ${agentRunId} on the remote`,
+  );
   const onRemote = await remoteLog(hosts, run.branch, runNotesRef(s.workspaceId, agentRunId));
   for (const row of rows) {
     const note = onRemote.get(row.commit_oid);
-    assert.ok(note !== undefined, `seq ${row.checkpoint_seq} of ${agentRunId}: commit ${row.commit_oid} reachable from the remote branch`);
+    assert.ok(
+      note !== undefined,
+      `seq ${row.checkpoint_seq} of ${agentRunId}: commit ${row.commit_oid} reachable from the remote branch`,
+    );
     assert.ok(note, `seq ${row.checkpoint_seq} of ${agentRunId}: its note is on the remote`);
     const parsed = JSON.parse(note) as { checkpointSeq: number; hash: string };
     assert.equal(parsed.checkpointSeq, row.checkpoint_seq, `remote note of ${agentRunId} seq ${row.checkpoint_seq}`);
@@ -163,7 +209,8 @@ export async function finishWith(s: Scenario, w: Child, agentRunId: string): Pro
     await s.sweep();
     const run = await s.run(agentRunId);
     if (run.status === 'completed' || run.status === 'failed') break;
-    if (Date.now() > deadline) throw new Error(`run ${agentRunId} not finished: ${run.status}\n${w.lines.slice(-30).join('\n')}`);
+    if (Date.now() > deadline)
+      throw new Error(`run ${agentRunId} not finished: ${run.status}\n${w.lines.slice(-30).join('\n')}`);
     await new Promise((r) => setTimeout(r, 200));
   }
   await w.stop('SIGTERM', 8000);
@@ -173,6 +220,9 @@ export async function finishWith(s: Scenario, w: Child, agentRunId: string): Pro
 export async function stopProcesses(children: Child[]): Promise<void> {
   await Promise.all(children.map((c) => c.stop('SIGKILL', 100)));
   if (process.env.ECHODO_DUMP_WORKERS) {
-    await writeFile(process.env.ECHODO_DUMP_WORKERS, children.map((c, i) => `=== process ${i}\n${c.output()}`).join('\n'));
+    await writeFile(
+      process.env.ECHODO_DUMP_WORKERS,
+      children.map((c, i) => `=== process ${i}\n${c.output()}`).join('\n'),
+    );
   }
 }

@@ -134,8 +134,7 @@ async function foldEvents(body: ReadableStream<Uint8Array>, req: AgUiRequest): P
     }
     if (finished) break;
   }
-  if (!finished) throw new RemoteAgentError('the agent\'s stream ended without RUN_FINISHED');
+  if (!finished) throw new RemoteAgentError("the agent's stream ended without RUN_FINISHED");
   // A call started but never ended is dropped: its arguments may be incomplete.
   return result;
 }
-

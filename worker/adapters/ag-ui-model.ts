@@ -70,8 +70,12 @@ export class AgUiModel implements LanguageModelV3 {
       forwardedProps: this.options.forwardedProps ?? {},
     };
     const result = await runAgUi({
-      url: this.options.url, input, bearer: this.options.bearer, timeoutMs: this.options.timeoutMs,
-      signal: call.abortSignal, limits: this.options.limits,
+      url: this.options.url,
+      input,
+      bearer: this.options.bearer,
+      timeoutMs: this.options.timeoutMs,
+      signal: call.abortSignal,
+      limits: this.options.limits,
     });
     if (result.state !== undefined) this.state = result.state;
     this.remoteThreadId = result.threadId ?? this.remoteThreadId;

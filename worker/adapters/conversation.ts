@@ -65,11 +65,13 @@ export function promptAsMessages(prompt: LanguageModelV3Prompt, prior: Message[]
         const text = message.content.map((p) => (p.type === 'text' ? p.text : '')).join('');
         const toolCalls = message.content.flatMap((p) =>
           p.type === 'tool-call'
-            ? [{
-                id: p.toolCallId,
-                type: 'function' as const,
-                function: { name: p.toolName, arguments: JSON.stringify(p.input ?? {}) },
-              }]
+            ? [
+                {
+                  id: p.toolCallId,
+                  type: 'function' as const,
+                  function: { name: p.toolName, arguments: JSON.stringify(p.input ?? {}) },
+                },
+              ]
             : [],
         );
         out.push({

@@ -41,9 +41,8 @@ export function remoteAgentModel(harness: Harness, args: RemoteAgentArgs): { mod
     bearer = (args.env ?? process.env)[harness.keyEnvVar];
     if (!bearer) throw new EchodoError('model_unknown', `harness ${harness.alias}: ${harness.keyEnvVar} is not set`);
   }
-  const forwardedProps = harness.adapter === 'langgraph'
-    ? { config: { configurable: { thread_id: args.agentRunId } } }
-    : {};
+  const forwardedProps =
+    harness.adapter === 'langgraph' ? { config: { configurable: { thread_id: args.agentRunId } } } : {};
   let prior: ReturnType<typeof priorRoundsAsMessages> | undefined;
   const model = new AgUiModel({
     url,

@@ -9,8 +9,7 @@ import { runAgUi, safeReason } from './ag-ui-client.ts';
 export const PROBE_TIMEOUT_MS = 10_000;
 
 export type ProbeResult =
-  | { ok: true; latencyMs: number; events: number }
-  | { ok: false; latencyMs: number; error: string };
+  { ok: true; latencyMs: number; events: number } | { ok: false; latencyMs: number; error: string };
 
 export async function probeAgUiEndpoint(
   target: { url: string; keyEnvVar: string | null },
@@ -31,7 +30,12 @@ export async function probeAgUiEndpoint(
     await runAgUi({
       url: target.url,
       input: {
-        threadId: `probe-${id}`, runId: `probe-${id}`, tools: [], context: [], state: {}, forwardedProps: {},
+        threadId: `probe-${id}`,
+        runId: `probe-${id}`,
+        tools: [],
+        context: [],
+        state: {},
+        forwardedProps: {},
         messages: [{ id: 'probe', role: 'user', content: 'Reply with: ok' }],
       },
       bearer,

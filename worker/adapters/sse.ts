@@ -66,7 +66,7 @@ export async function* readSseJson(
         throw new RemoteAgentError(`a line of the agent exceeded ${limits.maxEventChars} characters`);
       }
     }
-    if (data.length || buffer.trim()) throw new RemoteAgentError('the agent\'s stream ended in the middle of an event');
+    if (data.length || buffer.trim()) throw new RemoteAgentError("the agent's stream ended in the middle of an event");
   } finally {
     await reader.cancel().catch(() => {});
   }

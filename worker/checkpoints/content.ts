@@ -68,19 +68,30 @@ async function readTouched(worktree: string, paths: string[]): Promise<TouchedFi
  */
 function assertRecordable(rel: string): void {
   if (rel.includes('\uFFFD')) {
-    throw new EchodoError('unsupported_path', `file name ${JSON.stringify(rel)} is not valid UTF-8 (shown with U+FFFD); rename it to checkpoint it`);
+    throw new EchodoError(
+      'unsupported_path',
+      `file name ${JSON.stringify(rel)} is not valid UTF-8 (shown with U+FFFD); rename it to checkpoint it`,
+    );
   }
 }
 
 /** What the row records of the files read (describeFiles' shape: anything not a regular file is deleted). */
 function describeTouched(files: TouchedFile[]): FileTouched[] {
   return files.map((f) =>
-    f.sha256 !== null ? { path: f.rel, sha256: f.sha256, bytes: f.data!.length, deleted: false } : { path: f.rel, sha256: null, bytes: 0, deleted: true },
+    f.sha256 !== null
+      ? { path: f.rel, sha256: f.sha256, bytes: f.data!.length, deleted: false }
+      : { path: f.rel, sha256: null, bytes: 0, deleted: true },
   );
 }
 
 /** The fast-import stream of one checkpoint commit: changed files inline, deletions, then `ls` of the root. */
-function checkpointStream(files: TouchedFile[], branch: string, parentOid: string, message: string, when: number): Buffer {
+function checkpointStream(
+  files: TouchedFile[],
+  branch: string,
+  parentOid: string,
+  message: string,
+  when: number,
+): Buffer {
   const parts: Buffer[] = [];
   const text = (t: string) => parts.push(Buffer.from(t));
   const msg = Buffer.from(`${message}\n`);
@@ -102,14 +113,23 @@ function checkpointStream(files: TouchedFile[], branch: string, parentOid: strin
 }
 
 /** The commit and its root tree, via fast-import (retried when a concurrent gc deleted its temporary pack). */
-async function importCommit(worktree: string, commonDir: string, files: TouchedFile[], branch: string, parentOid: string, message: string): Promise<{ commitOid: string; treeOid: string }> {
+async function importCommit(
+  worktree: string,
+  commonDir: string,
+  files: TouchedFile[],
+  branch: string,
+  parentOid: string,
+  message: string,
+): Promise<{ commitOid: string; treeOid: string }> {
   const marks = path.join(commonDir, `echodo-marks-${process.pid}-${randomBytes(4).toString('hex')}`);
   try {
     let out: GitResult;
     for (let attempt = 1; ; attempt++) {
       try {
         // A retry is stamped a second after the failed attempt (git/fast-import.ts).
-        out = await fastImport(worktree, (stamp) => checkpointStream(files, branch, parentOid, message, stamp), [`--export-marks=${marks}`]);
+        out = await fastImport(worktree, (stamp) => checkpointStream(files, branch, parentOid, message, stamp), [
+          `--export-marks=${marks}`,
+        ]);
         break;
       } catch (err) {
         // `git gc --prune=now` deletes every tmp_pack_* file it finds, a pack being written
@@ -119,7 +139,10 @@ async function importCommit(worktree: string, commonDir: string, files: TouchedF
       }
     }
     const commitOid = readFileSync(marks, 'utf8').split('\n')[0]!.split(' ')[1]!;
-    const treeOid = out.stdout.split('\n').find((l) => l.startsWith('040000 tree '))!.slice('040000 tree '.length, '040000 tree '.length + 40);
+    const treeOid = out.stdout
+      .split('\n')
+      .find((l) => l.startsWith('040000 tree '))!
+      .slice('040000 tree '.length, '040000 tree '.length + 40);
     return { commitOid, treeOid };
   } finally {
     try {
@@ -160,7 +183,14 @@ export async function commitTouchedPaths(args: {
   if (folders.size) args = { ...args, paths: args.paths.filter((p) => !folders.has(p)) };
   const alreadyInStep = () => Promise.resolve({ inStep: true, paths: args.paths });
   if (!args.paths.length) {
-    const { commitOid, treeOid } = await importCommit(args.worktree, commonDir, touched, args.branch, args.parentOid, message);
+    const { commitOid, treeOid } = await importCommit(
+      args.worktree,
+      commonDir,
+      touched,
+      args.branch,
+      args.parentOid,
+      message,
+    );
     return { commitOid, treeOid, files, indexNow: alreadyInStep };
   }
   // Beside fast-import: whether git stores these files as their bytes. If it may not, the index
@@ -174,7 +204,14 @@ export async function commitTouchedPaths(args: {
   let commitOid: string;
   let treeOid: string;
   try {
-    ({ commitOid, treeOid } = await importCommit(args.worktree, commonDir, touched, args.branch, args.parentOid, message));
+    ({ commitOid, treeOid } = await importCommit(
+      args.worktree,
+      commonDir,
+      touched,
+      args.branch,
+      args.parentOid,
+      message,
+    ));
   } catch (err) {
     if (!(await asIs)) await (await stage())?.drop();
     throw err;
@@ -190,7 +227,8 @@ export async function commitTouchedPaths(args: {
     return { commitOid, treeOid, files, indexNow };
   }
   const staged = await stage();
-  if (staged && (await staged.install(treeOid).catch(() => false))) return { commitOid, treeOid, files, indexNow: alreadyInStep };
+  if (staged && (await staged.install(treeOid).catch(() => false)))
+    return { commitOid, treeOid, files, indexNow: alreadyInStep };
   const indexTree = await updateIndexInPlace(args.worktree, args.paths);
   if (indexTree === treeOid) return { commitOid, treeOid, files, indexNow: alreadyInStep };
   // git stores something other than the bytes on disk here (filters, eol): the index is right.
@@ -247,7 +285,15 @@ export async function describeFiles(root: string, paths: string[]): Promise<File
  * worker/worktrees/spares.ts) is made anew for this one, and the status writes it back with the index.
  */
 export async function changedPathsByGit(worktree: string): Promise<string[]> {
-  const args = ['-c', 'core.untrackedCache=true', 'status', '--porcelain=v1', '-z', '--untracked-files=all', '--no-renames'];
+  const args = [
+    '-c',
+    'core.untrackedCache=true',
+    'status',
+    '--porcelain=v1',
+    '-z',
+    '--untracked-files=all',
+    '--no-renames',
+  ];
   const out = (await runGit(worktree, args)).stdout;
   return out
     .split('\0')

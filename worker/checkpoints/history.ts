@@ -37,7 +37,11 @@ function summarizeResult(tool: string, result: unknown): unknown {
       return { path: r.path, bytes: r.bytes, sha256: r.sha256 };
     case 'grep': {
       const matches = Array.isArray(r.matches) ? (r.matches as { path?: string }[]) : [];
-      return { matchCount: matches.length, files: [...new Set(matches.map((m) => m.path))].slice(0, 20), truncated: r.truncated };
+      return {
+        matchCount: matches.length,
+        files: [...new Set(matches.map((m) => m.path))].slice(0, 20),
+        truncated: r.truncated,
+      };
     }
     case 'run_command': {
       // The whole output is redacted before the tail is cut: a key straddling the cut would
@@ -52,14 +56,21 @@ function summarizeResult(tool: string, result: unknown): unknown {
   }
 }
 
-export function recordToolCall(args: { round: number; tool: string; input: unknown; output?: unknown; error?: unknown }): ToolCallRecord {
+export function recordToolCall(args: {
+  round: number;
+  tool: string;
+  input: unknown;
+  output?: unknown;
+  error?: unknown;
+}): ToolCallRecord {
   const record: ToolCallRecord = {
     round: args.round,
     tool: args.tool,
     input: redactOrDrop(summarizeInput(args.tool, args.input), 500),
     ok: args.error === undefined,
   };
-  if (args.error !== undefined) record.error = redactOrDrop(String(args.error instanceof Error ? args.error.message : args.error), 500) as string;
+  if (args.error !== undefined)
+    record.error = redactOrDrop(String(args.error instanceof Error ? args.error.message : args.error), 500) as string;
   else record.result = summarizeOrDrop(args.tool, args.output);
   return record;
 }

@@ -22,7 +22,11 @@ export interface NoteLookup {
 
 /** Where a note on `oid` can be in the notes tree: fanout 0, 1 and 2. */
 function candidates(notesRef: string, oid: string): string[] {
-  return [`${notesRef}:${oid}`, `${notesRef}:${oid.slice(0, 2)}/${oid.slice(2)}`, `${notesRef}:${oid.slice(0, 2)}/${oid.slice(2, 4)}/${oid.slice(4)}`];
+  return [
+    `${notesRef}:${oid}`,
+    `${notesRef}:${oid.slice(0, 2)}/${oid.slice(2)}`,
+    `${notesRef}:${oid.slice(0, 2)}/${oid.slice(2, 4)}/${oid.slice(4)}`,
+  ];
 }
 
 interface Reply {
@@ -32,7 +36,10 @@ interface Reply {
 }
 
 /** Runs one cat-file --batch-command; undefined when this git does not have it. */
-async function batch(cwd: string, commands: { kind: 'info' | 'contents'; object: string }[]): Promise<Reply[] | undefined> {
+async function batch(
+  cwd: string,
+  commands: { kind: 'info' | 'contents'; object: string }[],
+): Promise<Reply[] | undefined> {
   const env = await safeGitEnv(cwd);
   const out = await new Promise<{ code: number; stdout: Buffer }>((resolve, reject) => {
     const child = spawn('git', ['cat-file', '--batch-command'], { cwd, env, stdio: ['pipe', 'pipe', 'ignore'] });
@@ -81,7 +88,13 @@ function parseNote(body: Buffer | undefined): CheckpointNote | undefined {
  * Notes of `commits` (presence), the text of `latest`'s note, and `treeOf`'s tree, read with
  * one git process when every note is where a fanout puts it.
  */
-export async function lookupNotes(cwd: string, notesRef: string, commits: string[], latest: string, treeOf?: string): Promise<NoteLookup> {
+export async function lookupNotes(
+  cwd: string,
+  notesRef: string,
+  commits: string[],
+  latest: string,
+  treeOf?: string,
+): Promise<NoteLookup> {
   const read = readNotesInProcess(cwd, notesRef, commits, latest, treeOf);
   if (read) return read;
   const others = commits.filter((c) => c !== latest);
@@ -102,7 +115,10 @@ export async function lookupNotes(cwd: string, notesRef: string, commits: string
     const tree = treeOf ? replies.at(-1)?.oid : undefined;
     // Every note found: the answer is complete. Otherwise git's own notes code decides below.
     if (noted.size === new Set(commits).size) return { noted, note: parseNote(latestNote!.body), tree };
-    const [listed, note] = await Promise.all([notedCommits(cwd, notesRef), latestNote ? parseNote(latestNote.body) : readCheckpointNote(cwd, notesRef, latest)]);
+    const [listed, note] = await Promise.all([
+      notedCommits(cwd, notesRef),
+      latestNote ? parseNote(latestNote.body) : readCheckpointNote(cwd, notesRef, latest),
+    ]);
     return { noted: listed, note, tree };
   }
   const [noted, note] = await Promise.all([notedCommits(cwd, notesRef), readCheckpointNote(cwd, notesRef, latest)]);
@@ -115,7 +131,12 @@ export async function lookupNotes(cwd: string, notesRef: string, commits: string
 }
 
 /** Where a note on `oid` sits in a notes tree: its full name, or under a two-hex-digit folder (any depth). */
-function findNote(reader: ObjectReader, trees: Map<string, Map<string, TreeEntry> | undefined>, root: string, oid: string): string | undefined {
+function findNote(
+  reader: ObjectReader,
+  trees: Map<string, Map<string, TreeEntry> | undefined>,
+  root: string,
+  oid: string,
+): string | undefined {
   let tree = root;
   for (let at = 0; at < oid.length; at += 2) {
     if (!trees.has(tree)) {
@@ -136,7 +157,13 @@ function findNote(reader: ObjectReader, trees: Map<string, Map<string, TreeEntry
  * The whole answer read in this process, or undefined when any part of it was not found here
  * (then git is asked): a found note, note text and tree are git's own bytes.
  */
-export function readNotesInProcess(cwd: string, notesRef: string, commits: string[], latest: string, treeOf?: string): NoteLookup | undefined {
+export function readNotesInProcess(
+  cwd: string,
+  notesRef: string,
+  commits: string[],
+  latest: string,
+  treeOf?: string,
+): NoteLookup | undefined {
   const commonDir = commonDirOnDisk(cwd);
   const reader = commonDir ? ObjectReader.open(commonDir) : undefined;
   if (!reader) return undefined;

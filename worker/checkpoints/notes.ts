@@ -29,7 +29,9 @@ export interface CheckpointNote {
 }
 
 /** The one way a note is made: paths and hashes only, never a file's content. */
-export function checkpointNote(n: Omit<CheckpointNote, 'files'> & { files: { path: string; sha256: string | null }[] }): CheckpointNote {
+export function checkpointNote(
+  n: Omit<CheckpointNote, 'files'> & { files: { path: string; sha256: string | null }[] },
+): CheckpointNote {
   const note: CheckpointNote = {
     workspaceId: n.workspaceId,
     agentRunId: n.agentRunId,
@@ -40,7 +42,8 @@ export function checkpointNote(n: Omit<CheckpointNote, 'files'> & { files: { pat
     branch: n.branch,
     files: n.files.map((f) => ({ path: f.path, sha256: f.sha256 })),
   };
-  if (n.treeOid !== undefined) Object.assign(note, { treeOid: n.treeOid, manifestDigest: n.manifestDigest, manifestCount: n.manifestCount });
+  if (n.treeOid !== undefined)
+    Object.assign(note, { treeOid: n.treeOid, manifestDigest: n.manifestDigest, manifestCount: n.manifestCount });
   return note;
 }
 
@@ -55,7 +58,9 @@ export function noteOfRow(row: CheckpointRow): CheckpointNote {
     prevHash: row.prev_hash,
     branch: row.branch,
     files: row.files_touched,
-    ...(row.payload_format === 3 ? { treeOid: row.tree_oid, manifestDigest: row.manifest_digest!, manifestCount: row.manifest_count! } : {}),
+    ...(row.payload_format === 3
+      ? { treeOid: row.tree_oid, manifestDigest: row.manifest_digest!, manifestCount: row.manifest_count! }
+      : {}),
   });
 }
 
@@ -102,9 +107,17 @@ function fastImportScript(notesRef: string, notes: NoteWrite[], hasParent: boole
   return lines.join('\n');
 }
 
-async function writeNotesOnce(cwd: string, key: string, notesRef: string, notes: NoteWrite[], trustCache: boolean): Promise<void> {
+async function writeNotesOnce(
+  cwd: string,
+  key: string,
+  notesRef: string,
+  notes: NoteWrite[],
+  trustCache: boolean,
+): Promise<void> {
   let hasParent = trustCache && knownRefs.has(key);
-  if (!hasParent) hasParent = (await runGit(cwd, ['rev-parse', '--verify', '--quiet', notesRef], { allowExitCodes: [1] })).exitCode === 0;
+  if (!hasParent)
+    hasParent =
+      (await runGit(cwd, ['rev-parse', '--verify', '--quiet', notesRef], { allowExitCodes: [1] })).exitCode === 0;
   await fastImport(cwd, (stamp) => fastImportScript(notesRef, notes, hasParent, stamp));
   knownRefs.add(key);
 }
@@ -114,23 +127,34 @@ async function writeNotesOnce(cwd: string, key: string, notesRef: string, notes:
  * in the common git dir, and up to 5 attempts when someone outside the lock (an operator's
  * `git notes`, a locked ref) got in the way: the ref only ever moves by compare-and-set.
  */
-async function serialized<T>(cwd: string, attempt: (n: number) => Promise<T>, onRetry: () => void = () => {}): Promise<T> {
+async function serialized<T>(
+  cwd: string,
+  attempt: (n: number) => Promise<T>,
+  onRetry: () => void = () => {},
+): Promise<T> {
   const commonDir = await commonDirOf(cwd);
   const run = async () =>
-    withFileLock(path.join(commonDir, 'echodo-notes.lock'), async () => {
-      for (let n = 1; ; n++) {
-        try {
-          return await attempt(n);
-        } catch (err) {
-          onRetry();
-          if (!(err instanceof GitError) || n >= 5) throw err;
-          await sleep(n * 20 + Math.random() * 20);
+    withFileLock(
+      path.join(commonDir, 'echodo-notes.lock'),
+      async () => {
+        for (let n = 1; ; n++) {
+          try {
+            return await attempt(n);
+          } catch (err) {
+            onRetry();
+            if (!(err instanceof GitError) || n >= 5) throw err;
+            await sleep(n * 20 + Math.random() * 20);
+          }
         }
-      }
-    }, { staleMs: STALE_LOCK_MS, what: 'notes' });
+      },
+      { staleMs: STALE_LOCK_MS, what: 'notes' },
+    );
   const previous = queues.get(commonDir) ?? Promise.resolve();
   const mine = previous.then(run, run);
-  queues.set(commonDir, mine.catch(() => {}));
+  queues.set(
+    commonDir,
+    mine.catch(() => {}),
+  );
   return mine;
 }
 
@@ -138,7 +162,11 @@ async function serialized<T>(cwd: string, attempt: (n: number) => Promise<T>, on
 export async function writeCheckpointNotes(cwd: string, notesRef: string, notes: NoteWrite[]): Promise<void> {
   if (!notes.length) return;
   const key = `${await commonDirOf(cwd)}\0${notesRef}`;
-  return serialized(cwd, (n) => writeNotesOnce(cwd, key, notesRef, notes, n === 1), () => knownRefs.delete(key));
+  return serialized(
+    cwd,
+    (n) => writeNotesOnce(cwd, key, notesRef, notes, n === 1),
+    () => knownRefs.delete(key),
+  );
 }
 
 /**
@@ -153,7 +181,9 @@ export async function dropCheckpointNotes(cwd: string, notesRef: string, commits
   if (!commits.length) return 0;
   const drop = new Set(commits);
   return serialized(cwd, async () => {
-    const tip = (await runGit(cwd, ['rev-parse', '--verify', '--quiet', `${notesRef}^{commit}`], { allowExitCodes: [1] })).stdout.trim();
+    const tip = (
+      await runGit(cwd, ['rev-parse', '--verify', '--quiet', `${notesRef}^{commit}`], { allowExitCodes: [1] })
+    ).stdout.trim();
     if (!tip) return 0;
     const listing = await runGit(cwd, ['ls-tree', '-r', '-z', '--name-only', tip]);
     const paths = listing.stdout.split('\0').filter((p) => p && drop.has(p.replaceAll('/', '')));
@@ -162,7 +192,8 @@ export async function dropCheckpointNotes(cwd: string, notesRef: string, commits
     // even in a bare repository): the fanout folders stay as they are, only the notes go.
     const scratch = await mkdtemp(path.join(os.tmpdir(), 'echodo-notes-'));
     const env = { GIT_INDEX_FILE: path.join(scratch, 'index'), GIT_WORK_TREE: scratch };
-    const git = (args: string[], input?: string) => runGit(cwd, ['-c', 'core.splitIndex=false', ...args], { env, input });
+    const git = (args: string[], input?: string) =>
+      runGit(cwd, ['-c', 'core.splitIndex=false', ...args], { env, input });
     try {
       await git(['read-tree', tip]);
       await git(['update-index', '--force-remove', '-z', '--stdin'], paths.join('\0'));
@@ -180,18 +211,32 @@ export async function dropCheckpointNotes(cwd: string, notesRef: string, commits
   });
 }
 
-export function writeCheckpointNote(cwd: string, notesRef: string, commitOid: string, note: CheckpointNote): Promise<void> {
+export function writeCheckpointNote(
+  cwd: string,
+  notesRef: string,
+  commitOid: string,
+  note: CheckpointNote,
+): Promise<void> {
   return writeCheckpointNotes(cwd, notesRef, [{ commitOid, note }]);
 }
 
 /** The commits that carry a note under the ref (one `git notes list`). */
 export async function notedCommits(cwd: string, notesRef: string): Promise<Set<string>> {
   const r = await runGit(cwd, ['notes', `--ref=${notesRef}`, 'list'], { allowExitCodes: [1, 128] });
-  return new Set(r.stdout.split('\n').filter(Boolean).map((line) => line.split(' ')[1]!));
+  return new Set(
+    r.stdout
+      .split('\n')
+      .filter(Boolean)
+      .map((line) => line.split(' ')[1]!),
+  );
 }
 
 /** The note on a commit, parsed; undefined when there is none or it is not our JSON. */
-export async function readCheckpointNote(cwd: string, notesRef: string, commitOid: string): Promise<CheckpointNote | undefined> {
+export async function readCheckpointNote(
+  cwd: string,
+  notesRef: string,
+  commitOid: string,
+): Promise<CheckpointNote | undefined> {
   const r = await runGit(cwd, ['notes', `--ref=${notesRef}`, 'show', commitOid], { allowExitCodes: [1, 128] });
   if (r.exitCode !== 0) return undefined;
   try {

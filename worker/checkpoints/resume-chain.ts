@@ -25,7 +25,10 @@ export async function loadResumeChain(tx: WorkspaceTx, agentRunId: string, histo
   const want = 2 * historyLimit + 2;
   const tail = await checkpointTail(tx, agentRunId, want);
   const whole = async (): Promise<ResumeChain> => {
-    const [chain, anchor] = await Promise.all([tail.length < want ? tail : checkpointChain(tx, agentRunId), anchorOf(tx, agentRunId)]);
+    const [chain, anchor] = await Promise.all([
+      tail.length < want ? tail : checkpointChain(tx, agentRunId),
+      anchorOf(tx, agentRunId),
+    ]);
     return { chain, anchor: anchor ?? null, partial: false };
   };
   if (tail.length < want) return whole();

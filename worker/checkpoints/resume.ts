@@ -48,9 +48,17 @@ export async function verifyAndRepair(args: {
   });
   const fatal = inspection.findings.filter((f) => UNREPAIRABLE.has(f.kind));
   if (fatal.length) {
-    throw new EchodoError('worktree_unrecoverable', `cannot resume run ${run.id}: ${fatal.map((f) => f.detail).join('; ')}`);
+    throw new EchodoError(
+      'worktree_unrecoverable',
+      `cannot resume run ${run.id}: ${fatal.map((f) => f.detail).join('; ')}`,
+    );
   }
-  const report: ResumeReport = { fromSeq: latest?.checkpoint_seq ?? 0, findings: inspection.findings, repairs: [], worktree: null };
+  const report: ResumeReport = {
+    fromSeq: latest?.checkpoint_seq ?? 0,
+    findings: inspection.findings,
+    repairs: [],
+    worktree: null,
+  };
   if (!run.worktree_path || !run.branch) return report; // doc-writer: findings are reported, nothing to repair
 
   const kinds = new Set(inspection.findings.map((f) => f.kind));
@@ -82,7 +90,9 @@ export async function verifyAndRepair(args: {
   report.repairs.push(...worktree.repairs);
   if (worktree.created) {
     const at = target ? ` at checkpoint commit ${target.slice(0, 12)}` : '';
-    const spare = worktree.spareAimed ? 'already checked out there (aimed by the remote standby)' : 'made with git worktree add';
+    const spare = worktree.spareAimed
+      ? 'already checked out there (aimed by the remote standby)'
+      : 'made with git worktree add';
     const how = worktree.fromSpare ? `; the host's spare worktree, ${spare}, taken` : '';
     report.repairs.push(`worktree re-added with git worktree add from ${repoPath}${at} (no clone${how})`);
   }
@@ -96,20 +106,31 @@ export async function verifyAndRepair(args: {
     await runGit(worktree.path, ['symbolic-ref', 'HEAD', `refs/heads/${run.branch}`]);
     report.repairs.push(`put HEAD back on ${run.branch}`);
   }
-  const drift = ['branch_moved', 'uncommitted_changes', 'file_changed', 'file_missing', 'wrong_branch'].some((k) => kinds.has(k as never));
+  const drift = ['branch_moved', 'uncommitted_changes', 'file_changed', 'file_missing', 'wrong_branch'].some((k) =>
+    kinds.has(k as never),
+  );
   // A worktree made just now at the checkpoint commit is clean there: nothing to reset or clean.
   const madeAtTarget = worktree.created && !!target && worktree.headOid === target;
   if (drift || (worktree.created && !madeAtTarget)) {
     // Inside the worktree only: back to the last checkpoint, dropping the interrupted round.
     await runGit(worktree.path, ['reset', '--hard', '--quiet', target]);
     await runGit(worktree.path, ['clean', '-fd', '--quiet']);
-    if (drift) report.repairs.push(`reset the worktree to checkpoint commit ${target.slice(0, 12)} and cleaned it (interrupted round discarded)`);
+    if (drift)
+      report.repairs.push(
+        `reset the worktree to checkpoint commit ${target.slice(0, 12)} and cleaned it (interrupted round discarded)`,
+      );
   }
   if (inspection.notesToRewrite.length) {
     const rows = chain.filter((row) => row.commit_oid && inspection.notesToRewrite.includes(row.checkpoint_seq));
     try {
-      await writeCheckpointNotes(worktree.path, args.notesRef, rows.map((row) => ({ commitOid: row.commit_oid!, note: noteOfRow(row) })));
-      report.repairs.push(`rewrote the git note(s) of checkpoint(s) ${inspection.notesToRewrite.join(', ')} from Postgres`);
+      await writeCheckpointNotes(
+        worktree.path,
+        args.notesRef,
+        rows.map((row) => ({ commitOid: row.commit_oid!, note: noteOfRow(row) })),
+      );
+      report.repairs.push(
+        `rewrote the git note(s) of checkpoint(s) ${inspection.notesToRewrite.join(', ')} from Postgres`,
+      );
     } catch (err) {
       // The mirror never blocks the run: integrity-check keeps reporting it until a later write succeeds.
       log.warn({ error: (err as Error).message }, 'could not rewrite the git notes; continuing without them');

@@ -21,7 +21,13 @@ export interface CheckpointState {
 export function stateFromRow(row: CheckpointRow | undefined, baseOid: string | null): CheckpointState {
   if (!row) return { seq: 0, prevHash: null, headOid: baseOid, step: 0, history: [], manifest: new Map() };
   // The manifest is loaded from checkpoint_manifest at the first write (one query).
-  return { seq: row.checkpoint_seq, prevHash: row.hash, headOid: row.commit_oid ?? baseOid, step: row.step, history: row.tool_history as ToolCallRecord[] };
+  return {
+    seq: row.checkpoint_seq,
+    prevHash: row.hash,
+    headOid: row.commit_oid ?? baseOid,
+    step: row.step,
+    history: row.tool_history as ToolCallRecord[],
+  };
 }
 
 /**
@@ -29,7 +35,10 @@ export function stateFromRow(row: CheckpointRow | undefined, baseOid: string | n
  * 3 and migrated rows); a pre-008 row holds a whole window. Infinity when `chain` does not reach
  * back far enough to fill the window (then every row of `chain` is needed, and maybe more).
  */
-export function historyWindowRows(chain: Pick<CheckpointRow, 'tool_history' | 'payload_format'>[], limit: number): number {
+export function historyWindowRows(
+  chain: Pick<CheckpointRow, 'tool_history' | 'payload_format'>[],
+  limit: number,
+): number {
   const rounds = new Set<number>();
   for (let i = chain.length - 1; i >= 0; i--) {
     const row = chain[i]!;
@@ -41,13 +50,24 @@ export function historyWindowRows(chain: Pick<CheckpointRow, 'tool_history' | 'p
 }
 
 /** The bounded history window as of the last row, from the rows' own tool calls. */
-export function historyWindow(chain: Pick<CheckpointRow, 'tool_history' | 'payload_format'>[], limit: number): ToolCallRecord[] {
+export function historyWindow(
+  chain: Pick<CheckpointRow, 'tool_history' | 'payload_format'>[],
+  limit: number,
+): ToolCallRecord[] {
   const rows = Math.min(historyWindowRows(chain, limit), chain.length);
-  return boundHistory(chain.slice(chain.length - rows).flatMap((row) => row.tool_history as ToolCallRecord[]), limit);
+  return boundHistory(
+    chain.slice(chain.length - rows).flatMap((row) => row.tool_history as ToolCallRecord[]),
+    limit,
+  );
 }
 
 /** The state to continue from: the latest row, the window from the last rows, the manifest if loaded. */
-export function stateFromChain(chain: CheckpointRow[], baseOid: string | null, historyLimit: number, manifest?: ManifestEntry[]): CheckpointState {
+export function stateFromChain(
+  chain: CheckpointRow[],
+  baseOid: string | null,
+  historyLimit: number,
+  manifest?: ManifestEntry[],
+): CheckpointState {
   const state = stateFromRow(chain.at(-1), baseOid);
   if (chain.length) state.history = historyWindow(chain, historyLimit);
   if (manifest) state.manifest = new Map(manifest.map((m) => [m.path, m.sha256]));

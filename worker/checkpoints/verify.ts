@@ -43,7 +43,13 @@ export interface Inspection {
 }
 
 /** Findings resume cannot repair: the run is failed with the finding as its reason. */
-export const UNREPAIRABLE: ReadonlySet<FindingKind> = new Set(['hash_chain_broken', 'repo_missing', 'commit_unreachable', 'manifest_mismatch', 'tree_mismatch']);
+export const UNREPAIRABLE: ReadonlySet<FindingKind> = new Set([
+  'hash_chain_broken',
+  'repo_missing',
+  'commit_unreachable',
+  'manifest_mismatch',
+  'tree_mismatch',
+]);
 
 /** `git status` (STATUS_ARGS) started early on `path` by a caller that knew the worktree. */
 export interface PrefetchedStatus {
@@ -72,7 +78,10 @@ export async function inspectRun(args: {
   let verdict: ChainVerdict | undefined;
   const chainFindings = (): Finding[] => {
     verdict ??= verifyChain(args.chain, args.anchor ?? null);
-    return [...verdict.problems.map((problem): Finding => ({ kind: 'hash_chain_broken', detail: problem })), ...manifestFindings(args.chain, verdict, manifest)];
+    return [
+      ...verdict.problems.map((problem): Finding => ({ kind: 'hash_chain_broken', detail: problem })),
+      ...manifestFindings(args.chain, verdict, manifest),
+    ];
   };
   const manifest = args.manifest ?? foldManifest(args.chain);
 
@@ -96,22 +105,38 @@ export async function inspectRun(args: {
   const unreachable = async (): Promise<Finding[]> => {
     if (!targetOid || args.branchAt === targetOid) return [];
     const reachable = await runGit(repoPath, ['cat-file', '-e', `${targetOid}^{commit}`], { allowExitCodes: [1, 128] });
-    return reachable.exitCode === 0 ? [] : [{ kind: 'commit_unreachable', detail: `checkpoint commit ${targetOid} is not in ${repoPath}` }];
+    return reachable.exitCode === 0
+      ? []
+      : [{ kind: 'commit_unreachable', detail: `checkpoint commit ${targetOid} is not in ${repoPath}` }];
   };
   if (wt.halfMade && (wt.belongsToRepo || !wt.gitDir)) {
     // A worker killed inside `git worktree add`: resume makes it again at the checkpoint commit.
-    findings.push(...chainFindings(), { kind: 'worktree_half_made', detail: `${args.run.worktree_path}: ${wt.halfMade}` });
+    findings.push(...chainFindings(), {
+      kind: 'worktree_half_made',
+      detail: `${args.run.worktree_path}: ${wt.halfMade}`,
+    });
     // The commit's presence and the notes: two git processes, side by side.
-    const [missingCommit, notes] = await Promise.all([unreachable(), compareNotes(repoPath, args.notesRef, args.chain)]);
+    const [missingCommit, notes] = await Promise.all([
+      unreachable(),
+      compareNotes(repoPath, args.notesRef, args.chain),
+    ]);
     findings.push(...missingCommit, ...notes.findings);
     return { targetOid, worktree: wt, findings, notesToRewrite: notes.seqs };
   }
   if (!wt.exists && ['completed', 'failed', 'cancelled'].includes(args.run.status)) {
     // A finished run's worktree is disposable (prune removes it): the branch and notes are the record.
     findings.push(...chainFindings());
-    const [missingCommit, tip, notes] = await Promise.all([unreachable(), resolveCommit(repoPath, `refs/heads/${args.run.branch}`), compareNotes(repoPath, args.notesRef, args.chain)]);
+    const [missingCommit, tip, notes] = await Promise.all([
+      unreachable(),
+      resolveCommit(repoPath, `refs/heads/${args.run.branch}`),
+      compareNotes(repoPath, args.notesRef, args.chain),
+    ]);
     findings.push(...missingCommit);
-    if (targetOid && tip !== targetOid) findings.push({ kind: 'branch_moved', detail: `branch ${args.run.branch} is at ${tip ?? '(missing)'}, the last checkpoint at ${targetOid}` });
+    if (targetOid && tip !== targetOid)
+      findings.push({
+        kind: 'branch_moved',
+        detail: `branch ${args.run.branch} is at ${tip ?? '(missing)'}, the last checkpoint at ${targetOid}`,
+      });
     findings.push(...notes.findings);
     return { targetOid, worktree: wt, findings, notesToRewrite: notes.seqs };
   }
@@ -119,8 +144,15 @@ export async function inspectRun(args: {
     // Resume adds it again (another host's run, or a removed worktree): the commit and the notes
     // are read side by side.
     findings.push(...chainFindings());
-    const [missingCommit, notes] = await Promise.all([unreachable(), compareNotes(repoPath, args.notesRef, args.chain)]);
-    findings.push(...missingCommit, { kind: 'worktree_missing', detail: `worktree ${args.run.worktree_path} does not exist` }, ...notes.findings);
+    const [missingCommit, notes] = await Promise.all([
+      unreachable(),
+      compareNotes(repoPath, args.notesRef, args.chain),
+    ]);
+    findings.push(
+      ...missingCommit,
+      { kind: 'worktree_missing', detail: `worktree ${args.run.worktree_path} does not exist` },
+      ...notes.findings,
+    );
     return { targetOid, worktree: wt, findings, notesToRewrite: notes.seqs };
   }
   if (!wt.belongsToRepo) {
@@ -128,7 +160,11 @@ export async function inspectRun(args: {
     findings.push({ kind: 'worktree_foreign', detail: `${args.run.worktree_path} is not a worktree of ${repoPath}` });
     return { targetOid, worktree: wt, findings, notesToRewrite: [] };
   }
-  if (wt.branch !== args.run.branch) findings.push({ kind: 'wrong_branch', detail: `worktree is on ${wt.branch ?? '(detached)'}, not ${args.run.branch}` });
+  if (wt.branch !== args.run.branch)
+    findings.push({
+      kind: 'wrong_branch',
+      detail: `worktree is on ${wt.branch ?? '(detached)'}, not ${args.run.branch}`,
+    });
   if (wt.gitDir && existsSync(path.join(wt.gitDir, 'index.lock'))) {
     findings.push({ kind: 'stale_index_lock', detail: `${path.join(wt.gitDir, 'index.lock')} left behind` });
   }
@@ -138,14 +174,22 @@ export async function inspectRun(args: {
   const prefetched = args.prefetchedStatus?.path === args.run.worktree_path ? args.prefetchedStatus.result : undefined;
   const reads = Promise.all([
     prefetched ?? gitStatus(args.run.worktree_path),
-    compareNotes(args.run.worktree_path, args.notesRef, args.chain, latest?.tree_oid ? (targetOid ?? undefined) : undefined),
+    compareNotes(
+      args.run.worktree_path,
+      args.notesRef,
+      args.chain,
+      latest?.tree_oid ? (targetOid ?? undefined) : undefined,
+    ),
     latest ? compareFiles(args.run.worktree_path, manifest) : Promise.resolve([]),
   ]);
   findings.push(...chainFindings());
   const [status, noteFindings, fileFindings] = await reads;
   const tree = noteFindings.tree;
   if (tree && tree !== latest!.tree_oid) {
-    findings.push({ kind: 'tree_mismatch', detail: `commit ${targetOid} has tree ${tree}, checkpoint ${latest!.checkpoint_seq} recorded ${latest!.tree_oid}` });
+    findings.push({
+      kind: 'tree_mismatch',
+      detail: `commit ${targetOid} has tree ${tree}, checkpoint ${latest!.checkpoint_seq} recorded ${latest!.tree_oid}`,
+    });
   }
   const entries = status.stdout.split('\0').filter(Boolean);
   const tip = entries.find((e) => e.startsWith('# branch.oid '))?.slice('# branch.oid '.length);
@@ -157,7 +201,10 @@ export async function inspectRun(args: {
   const changed = entries.filter((e) => !e.startsWith('#'));
   if (changed.length) {
     const paths = changed.map((e) => (e.startsWith('? ') ? e.slice(2) : e.split(' ').slice(8).join(' '))).slice(0, 20);
-    findings.push({ kind: 'uncommitted_changes', detail: `${changed.length} path(s) differ from the checkpoint commit: ${paths.join(', ')}` });
+    findings.push({
+      kind: 'uncommitted_changes',
+      detail: `${changed.length} path(s) differ from the checkpoint commit: ${paths.join(', ')}`,
+    });
   }
   findings.push(...noteFindings.findings, ...fileFindings);
   return { targetOid, worktree: wt, findings, notesToRewrite: noteFindings.seqs };
@@ -168,7 +215,15 @@ export async function inspectRun(args: {
  * included. Without optional locks: a read-only check must not take index.lock (which a
  * concurrent stale-lock check, or the run's own checkpoint, would then trip over).
  */
-export const STATUS_ARGS: readonly string[] = ['--no-optional-locks', 'status', '--porcelain=v2', '--branch', '-z', '--untracked-files=all', '--no-renames'];
+export const STATUS_ARGS: readonly string[] = [
+  '--no-optional-locks',
+  'status',
+  '--porcelain=v2',
+  '--branch',
+  '-z',
+  '--untracked-files=all',
+  '--no-renames',
+];
 
 /** `git status` of a worktree (exit 128: not a worktree, judged by the caller). */
 export function gitStatus(worktree: string): Promise<GitResult> {
@@ -179,31 +234,62 @@ export function gitStatus(worktree: string): Promise<GitResult> {
  * Every checkpoint commit must carry a note; the latest one's must match its row. With
  * `treeOf`, the same git process also reads that commit's tree (the tree_mismatch check).
  */
-async function compareNotes(cwd: string, notesRef: string, chain: CheckpointRow[], treeOf?: string): Promise<{ findings: Finding[]; seqs: number[]; tree?: string }> {
+async function compareNotes(
+  cwd: string,
+  notesRef: string,
+  chain: CheckpointRow[],
+  treeOf?: string,
+): Promise<{ findings: Finding[]; seqs: number[]; tree?: string }> {
   const latest = chain.at(-1);
   if (!latest?.commit_oid) return { findings: [], seqs: [] };
   const commits = chain.map((row) => row.commit_oid).filter((oid): oid is string => !!oid);
   const { noted, note, tree } = await lookupNotes(cwd, notesRef, commits, latest.commit_oid, treeOf);
   const findings: Finding[] = [];
-  const missing = chain.filter((row) => row !== latest && row.commit_oid && !noted.has(row.commit_oid)).map((row) => row.checkpoint_seq);
+  const missing = chain
+    .filter((row) => row !== latest && row.commit_oid && !noted.has(row.commit_oid))
+    .map((row) => row.checkpoint_seq);
   if (!note) missing.push(latest.checkpoint_seq);
-  else if (note.checkpointSeq !== latest.checkpoint_seq || note.hash !== latest.hash || note.agentRunId !== latest.agent_run_id) {
-    findings.push({ kind: 'note_mismatch', detail: `note says seq ${note.checkpointSeq} hash ${String(note.hash).slice(0, 12)}, Postgres says seq ${latest.checkpoint_seq} hash ${latest.hash.slice(0, 12)}` });
+  else if (
+    note.checkpointSeq !== latest.checkpoint_seq ||
+    note.hash !== latest.hash ||
+    note.agentRunId !== latest.agent_run_id
+  ) {
+    findings.push({
+      kind: 'note_mismatch',
+      detail: `note says seq ${note.checkpointSeq} hash ${String(note.hash).slice(0, 12)}, Postgres says seq ${latest.checkpoint_seq} hash ${latest.hash.slice(0, 12)}`,
+    });
   }
-  if (missing.length) findings.push({ kind: 'note_missing', detail: `no note under ${notesRef} for checkpoint(s) ${missing.join(', ')}` });
-  return { findings, seqs: findings.some((f) => f.kind === 'note_mismatch') ? [...missing, latest.checkpoint_seq] : missing, tree };
+  if (missing.length)
+    findings.push({
+      kind: 'note_missing',
+      detail: `no note under ${notesRef} for checkpoint(s) ${missing.join(', ')}`,
+    });
+  return {
+    findings,
+    seqs: findings.some((f) => f.kind === 'note_mismatch') ? [...missing, latest.checkpoint_seq] : missing,
+    tree,
+  };
 }
 
 /**
  * The manifest must be the one the latest row vouches for (its digest is in the hash chain): a
  * manifest row edited, added or removed is caught here, before the files are compared with it.
  */
-function manifestFindings(chain: CheckpointRow[], verdict: ChainVerdict, manifest: ManifestEntry[] | undefined): Finding[] {
+function manifestFindings(
+  chain: CheckpointRow[],
+  verdict: ChainVerdict,
+  manifest: ManifestEntry[] | undefined,
+): Finding[] {
   const latest = chain.at(-1);
   if (!latest || !verdict.manifestDigest || !manifest) return [];
   const have = ManifestDigest.of(manifest);
   if (have.hex() === verdict.manifestDigest) return [];
-  return [{ kind: 'manifest_mismatch', detail: `the run's manifest (${have.count} path(s)) does not match the digest of checkpoint ${latest.checkpoint_seq} (${verdict.manifestDigest.slice(0, 12)})` }];
+  return [
+    {
+      kind: 'manifest_mismatch',
+      detail: `the run's manifest (${have.count} path(s)) does not match the digest of checkpoint ${latest.checkpoint_seq} (${verdict.manifestDigest.slice(0, 12)})`,
+    },
+  ];
 }
 
 /**
@@ -215,7 +301,8 @@ export function foldManifest(chain: CheckpointRow[]): ManifestEntry[] | undefine
   const files = new Map<string, ManifestEntry>();
   for (const row of chain) {
     if ((row.payload_format ?? 1) === 1) files.clear();
-    for (const f of row.files_touched) files.set(f.path, { path: f.path, sha256: f.deleted ? null : f.sha256, seq: row.checkpoint_seq });
+    for (const f of row.files_touched)
+      files.set(f.path, { path: f.path, sha256: f.deleted ? null : f.sha256, seq: row.checkpoint_seq });
   }
   const first = chain[0];
   const complete = !first || first.checkpoint_seq === 1 || (first.payload_format ?? 1) === 1;
@@ -224,13 +311,24 @@ export function foldManifest(chain: CheckpointRow[]): ManifestEntry[] | undefine
 
 async function compareFiles(root: string, manifest: ManifestEntry[] | undefined): Promise<Finding[]> {
   const recorded = manifest ?? [];
-  const actual = await describeFiles(root, recorded.map((f) => f.path));
+  const actual = await describeFiles(
+    root,
+    recorded.map((f) => f.path),
+  );
   const findings: Finding[] = [];
   recorded.forEach((want, i) => {
     const have = actual[i]!;
     if (want.sha256 === null && have.deleted) return;
-    if (have.deleted) findings.push({ kind: 'file_missing', detail: `${want.path} is gone (expected sha256 ${want.sha256?.slice(0, 12)})` });
-    else if (have.sha256 !== want.sha256) findings.push({ kind: 'file_changed', detail: `${want.path} has sha256 ${have.sha256?.slice(0, 12)}, checkpoint recorded ${want.sha256 === null ? 'deleted' : want.sha256.slice(0, 12)}` });
+    if (have.deleted)
+      findings.push({
+        kind: 'file_missing',
+        detail: `${want.path} is gone (expected sha256 ${want.sha256?.slice(0, 12)})`,
+      });
+    else if (have.sha256 !== want.sha256)
+      findings.push({
+        kind: 'file_changed',
+        detail: `${want.path} has sha256 ${have.sha256?.slice(0, 12)}, checkpoint recorded ${want.sha256 === null ? 'deleted' : want.sha256.slice(0, 12)}`,
+      });
   });
   return findings;
 }

@@ -11,11 +11,20 @@ const gitDir = path.join(root, '.git');
 const watcher = watch(root, {
   ignoreInitial: true,
   followSymlinks: false, // a symlink to / in the repo must not make us watch the filesystem
-  ignored: (p) => p === gitDir || p.includes(`${path.sep}.git${path.sep}`) || p.includes('.echodo-tmp-') || p.includes(`${path.sep}node_modules${path.sep}`) || p.endsWith(`${path.sep}node_modules`),
+  ignored: (p) =>
+    p === gitDir ||
+    p.includes(`${path.sep}.git${path.sep}`) ||
+    p.includes('.echodo-tmp-') ||
+    p.includes(`${path.sep}node_modules${path.sep}`) ||
+    p.endsWith(`${path.sep}node_modules`),
   persistent: true,
 });
 const send = (abs) => parentPort.postMessage(abs);
-watcher.on('add', send).on('change', send).on('unlink', send).on('error', () => {});
+watcher
+  .on('add', send)
+  .on('change', send)
+  .on('unlink', send)
+  .on('error', () => {});
 parentPort.on('message', async (message) => {
   if (message === 'stop') {
     await watcher.close();

@@ -27,7 +27,13 @@ import { faultPoint } from '../faults.ts';
 import type { Lease } from '../run/lease.ts';
 import type { Logger } from '../log.ts';
 import { commitTouchedPaths, describeFiles, type ContentCommit } from './content.ts';
-import { checkpointHash, DELTA_FORMAT, ManifestDigest, type CheckpointPayload, type FileTouched } from '../../core/checkpoint-hash.ts';
+import {
+  checkpointHash,
+  DELTA_FORMAT,
+  ManifestDigest,
+  type CheckpointPayload,
+  type FileTouched,
+} from '../../core/checkpoint-hash.ts';
 import { boundHistory, type ToolCallRecord } from './history.ts';
 import type { CheckpointState } from './state.ts';
 import { checkpointNote, writeCheckpointNotes, type NoteWrite } from './notes.ts';
@@ -135,8 +141,13 @@ export class CheckpointWriter {
   noteUsage(usage: RoundUsage): void {
     this.pendingUsage = this.pendingUsage ? addUsage(this.pendingUsage, usage) : usage;
     const labels = { workspace: this.deps.run.workspaceId, model: modelLabel(usage.modelId) };
-    const kinds = { input: usage.inputTokens, output: usage.outputTokens, cache_read: usage.cacheReadTokens,
-      cache_write: usage.cacheWriteTokens, reasoning: usage.reasoningTokens };
+    const kinds = {
+      input: usage.inputTokens,
+      output: usage.outputTokens,
+      cache_read: usage.cacheReadTokens,
+      cache_write: usage.cacheWriteTokens,
+      reasoning: usage.reasoningTokens,
+    };
     for (const [kind, n] of Object.entries(kinds)) if (n !== null) workerMetrics.tokens.inc({ ...labels, kind }, n);
   }
 
@@ -205,9 +216,20 @@ export class CheckpointWriter {
     const hash = checkpointHash(prevHash, payload);
 
     const row = {
-      ...run, checkpointSeq: seq, step: payload.step, toolHistory: ownCalls, filesTouched: changed, branch: payload.branch,
-      worktreePath: payload.worktreePath, commitOid, treeOid: payload.treeOid!, manifestDigest: payload.manifestDigest!,
-      manifestCount: digest.count, prevHash, hash, usage: this.pendingUsage,
+      ...run,
+      checkpointSeq: seq,
+      step: payload.step,
+      toolHistory: ownCalls,
+      filesTouched: changed,
+      branch: payload.branch,
+      worktreePath: payload.worktreePath,
+      commitOid,
+      treeOid: payload.treeOid!,
+      manifestDigest: payload.manifestDigest!,
+      manifestCount: digest.count,
+      prevHash,
+      hash,
+      usage: this.pendingUsage,
     };
     this.pendingUsage = undefined;
     const counted = this.count({ row, payload, commit, changed, digest, manifest, started });
@@ -249,9 +271,15 @@ export class CheckpointWriter {
           }
           return appendCheckpoint(tx, row, { leaseEpoch: lease.epoch, leaseMs: this.deps.leaseMs });
         }),
-      { onRetry: (err, attempt) => log.warn({ seq, attempt, error: errorMessage(err) }, 'checkpoint row insert failed transiently; retrying') },
+      {
+        onRetry: (err, attempt) =>
+          log.warn({ seq, attempt, error: errorMessage(err) }, 'checkpoint row insert failed transiently; retrying'),
+      },
     );
-    if (!inserted) throw new LeaseLostError(`run ${run.agentRunId}: fenced off at checkpoint ${seq} (lease epoch ${lease.epoch} is no longer current)`);
+    if (!inserted)
+      throw new LeaseLostError(
+        `run ${run.agentRunId}: fenced off at checkpoint ${seq} (lease epoch ${lease.epoch} is no longer current)`,
+      );
     lease.renewed();
     workerMetrics.checkpointSeconds.observe({ phase: 'row' }, (performance.now() - rowStarted) / 1000);
     workerMetrics.checkpointSeconds.observe({ phase: 'total' }, (performance.now() - c.started) / 1000);
@@ -260,9 +288,17 @@ export class CheckpointWriter {
       // Only now, with the row in (and never after a lost fence: the next holder owns the worktree).
       this.indexing = commit.indexNow().then(
         ({ inStep, paths: touched }) => {
-          if (!inStep) log.warn({ seq, paths: touched.slice(0, 20) }, 'the index, updated the ordinary way, differs from the checkpoint commit; resume resets it');
+          if (!inStep)
+            log.warn(
+              { seq, paths: touched.slice(0, 20) },
+              'the index, updated the ordinary way, differs from the checkpoint commit; resume resets it',
+            );
         },
-        (err) => log.warn({ seq, error: errorMessage(err) }, 'bringing the index in step with the checkpoint commit failed; resume resets it'),
+        (err) =>
+          log.warn(
+            { seq, error: errorMessage(err) },
+            'bringing the index in step with the checkpoint commit failed; resume resets it',
+          ),
       );
     }
     for (const f of changed) manifest.set(f.path, f.sha256);
@@ -345,7 +381,10 @@ export class CheckpointWriter {
       // Kept for the next checkpoint; resume rewrites whatever is still missing from Postgres.
       this.pendingNotes.unshift(...batch);
       if (err instanceof LeaseLostError) throw err;
-      this.deps.log.warn({ seqs: batch.map((b) => b.note.checkpointSeq), error: errorMessage(err) }, 'git note mirror write failed; will retry');
+      this.deps.log.warn(
+        { seqs: batch.map((b) => b.note.checkpointSeq), error: errorMessage(err) },
+        'git note mirror write failed; will retry',
+      );
     }
   }
 }

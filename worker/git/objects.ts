@@ -104,7 +104,10 @@ export function parseTree(body: Buffer): Map<string, TreeEntry> {
     const space = body.indexOf(0x20, at);
     const nul = body.indexOf(0, space);
     if (space < 0 || nul < 0 || nul + 21 > body.length) throw new Error('tree: truncated entry');
-    entries.set(body.toString('utf8', space + 1, nul), { mode: body.toString('latin1', at, space), oid: body.toString('hex', nul + 1, nul + 21) });
+    entries.set(body.toString('utf8', space + 1, nul), {
+      mode: body.toString('latin1', at, space),
+      oid: body.toString('hex', nul + 1, nul + 21),
+    });
     at = nul + 21;
   }
   return entries;
@@ -159,7 +162,8 @@ export class ObjectReader {
   /** A ref's object id (loose first, then packed-refs, as git reads them; symbolic refs followed). */
   resolveRef(name: string): string | undefined {
     for (let hops = 0; hops < 5; hops++) {
-      if (!name.startsWith('refs/') || name.split('/').some((part) => part === '' || part === '.' || part === '..')) return undefined;
+      if (!name.startsWith('refs/') || name.split('/').some((part) => part === '' || part === '.' || part === '..'))
+        return undefined;
       let loose: string | undefined;
       try {
         loose = readFileSync(path.join(this.commonDir, name), 'utf8').trim();
@@ -193,7 +197,8 @@ export class ObjectReader {
       return undefined;
     }
     for (const line of text.split('\n')) {
-      if (line.length === 41 + name.length && line.endsWith(` ${name}`) && OID.test(line.slice(0, 40))) return line.slice(0, 40);
+      if (line.length === 41 + name.length && line.endsWith(` ${name}`) && OID.test(line.slice(0, 40)))
+        return line.slice(0, 40);
     }
     return undefined;
   }

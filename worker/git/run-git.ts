@@ -107,7 +107,11 @@ export interface CheckinConfig {
   filemode?: string;
   symlinks?: string;
 }
-const CHECKIN_KEYS: Record<string, keyof CheckinConfig> = { 'core.autocrlf': 'autocrlf', 'core.filemode': 'filemode', 'core.symlinks': 'symlinks' };
+const CHECKIN_KEYS: Record<string, keyof CheckinConfig> = {
+  'core.autocrlf': 'autocrlf',
+  'core.filemode': 'filemode',
+  'core.symlinks': 'symlinks',
+};
 
 interface DriverCache {
   pairs: [string, string][];
@@ -139,7 +143,13 @@ export function commonDirOnDisk(cwd: string): string | undefined {
     const st = statSync(dotGit, { throwIfNoEntry: false });
     let gitDir: string;
     if (st?.isDirectory()) gitDir = dotGit;
-    else if (st?.isFile()) gitDir = path.resolve(cwd, readFileSync(dotGit, 'utf8').trim().replace(/^gitdir:\s*/, ''));
+    else if (st?.isFile())
+      gitDir = path.resolve(
+        cwd,
+        readFileSync(dotGit, 'utf8')
+          .trim()
+          .replace(/^gitdir:\s*/, ''),
+      );
     else return statSync(path.join(cwd, 'HEAD'), { throwIfNoEntry: false })?.isFile() ? cwd : undefined; // a bare repo
     try {
       return path.resolve(gitDir, readFileSync(path.join(gitDir, 'commondir'), 'utf8').trim());
@@ -160,7 +170,9 @@ function repoConfigFile(cwd: string): string | undefined {
 function globalConfigFiles(): string[] {
   const home = process.env.HOME;
   const xdg = process.env.XDG_CONFIG_HOME ?? (home ? path.join(home, '.config') : undefined);
-  return [home && path.join(home, '.gitconfig'), xdg && path.join(xdg, 'git', 'config')].filter((f): f is string => !!f);
+  return [home && path.join(home, '.gitconfig'), xdg && path.join(xdg, 'git', 'config')].filter(
+    (f): f is string => !!f,
+  );
 }
 
 function fresh(entry: DriverCache): boolean {
@@ -172,7 +184,12 @@ async function repoConfig(cwd: string): Promise<DriverCache> {
   if (cached && fresh(cached)) return cached;
   const candidates = [...globalConfigFiles(), repoConfigFile(cwd)].filter((f): f is string => !!f);
   const before = candidates.map((f): [string, number] => [f, mtimeOf(f)]);
-  const listed = await spawnGit(cwd, ['config', '--list', '--show-origin', '-z'], undefined, configEnv([], !router?.claims(cwd)));
+  const listed = await spawnGit(
+    cwd,
+    ['config', '--list', '--show-origin', '-z'],
+    undefined,
+    configEnv([], !router?.claims(cwd)),
+  );
   const names = new Map<string, Set<string>>();
   const checkin: CheckinConfig = {};
   const stamps = new Map(before);
@@ -197,7 +214,12 @@ async function repoConfig(cwd: string): Promise<DriverCache> {
   }
   const pairs: [string, string][] = [];
   for (const name of names.get('filter') ?? []) {
-    pairs.push([`filter.${name}.clean`, ''], [`filter.${name}.smudge`, ''], [`filter.${name}.process`, ''], [`filter.${name}.required`, 'false']);
+    pairs.push(
+      [`filter.${name}.clean`, ''],
+      [`filter.${name}.smudge`, ''],
+      [`filter.${name}.process`, ''],
+      [`filter.${name}.required`, 'false'],
+    );
   }
   for (const name of names.get('diff') ?? []) pairs.push([`diff.${name}.textconv`, ''], [`diff.${name}.command`, '']);
   for (const name of names.get('merge') ?? []) pairs.push([`merge.${name}.driver`, '']);
@@ -224,7 +246,10 @@ export async function checkinConfig(cwd: string): Promise<CheckinConfig | undefi
  * (remoteForGit) and the repo's drivers emptied.
  */
 function configEnv(pairs: [string, string][], withCredentials = true): Record<string, string> {
-  const rewrites = [...(withCredentials ? credentialRewrites : [])].map(([anonymous, url]): [string, string] => [`url.${url}.insteadOf`, anonymous]);
+  const rewrites = [...(withCredentials ? credentialRewrites : [])].map(([anonymous, url]): [string, string] => [
+    `url.${url}.insteadOf`,
+    anonymous,
+  ]);
   const all: [string, string][] = [...SAFE_PAIRS, ...rewrites, ...pairs];
   const env: Record<string, string> = { GIT_CONFIG_COUNT: String(all.length) };
   all.forEach(([key, value], i) => {
@@ -241,7 +266,14 @@ function configEnv(pairs: [string, string][], withCredentials = true): Record<st
  */
 export interface GitRouter {
   claims(cwd: string): string | undefined;
-  run(root: string, cwd: string, argv: string[], input: string | Buffer | undefined, env: Record<string, string>, timeoutMs?: number): Promise<GitResult>;
+  run(
+    root: string,
+    cwd: string,
+    argv: string[],
+    input: string | Buffer | undefined,
+    env: Record<string, string>,
+    timeoutMs?: number,
+  ): Promise<GitResult>;
 }
 let router: GitRouter | undefined;
 
@@ -288,11 +320,18 @@ export interface GitResult {
 /** Keys of GIT_ENV that describe this host's process, not git: a tree process has its own. */
 const HOST_ONLY = new Set(['PATH', 'HOME']);
 
-function spawnGit(cwd: string, argv: string[], input: string | Buffer | undefined, env: NodeJS.ProcessEnv, timeoutMs?: number): Promise<GitResult> {
+function spawnGit(
+  cwd: string,
+  argv: string[],
+  input: string | Buffer | undefined,
+  env: NodeJS.ProcessEnv,
+  timeoutMs?: number,
+): Promise<GitResult> {
   const [root, where] = placeOf(cwd, argv);
   if (root) {
     const inside: Record<string, string> = {};
-    for (const [k, v] of Object.entries({ ...GIT_ENV, ...env })) if (v !== undefined && !HOST_ONLY.has(k)) inside[k] = v;
+    for (const [k, v] of Object.entries({ ...GIT_ENV, ...env }))
+      if (v !== undefined && !HOST_ONLY.has(k)) inside[k] = v;
     return router!.run(root, where, argv, input, inside, timeoutMs);
   }
   cwd = where;
@@ -302,17 +341,21 @@ function spawnGit(cwd: string, argv: string[], input: string | Buffer | undefine
     const err: Buffer[] = [];
     // A remote that accepts the connection and never answers would hold git (and the run) forever.
     let timedOut = false;
-    const timer = timeoutMs === undefined ? undefined : setTimeout(() => {
-      timedOut = true;
-      child.kill('SIGKILL');
-    }, timeoutMs);
+    const timer =
+      timeoutMs === undefined
+        ? undefined
+        : setTimeout(() => {
+            timedOut = true;
+            child.kill('SIGKILL');
+          }, timeoutMs);
     child.stdout.on('data', (d: Buffer) => out.push(d));
     child.stderr.on('data', (d: Buffer) => err.push(d));
     child.on('error', reject);
     child.stdin.on('error', () => {}); // git may exit before reading all input; its exit code tells
     child.on('close', (code) => {
       clearTimeout(timer);
-      const stderr = Buffer.concat(err).toString('utf8') + (timedOut ? `\nno answer within ${timeoutMs} ms: stopped` : '');
+      const stderr =
+        Buffer.concat(err).toString('utf8') + (timedOut ? `\nno answer within ${timeoutMs} ms: stopped` : '');
       resolve({ stdout: Buffer.concat(out).toString('utf8'), stderr, exitCode: timedOut ? -1 : (code ?? -1) });
     });
     child.stdin.end(input ?? '');

@@ -36,7 +36,14 @@ export function createOpenAICompatibleModel(options: OpenAICompatibleModelOption
   assertKeyVarAllowed(apiKeyEnvVar, globs);
   if (apiKeyEnvVar) assertKeyGranted(apiKeyEnvVar, options.keyGrant, options.baseURL);
 
-  const fetchWithKey = keyFetch({ apiKeyEnvVar, header: 'bearer', env, globs, keyGrant: options.keyGrant, fetch: options.fetch });
+  const fetchWithKey = keyFetch({
+    apiKeyEnvVar,
+    header: 'bearer',
+    env,
+    globs,
+    keyGrant: options.keyGrant,
+    fetch: options.fetch,
+  });
 
   const provider = createOpenAICompatible({
     name: 'openai-compatible',

@@ -22,5 +22,8 @@ export function cachedUser(content: string): UserModelMessage {
 export function withNewestCached(messages: ModelMessage[]): ModelMessage[] {
   if (messages.length < 2) return messages;
   const last = messages.at(-1)!;
-  return [...messages.slice(0, -1), { ...last, providerOptions: { ...last.providerOptions, ...CACHE } } as ModelMessage];
+  return [
+    ...messages.slice(0, -1),
+    { ...last, providerOptions: { ...last.providerOptions, ...CACHE } } as ModelMessage,
+  ];
 }

@@ -122,7 +122,9 @@ export class ReplayModel implements LanguageModelV3 {
    * Waits out the entry's delay, then advances. An aborted call does not advance, so the
    * entry it would have played is still the next one.
    */
-  private async nextEntry(callSignal: AbortSignal | undefined): Promise<{ index: number; entry: TranscriptEntry | undefined }> {
+  private async nextEntry(
+    callSignal: AbortSignal | undefined,
+  ): Promise<{ index: number; entry: TranscriptEntry | undefined }> {
     const index = this.startAt + this.callsCompleted;
     const entry = this.transcript.steps[index];
     if (entry?.delayMs !== undefined) {

@@ -65,7 +65,10 @@ export async function resolveModel(args: ResolveModelArgs): Promise<ResolvedMode
   }
   const native = (NATIVE_PROVIDERS as readonly string[]).includes(row.provider);
   if (!native && (row.provider !== 'openai-compatible' || !row.base_url)) {
-    throw new EchodoError('model_unknown', `model alias "${row.alias}" has unsupported provider "${String(row.provider)}"`);
+    throw new EchodoError(
+      'model_unknown',
+      `model alias "${row.alias}" has unsupported provider "${String(row.provider)}"`,
+    );
   }
   const baseURL = native ? nativeBaseUrl(row.provider as NativeProvider, row.base_url) : row.base_url!;
   // A row naming a variable outside WORKER_PROVIDER_KEY_VARS (DATABASE_URL, say), or one not granted

@@ -15,7 +15,11 @@ export interface RoundUsage {
 }
 
 export const NO_USAGE: RoundUsage = {
-  inputTokens: null, outputTokens: null, cacheReadTokens: null, cacheWriteTokens: null, reasoningTokens: null,
+  inputTokens: null,
+  outputTokens: null,
+  cacheReadTokens: null,
+  cacheWriteTokens: null,
+  reasoningTokens: null,
   modelId: null,
 };
 

@@ -47,7 +47,10 @@ const REDACT_MARGIN_CHARS = 16 * 1024;
  * brief). Only a window a margin longer than the cap is redacted, so a huge message costs little.
  */
 export function deadLetterText(raw: string): string {
-  const window = raw.length > DEAD_LETTER_MAX_CHARS + REDACT_MARGIN_CHARS ? raw.slice(0, DEAD_LETTER_MAX_CHARS + REDACT_MARGIN_CHARS) : raw;
+  const window =
+    raw.length > DEAD_LETTER_MAX_CHARS + REDACT_MARGIN_CHARS
+      ? raw.slice(0, DEAD_LETTER_MAX_CHARS + REDACT_MARGIN_CHARS)
+      : raw;
   const text = storableText(window);
   if (text.length <= DEAD_LETTER_MAX_CHARS && window.length === raw.length) return text;
   // Cut after redaction; the second pass only makes a surrogate pair cut in half storable.

@@ -98,7 +98,12 @@ export function createRedisQueue(args: RedisQueueArgs): RedisJobQueue {
   };
 
   async function refreshLiveness(): Promise<void> {
-    await cmd.set(workerKey, JSON.stringify({ host: os.hostname(), pid: process.pid, at: new Date().toISOString() }), 'PX', ttlMs);
+    await cmd.set(
+      workerKey,
+      JSON.stringify({ host: os.hostname(), pid: process.pid, at: new Date().toISOString() }),
+      'PX',
+      ttlMs,
+    );
   }
 
   let recovering: Promise<number> | undefined;
@@ -167,8 +172,8 @@ export function createRedisQueue(args: RedisQueueArgs): RedisJobQueue {
         if (giveBack) await execOrThrow(cmd.multi().lrem(processing, 1, raw).lpush(keys.main, raw));
         else await cmd.lrem(processing, 1, raw);
       } finally {
-          // Even if LREM failed: the job is then returned by a later take and delivered again,
-          // which Postgres makes harmless (the claim is a compare-and-set).
+        // Even if LREM failed: the job is then returned by a later take and delivered again,
+        // which Postgres makes harmless (the claim is a compare-and-set).
         const n = (handedOut.get(raw) ?? 1) - 1;
         if (n > 0) handedOut.set(raw, n);
         else handedOut.delete(raw);
@@ -193,7 +198,11 @@ export function createRedisQueue(args: RedisQueueArgs): RedisJobQueue {
 
     async take({ timeoutMs, signal }): Promise<Delivery | null> {
       if (closed) throw new EchodoError('internal', 'redis queue: take on a closed queue');
-      if (taking) throw new EchodoError('internal', 'redis queue: a take is already waiting on this queue; use one queue per consumer');
+      if (taking)
+        throw new EchodoError(
+          'internal',
+          'redis queue: a take is already waiting on this queue; use one queue per consumer',
+        );
       taking = true;
       try {
         await startConsuming();
@@ -222,8 +231,19 @@ export function createRedisQueue(args: RedisQueueArgs): RedisJobQueue {
     async deadLetter(raw, reason, ids = {}): Promise<void> {
       // The table is the record; the list mirrors it next to the queue for operators.
       await recordDeadLetter(db.admin, raw, reason, ids);
-      const entry = { reason: deadLetterReason(reason), raw: deadLetterText(raw), workspaceId: ids.workspaceId ?? null, jobId: ids.jobId ?? null, at: new Date().toISOString() };
-      await execOrThrow(cmd.multi().lpush(keys.dead, JSON.stringify(entry)).ltrim(keys.dead, 0, DEAD_LIST_MAX - 1));
+      const entry = {
+        reason: deadLetterReason(reason),
+        raw: deadLetterText(raw),
+        workspaceId: ids.workspaceId ?? null,
+        jobId: ids.jobId ?? null,
+        at: new Date().toISOString(),
+      };
+      await execOrThrow(
+        cmd
+          .multi()
+          .lpush(keys.dead, JSON.stringify(entry))
+          .ltrim(keys.dead, 0, DEAD_LIST_MAX - 1),
+      );
     },
 
     async close(): Promise<void> {
@@ -262,7 +282,11 @@ async function execOrThrow(multi: ReturnType<Redis['multi']>): Promise<void> {
   if (failed) throw failed[0];
 }
 
-function interruptible<T>(promise: Promise<T>, signal: AbortSignal | undefined, safetyMs: number): Promise<{ raw: T } | 'interrupted'> {
+function interruptible<T>(
+  promise: Promise<T>,
+  signal: AbortSignal | undefined,
+  safetyMs: number,
+): Promise<{ raw: T } | 'interrupted'> {
   return new Promise((resolve, reject) => {
     const finish = () => {
       clearTimeout(timer);
@@ -290,7 +314,10 @@ function interruptible<T>(promise: Promise<T>, signal: AbortSignal | undefined, 
 function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new EchodoError('transient', `redis queue: clean-up did not finish within ${ms} ms`)), ms);
+    timer = setTimeout(
+      () => reject(new EchodoError('transient', `redis queue: clean-up did not finish within ${ms} ms`)),
+      ms,
+    );
   });
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }

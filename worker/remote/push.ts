@@ -67,13 +67,20 @@ export async function push(
   options: { flags?: string[]; timeoutMs?: number } = {},
 ): Promise<PushedRef[]> {
   const command = ['push', '--porcelain', '--no-verify', ...(options.flags ?? [])];
-  const r = await runRemoteGit(cwd, command, remote, refspecs, { allowExitCodes: [1, 128], timeoutMs: options.timeoutMs }).catch((err: unknown) => {
-    throw new CheckpointRemoteError(`git push to the checkpoint remote failed: ${(err as Error).message}`, { cause: err });
+  const r = await runRemoteGit(cwd, command, remote, refspecs, {
+    allowExitCodes: [1, 128],
+    timeoutMs: options.timeoutMs,
+  }).catch((err: unknown) => {
+    throw new CheckpointRemoteError(`git push to the checkpoint remote failed: ${(err as Error).message}`, {
+      cause: err,
+    });
   });
   const refs = parsePorcelain(r.stdout);
   if (r.exitCode !== 0 && refs.length === 0) {
     // No per-ref verdict: the remote was not reached (down, refused, unknown).
-    throw new CheckpointRemoteError(`git push to the checkpoint remote failed (exit ${r.exitCode}): ${r.stderr.trim().slice(0, 400)}`);
+    throw new CheckpointRemoteError(
+      `git push to the checkpoint remote failed (exit ${r.exitCode}): ${r.stderr.trim().slice(0, 400)}`,
+    );
   }
   return refs;
 }
@@ -107,9 +114,13 @@ export class RemotePusher {
 
   /** The oid the remote's branch points at ('' when it has none: a lease that expects no branch). */
   private async remoteBranchOid(branchRef: string): Promise<string> {
-    const refs = await lsRemote(this.deps.cwd, this.deps.remote, [branchRef], this.deps.timeoutMs).catch((err: unknown) => {
-      throw new CheckpointRemoteError(`git ls-remote of the checkpoint remote failed: ${gitErrorDetail(err)}`, { cause: err });
-    });
+    const refs = await lsRemote(this.deps.cwd, this.deps.remote, [branchRef], this.deps.timeoutMs).catch(
+      (err: unknown) => {
+        throw new CheckpointRemoteError(`git ls-remote of the checkpoint remote failed: ${gitErrorDetail(err)}`, {
+          cause: err,
+        });
+      },
+    );
     return refs.get(branchRef) ?? '';
   }
 
@@ -121,7 +132,9 @@ export class RemotePusher {
   private async notesRefspec(): Promise<string[]> {
     const ref = this.deps.notesRef;
     if (this.notesRefExists === undefined) {
-      this.notesRefExists = (await runGit(this.deps.cwd, ['rev-parse', '--verify', '--quiet', ref], { allowExitCodes: [1] })).exitCode === 0;
+      this.notesRefExists =
+        (await runGit(this.deps.cwd, ['rev-parse', '--verify', '--quiet', ref], { allowExitCodes: [1] })).exitCode ===
+        0;
     }
     return this.notesRefExists ? [`${ref}:${ref}`] : [];
   }
@@ -139,12 +152,17 @@ export class RemotePusher {
     for (let attempt = 1; branch?.flag === '!' && attempt <= 3; attempt++) {
       const seen = await this.remoteBranchOid(branchRef);
       await this.deps.assertHeld();
-      this.deps.log.warn({ branch: this.deps.branch, summary: branch.summary }, 'remote branch is past the last checkpoint (a killed or fenced push); forcing it to the checkpoint');
+      this.deps.log.warn(
+        { branch: this.deps.branch, summary: branch.summary },
+        'remote branch is past the last checkpoint (a killed or fenced push); forcing it to the checkpoint',
+      );
       refs = await this.push([`${commitOid}:${branchRef}`], [`--force-with-lease=${branchRef}:${seen}`]);
       branch = refs.find((r) => r.to === branchRef);
     }
     if (!branch || branch.flag === '!') {
-      throw new CheckpointRemoteError(`the checkpoint remote refused ${branchRef} at ${commitOid}: ${branch?.summary ?? 'no answer for the branch'}`);
+      throw new CheckpointRemoteError(
+        `the checkpoint remote refused ${branchRef} at ${commitOid}: ${branch?.summary ?? 'no answer for the branch'}`,
+      );
     }
     await this.settleRefusedNotes(refs);
   }
@@ -173,9 +191,12 @@ export class RemotePusher {
       const forced = (await this.push([`+${ref}:${ref}`])).find((r) => r.to === ref);
       if (forced && forced.flag !== '!') return;
     } catch (err) {
-      this.deps.log.warn({ notesRef: ref, error: (err as Error).message }, 'could not force the run\'s notes ref on the checkpoint remote');
+      this.deps.log.warn(
+        { notesRef: ref, error: (err as Error).message },
+        "could not force the run's notes ref on the checkpoint remote",
+      );
     }
-    this.deps.log.warn({ notesRef: ref, summary: notes.summary }, 'the checkpoint remote refused the run\'s notes ref');
+    this.deps.log.warn({ notesRef: ref, summary: notes.summary }, "the checkpoint remote refused the run's notes ref");
   }
 }
 
@@ -190,7 +211,14 @@ export async function objectStoreBytes(cwd: string): Promise<number> {
 async function packs(commonDir: string): Promise<Map<string, number>> {
   const dir = path.join(commonDir, 'objects', 'pack');
   const names = (await readdir(dir).catch(() => [] as string[])).filter((n) => n.endsWith('.pack'));
-  const sizes = await Promise.all(names.map((n) => stat(path.join(dir, n)).then((st) => st.size, () => 0)));
+  const sizes = await Promise.all(
+    names.map((n) =>
+      stat(path.join(dir, n)).then(
+        (st) => st.size,
+        () => 0,
+      ),
+    ),
+  );
   return new Map(names.map((n, i) => [n, sizes[i]!]));
 }
 
@@ -222,23 +250,43 @@ export async function fetchRun(args: {
  * its gc is for loose objects and pack counts, which the worker's own packing keeps down, worker/checkpoints/git/packing.ts)
  * and no forced-update check (a history walk per ref, which the worker never reports).
  */
-export async function fetchMeasured(repoPath: string, remote: string, refspecs: string[], what: string, timeoutMs?: number): Promise<{ fetchedBytes: number }> {
+export async function fetchMeasured(
+  repoPath: string,
+  remote: string,
+  refspecs: string[],
+  what: string,
+  timeoutMs?: number,
+): Promise<{ fetchedBytes: number }> {
   const commonDir = await repoCommonDir(repoPath);
   const before = await packs(commonDir);
   const command = [
-    '-c', 'fetch.unpackLimit=1', 'fetch', '--quiet', '--no-tags', '--no-write-fetch-head', '--update-head-ok', '--no-auto-maintenance', '--no-show-forced-updates',
+    '-c',
+    'fetch.unpackLimit=1',
+    'fetch',
+    '--quiet',
+    '--no-tags',
+    '--no-write-fetch-head',
+    '--update-head-ok',
+    '--no-auto-maintenance',
+    '--no-show-forced-updates',
   ];
-  await runRemoteGit(repoPath, command, remote, refspecs, { timeoutMs })
-    .catch((err: unknown) => {
-      throw new CheckpointRemoteError(`could not fetch ${what} from the checkpoint remote: ${gitErrorDetail(err)}`, { cause: err });
+  await runRemoteGit(repoPath, command, remote, refspecs, { timeoutMs }).catch((err: unknown) => {
+    throw new CheckpointRemoteError(`could not fetch ${what} from the checkpoint remote: ${gitErrorDetail(err)}`, {
+      cause: err,
     });
+  });
   let fetchedBytes = 0;
   for (const [name, size] of await packs(commonDir)) if (!before.has(name)) fetchedBytes += size;
   return { fetchedBytes };
 }
 
 /** `git ls-remote` of exactly these refs: name → oid; absent refs are not listed (ls-remote matches by tail). */
-export async function lsRemote(cwd: string, remote: string, refs: string[], timeoutMs?: number): Promise<Map<string, string>> {
+export async function lsRemote(
+  cwd: string,
+  remote: string,
+  refs: string[],
+  timeoutMs?: number,
+): Promise<Map<string, string>> {
   const found = new Map<string, string>();
   if (!refs.length) return found;
   const wanted = new Set(refs);
@@ -256,6 +304,18 @@ export async function lsRemote(cwd: string, remote: string, refs: string[], time
  * the branch, so the objects are referenced at once; the worktree is then added on it. Fetching a
  * reachable oid needs protocol v2 (git's default) or uploadpack.allowReachableSHA1InWant on the remote.
  */
-export async function fetchBase(args: { repoPath: string; remote: string; oid: string; branch: string; timeoutMs?: number }): Promise<{ fetchedBytes: number }> {
-  return fetchMeasured(args.repoPath, args.remote, [`+${args.oid}:refs/heads/${args.branch}`], `the run's base ${args.oid}`, args.timeoutMs);
+export async function fetchBase(args: {
+  repoPath: string;
+  remote: string;
+  oid: string;
+  branch: string;
+  timeoutMs?: number;
+}): Promise<{ fetchedBytes: number }> {
+  return fetchMeasured(
+    args.repoPath,
+    args.remote,
+    [`+${args.oid}:refs/heads/${args.branch}`],
+    `the run's base ${args.oid}`,
+    args.timeoutMs,
+  );
 }

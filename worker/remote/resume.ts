@@ -29,7 +29,14 @@ export interface RemoteResume {
    * For run_resumed, when the run's checkpoints came from the remote: fetched by the resume, or
    * earlier by this host's remote standby (`standby: true`; fetchedBytes is what the resume fetched: 0).
    */
-  fetched?: { fromHost: string | null; toHost: string; fetchedBytes: number; recloned: false; partialClone?: true; standby?: true };
+  fetched?: {
+    fromHost: string | null;
+    toHost: string;
+    fetchedBytes: number;
+    recloned: false;
+    partialClone?: true;
+    standby?: true;
+  };
 }
 
 /**
@@ -43,12 +50,23 @@ export async function ensureLocalRepo(repoPath: string, remote: string, log: Log
   await mkdir(path.dirname(repoPath), { recursive: true });
   const temp = `${repoPath}.partial-${process.pid}-${Date.now()}`;
   try {
-    await runGit(path.dirname(repoPath), ['clone', '--quiet', '--filter=blob:none', '--no-checkout', remoteForGit(remote), temp]);
+    await runGit(path.dirname(repoPath), [
+      'clone',
+      '--quiet',
+      '--filter=blob:none',
+      '--no-checkout',
+      remoteForGit(remote),
+      temp,
+    ]);
     await rename(temp, repoPath).catch(async (err: NodeJS.ErrnoException) => {
       if (!existsSync(repoPath)) throw err; // else another worker of this host made it first: theirs is used
     });
   } catch (err) {
-    throw new EchodoError('repo_invalid', `${repoPath} does not exist and a partial clone of the checkpoint remote failed: ${(err as Error).message}`, { cause: err });
+    throw new EchodoError(
+      'repo_invalid',
+      `${repoPath} does not exist and a partial clone of the checkpoint remote failed: ${(err as Error).message}`,
+      { cause: err },
+    );
   } finally {
     await rm(temp, { recursive: true, force: true });
   }
@@ -94,7 +112,11 @@ export async function discardPrefetch(prefetched: PrefetchedRun | undefined): Pr
  * checkpoint and fetches if it is behind; a copy ahead of it (pushed, killed before its row) is where
  * a fetch would have put the branch too, and verification resets the worktree to the checkpoint.
  */
-export function prefetchRun(config: Config, run: RunRow, branchOwned: Promise<void> | undefined): PrefetchedRun | undefined {
+export function prefetchRun(
+  config: Config,
+  run: RunRow,
+  branchOwned: Promise<void> | undefined,
+): PrefetchedRun | undefined {
   const remote = config.WORKER_CHECKPOINT_REMOTE;
   const repoPath = run.job.repoPath ?? config.WORKER_REPO_ROOT;
   const elsewhere = !!run.host_id && run.host_id !== config.WORKER_HOST_ID;
@@ -110,7 +132,9 @@ export function prefetchRun(config: Config, run: RunRow, branchOwned: Promise<vo
     if (standby) {
       await branchOwned;
       const notes = standby.notes ? `update ${notesRef} ${standby.notes}\n` : '';
-      await runGit(repoPath, ['update-ref', '--stdin'], { input: `update refs/heads/${branch} ${standby.branch}\n${notes}` });
+      await runGit(repoPath, ['update-ref', '--stdin'], {
+        input: `update refs/heads/${branch} ${standby.branch}\n${notes}`,
+      });
       return { fetchedBytes: 0, standby };
     }
     return fetchRun({ repoPath, remote, branch, notesRef, branchInto: scratchRef, timeoutMs });
@@ -129,7 +153,9 @@ export async function prepareRemoteResume(args: {
   const { config, run } = args;
   const notesRef = runNotesRef(run.workspace_id, run.id);
   const otherHost = !!run.host_id && run.host_id !== config.WORKER_HOST_ID;
-  const here = otherHost ? { ...run, worktree_path: worktreePathFor(config.WORKER_WORKTREE_BASE, run.workspace_id, run.id) } : run;
+  const here = otherHost
+    ? { ...run, worktree_path: worktreePathFor(config.WORKER_WORKTREE_BASE, run.workspace_id, run.id) }
+    : run;
   const latest = args.chain.at(-1)?.commit_oid;
   // Nothing checkpointed yet: the worktree starts again at the run's base, which a clone that is
   // behind the host that started the run may lack (only then is it fetched).
@@ -148,12 +174,16 @@ export async function prepareRemoteResume(args: {
   if (got && !got.standby) {
     // Fetched at the claim; the branch is the run's own (run-job checked): moved onto it in one go.
     const scratch = args.prefetched!.scratchRef;
-    await runGit(args.repoPath, ['update-ref', '--stdin'], { input: `update refs/heads/${run.branch} ${scratch}\ndelete ${scratch}\n` });
+    await runGit(args.repoPath, ['update-ref', '--stdin'], {
+      input: `update refs/heads/${run.branch} ${scratch}\ndelete ${scratch}\n`,
+    });
     args.prefetched!.settled = true;
     return fetchedFrom(args, here, notesRef, got.fetchedBytes);
   }
   await discardPrefetch(args.prefetched);
-  const present = (await runGit(args.repoPath, ['cat-file', '-e', `${target}^{commit}`], { allowExitCodes: [1, 128] })).exitCode === 0;
+  const present =
+    (await runGit(args.repoPath, ['cat-file', '-e', `${target}^{commit}`], { allowExitCodes: [1, 128] })).exitCode ===
+    0;
   if (present && (!otherHost || !latest)) return { run: here, notesRef };
   const remote = config.WORKER_CHECKPOINT_REMOTE!;
   const timeoutMs = config.WORKER_REMOTE_TIMEOUT_MS;
@@ -163,12 +193,26 @@ export async function prepareRemoteResume(args: {
   return fetchedFrom(args, here, notesRef, fetchedBytes);
 }
 
-function fetchedFrom(args: { config: Config; run: RunRow; log: Logger }, here: RunRow, notesRef: string, fetchedBytes: number, standby = false): RemoteResume {
+function fetchedFrom(
+  args: { config: Config; run: RunRow; log: Logger },
+  here: RunRow,
+  notesRef: string,
+  fetchedBytes: number,
+  standby = false,
+): RemoteResume {
   const { config, run } = args;
-  const fetched = { fromHost: run.host_id ?? null, toHost: config.WORKER_HOST_ID, fetchedBytes, recloned: false as const };
-  args.log.info({ ...fetched, branch: run.branch, standby }, standby
-    ? 'the run\'s checkpoints were already here, fetched ahead by the remote standby'
-    : 'fetched the run\'s checkpoints from the checkpoint remote');
+  const fetched = {
+    fromHost: run.host_id ?? null,
+    toHost: config.WORKER_HOST_ID,
+    fetchedBytes,
+    recloned: false as const,
+  };
+  args.log.info(
+    { ...fetched, branch: run.branch, standby },
+    standby
+      ? "the run's checkpoints were already here, fetched ahead by the remote standby"
+      : "fetched the run's checkpoints from the checkpoint remote",
+  );
   return { run: here, notesRef, fetched: standby ? { ...fetched, standby: true } : fetched };
 }
 
@@ -213,12 +257,25 @@ export async function finishMirror(mirror: NotesMirror | undefined): Promise<voi
  * After a verified resume: every checkpoint's note under the local WORKER_NOTES_REF too (from
  * Postgres, the truth), so `git notes show` works on this host as on a single one.
  */
-export async function mirrorNotesLocally(cwd: string, notesRef: string, chain: CheckpointRow[], log: Logger): Promise<void> {
+export async function mirrorNotesLocally(
+  cwd: string,
+  notesRef: string,
+  chain: CheckpointRow[],
+  log: Logger,
+): Promise<void> {
   try {
     const noted = await notedCommits(cwd, notesRef);
     const rows = chain.filter((row) => row.commit_oid && !noted.has(row.commit_oid));
-    if (rows.length) await writeCheckpointNotes(cwd, notesRef, rows.map((row) => ({ commitOid: row.commit_oid!, note: noteOfRow(row) })));
+    if (rows.length)
+      await writeCheckpointNotes(
+        cwd,
+        notesRef,
+        rows.map((row) => ({ commitOid: row.commit_oid!, note: noteOfRow(row) })),
+      );
   } catch (err) {
-    log.warn({ error: (err as Error).message }, 'could not mirror the run\'s notes under the local notes ref; continuing');
+    log.warn(
+      { error: (err as Error).message },
+      "could not mirror the run's notes under the local notes ref; continuing",
+    );
   }
 }

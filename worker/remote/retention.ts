@@ -33,7 +33,9 @@ export async function remoteRefs(cwd: string, remote: string, names: string[]): 
 async function keptNotesCommit(repoPath: string, row: CheckpointRow): Promise<string> {
   const body = redactString(JSON.stringify(noteOfRow(row)));
   const blob = (await runGit(repoPath, ['hash-object', '-w', '--stdin'], { input: body })).stdout.trim();
-  const tree = (await runGit(repoPath, ['mktree'], { input: `100644 blob ${blob}\t${row.commit_oid}\n` })).stdout.trim();
+  const tree = (
+    await runGit(repoPath, ['mktree'], { input: `100644 blob ${blob}\t${row.commit_oid}\n` })
+  ).stdout.trim();
   const message = `echodo: notes of checkpoint ${row.checkpoint_seq} kept by prune; earlier checkpoints' notes dropped`;
   return (await runGit(repoPath, ['commit-tree', tree, '-m', message])).stdout.trim();
 }
@@ -86,7 +88,9 @@ export async function pruneRemoteRefs(plan: RemotePrunePlan): Promise<RemotePrun
   });
   const refused = refs.filter((r) => r.flag === '!');
   if (refused.length || refs.length < specs.length) {
-    throw new RemoteRetentionError(`the checkpoint remote refused ${refused.map((r) => `${r.to} (${r.summary})`).join(', ') || 'the update'}`);
+    throw new RemoteRetentionError(
+      `the checkpoint remote refused ${refused.map((r) => `${r.to} (${r.summary})`).join(', ') || 'the update'}`,
+    );
   }
   return { updated, notesCommit };
 }

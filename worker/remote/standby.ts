@@ -41,16 +41,24 @@ const ROLL_UP_EVERY = 8;
 
 /** Where the standby keeps a run's branch and notes in the host's repository. */
 export function standbyRefs(workspaceId: string, agentRunId: string): { branch: string; notes: string } {
-  return { branch: `${STANDBY_PREFIX}branches/${workspaceId}/${agentRunId}`, notes: `${STANDBY_PREFIX}notes/${workspaceId}/${agentRunId}` };
+  return {
+    branch: `${STANDBY_PREFIX}branches/${workspaceId}/${agentRunId}`,
+    notes: `${STANDBY_PREFIX}notes/${workspaceId}/${agentRunId}`,
+  };
 }
 
 /** `git for-each-ref` of `patterns`: ref name → oid. */
 async function refsUnder(repoPath: string, patterns: string[]): Promise<Map<string, string>> {
   const out = (await runGit(repoPath, ['for-each-ref', '--format=%(objectname) %(refname)', ...patterns])).stdout;
-  return new Map(out.split('\n').filter(Boolean).map((line) => {
-    const [oid, ref] = line.split(' ');
-    return [ref!, oid!] as const;
-  }));
+  return new Map(
+    out
+      .split('\n')
+      .filter(Boolean)
+      .map((line) => {
+        const [oid, ref] = line.split(' ');
+        return [ref!, oid!] as const;
+      }),
+  );
 }
 
 /**
@@ -59,7 +67,11 @@ async function refsUnder(repoPath: string, patterns: string[]): Promise<Map<stri
  * large worker (~20 ms at 150 MB, blocking the event loop while Postgres answers); by git when the
  * repository keeps its refs another way (reftable).
  */
-export async function readStandby(repoPath: string, workspaceId: string, agentRunId: string): Promise<{ branch: string; notes?: string } | undefined> {
+export async function readStandby(
+  repoPath: string,
+  workspaceId: string,
+  agentRunId: string,
+): Promise<{ branch: string; notes?: string } | undefined> {
   const refs = standbyRefs(workspaceId, agentRunId);
   const commonDir = commonDirOnDisk(repoPath);
   const reader = commonDir ? ObjectReader.open(commonDir) : undefined;
@@ -71,7 +83,8 @@ export async function readStandby(repoPath: string, workspaceId: string, agentRu
 }
 
 async function deleteRefs(repoPath: string, refs: string[]): Promise<void> {
-  if (refs.length) await runGit(repoPath, ['update-ref', '--stdin'], { input: refs.map((ref) => `delete ${ref}\n`).join('') });
+  if (refs.length)
+    await runGit(repoPath, ['update-ref', '--stdin'], { input: refs.map((ref) => `delete ${ref}\n`).join('') });
 }
 
 /** The standby switched off (WORKER_REMOTE_STANDBY_MS=0): what it held is let go. Returns how many refs. */
@@ -165,7 +178,10 @@ export class RemoteStandby {
 
   private async sweep(): Promise<SweepOutcome> {
     const { repoPath, log } = this.o;
-    const runs = (await runsOnOtherHosts(this.o.admin, this.o.hostId)).map((run) => ({ run, refs: standbyRefs(run.workspace_id, run.agent_run_id) }));
+    const runs = (await runsOnOtherHosts(this.o.admin, this.o.hostId)).map((run) => ({
+      run,
+      refs: standbyRefs(run.workspace_id, run.agent_run_id),
+    }));
     const held = await refsUnder(repoPath, [STANDBY_PREFIX]);
     const wanted = new Set(runs.flatMap(({ refs }) => [refs.branch, refs.notes]));
     const gone = [...held.keys()].filter((ref) => !wanted.has(ref));
@@ -174,20 +190,32 @@ export class RemoteStandby {
     const now = Date.now();
     const due = runs.filter(({ run, refs }) => {
       const tried = this.failed.get(refs.branch);
-      return held.get(refs.branch) !== run.commit_oid && !(tried?.commit === run.commit_oid && now - tried.at < STANDBY_RETRY_MS);
+      return (
+        held.get(refs.branch) !== run.commit_oid &&
+        !(tried?.commit === run.commit_oid && now - tried.at < STANDBY_RETRY_MS)
+      );
     });
     const outcome = { fetched: 0, fetchedBytes: 0, removed: gone.length };
     if (due.length) {
       try {
         const what = `the checkpoints of ${due.length} run(s) held by other hosts`;
-        const { fetchedBytes } = await fetchMeasured(repoPath, this.o.remote, due.flatMap(refspecs), what, this.o.timeoutMs);
+        const { fetchedBytes } = await fetchMeasured(
+          repoPath,
+          this.o.remote,
+          due.flatMap(refspecs),
+          what,
+          this.o.timeoutMs,
+        );
         log.debug({ runs: due.length, fetchedBytes, removed: gone.length }, 'remote standby: fetched');
         if (fetchedBytes) this.packer.afterCheckpoint();
         Object.assign(outcome, { fetched: due.length, fetchedBytes });
         for (const { run, refs } of due) held.set(refs.branch, run.commit_oid);
       } catch (err) {
         for (const { run, refs } of due) this.failed.set(refs.branch, { commit: run.commit_oid, at: now });
-        log.warn({ runs: due.length, error: errorMessage(err) }, `remote standby: fetch failed; tried again in ${STANDBY_RETRY_MS / 1000} s`);
+        log.warn(
+          { runs: due.length, error: errorMessage(err) },
+          `remote standby: fetch failed; tried again in ${STANDBY_RETRY_MS / 1000} s`,
+        );
       }
     }
     const current = runs.filter(({ run, refs }) => held.get(refs.branch) === run.commit_oid).map(({ run }) => run);
@@ -204,10 +232,19 @@ export class RemoteStandby {
     if (!this.o.aimSpare) return;
     try {
       await this.o.aimSpare(commit);
-      if (commit !== this.aimed) this.o.log.debug({ commit }, commit ? 'remote standby: spare worktree aimed at an abandoned run\'s checkpoint' : 'remote standby: nothing to aim at');
+      if (commit !== this.aimed)
+        this.o.log.debug(
+          { commit },
+          commit
+            ? "remote standby: spare worktree aimed at an abandoned run's checkpoint"
+            : 'remote standby: nothing to aim at',
+        );
       this.aimed = commit;
     } catch (err) {
-      this.o.log.warn({ commit, error: errorMessage(err) }, 'remote standby: could not aim the spare worktree; a take-over checks it out as before');
+      this.o.log.warn(
+        { commit, error: errorMessage(err) },
+        'remote standby: could not aim the spare worktree; a take-over checks it out as before',
+      );
     }
   }
 }
@@ -217,5 +254,8 @@ export class RemoteStandby {
  * run whose first note has not reached the remote yet (it follows its commit) fetches none.
  */
 function refspecs({ run, refs }: { run: StandbyRun; refs: { branch: string; notes: string } }): string[] {
-  return [`+refs/heads/${run.branch}:${refs.branch}`, `+${runNotesRef(run.workspace_id, run.agent_run_id)}*:${refs.notes}*`];
+  return [
+    `+refs/heads/${run.branch}:${refs.branch}`,
+    `+${runNotesRef(run.workspace_id, run.agent_run_id)}*:${refs.notes}*`,
+  ];
 }

@@ -45,7 +45,6 @@ export class RemoteVerifyError extends EchodoError {
   }
 }
 
-
 /** The note's claims, reduced to what a row vouches for (files as a sorted path → sha256 list). */
 function claims(n: Pick<CheckpointNote, 'workspaceId' | 'agentRunId' | 'checkpointSeq' | 'hash' | 'files'>): string {
   const files = [...(n.files ?? [])].map((f) => `${f.path}\0${f.sha256 ?? ''}`).sort();
@@ -55,7 +54,6 @@ function claims(n: Pick<CheckpointNote, 'workspaceId' | 'agentRunId' | 'checkpoi
 function rowClaims(row: CheckpointRow): string {
   return claims(noteOfRow(row));
 }
-
 
 /** Blob oid of every note in a notes tree, by the annotated object (the fanout's slashes removed). */
 async function notesIn(repoPath: string, notesCommit: string): Promise<Map<string, string>> {
@@ -99,7 +97,12 @@ async function reachableSince(repoPath: string, tip: string, rows: CheckpointRow
   const check = await runGit(repoPath, ['cat-file', '--batch-check=%(objectname) %(objecttype)'], {
     input: `${oids.join('\n')}\n`,
   });
-  const present = new Set(check.stdout.split('\n').filter((l) => l.endsWith(' commit')).map((l) => l.split(' ')[0]!));
+  const present = new Set(
+    check.stdout
+      .split('\n')
+      .filter((l) => l.endsWith(' commit'))
+      .map((l) => l.split(' ')[0]!),
+  );
   const oldest = oids.find((oid) => present.has(oid));
   if (!oldest) return new Set();
   const r = await runGit(repoPath, ['rev-list', tip, '--not', `${oldest}^@`]);
@@ -129,7 +132,8 @@ export async function inspectRemote(args: {
   // A doc-writer run has no branch and pushes nothing; a run with no checkpoint has nothing to compare.
   if (!run.branch || !rows.length) return inspection;
   // The objects are fetched into a local repository; without one that would be a clone.
-  if (!existsSync(repoPath)) throw new RemoteVerifyError(`no local repository at ${repoPath} to fetch the run's refs into`);
+  if (!existsSync(repoPath))
+    throw new RemoteVerifyError(`no local repository at ${repoPath} to fetch the run's refs into`);
   const branchRef = `refs/heads/${run.branch}`;
   const there = await lsRemote(repoPath, remote, [branchRef, notesRef]).catch((err: unknown) => {
     throw new RemoteVerifyError(`could not reach the checkpoint remote: ${gitErrorDetail(err)}`, { cause: err });
@@ -141,14 +145,18 @@ export async function inspectRemote(args: {
   ];
   try {
     if (specs.length) {
-      await runRemoteGit(repoPath, ['fetch', '--quiet', '--no-tags', '--no-write-fetch-head'], remote, specs).catch((err: unknown) => {
-        const what = `could not fetch ${branchRef} and ${notesRef} from the checkpoint remote`;
-        throw new RemoteVerifyError(`${what}: ${gitErrorDetail(err)}`, { cause: err });
-      });
+      await runRemoteGit(repoPath, ['fetch', '--quiet', '--no-tags', '--no-write-fetch-head'], remote, specs).catch(
+        (err: unknown) => {
+          const what = `could not fetch ${branchRef} and ${notesRef} from the checkpoint remote`;
+          throw new RemoteVerifyError(`${what}: ${gitErrorDetail(err)}`, { cause: err });
+        },
+      );
     }
     // What was fetched, not what ls-remote said a moment before: the refs may have moved since.
     const fetched = async (name: string) => {
-      const r = await runGit(repoPath, ['rev-parse', '--verify', '--quiet', `${scratch}/${name}`], { allowExitCodes: [1] });
+      const r = await runGit(repoPath, ['rev-parse', '--verify', '--quiet', `${scratch}/${name}`], {
+        allowExitCodes: [1],
+      });
       return r.stdout.trim() || null;
     };
     const [tip, notesTip] = await Promise.all([fetched('branch'), fetched('notes')]);
@@ -157,7 +165,10 @@ export async function inspectRemote(args: {
     else {
       inspection.findings.push(
         { kind: 'remote_branch_missing', detail: `${branchRef} is not on the checkpoint remote` },
-        { kind: 'remote_commit_missing', detail: `checkpoint(s) ${seqList(rows)}: no branch on the remote holds their commits` },
+        {
+          kind: 'remote_commit_missing',
+          detail: `checkpoint(s) ${seqList(rows)}: no branch on the remote holds their commits`,
+        },
       );
     }
     if (notesTip) await compareNotes(repoPath, notesTip, rows, inspection);
@@ -172,7 +183,12 @@ export async function inspectRemote(args: {
 }
 
 /** Every row's commit reachable from the remote tip, and the tip at or past the last checkpoint. */
-async function compareCommits(repoPath: string, tip: string, rows: CheckpointRow[], inspection: RemoteInspection): Promise<void> {
+async function compareCommits(
+  repoPath: string,
+  tip: string,
+  rows: CheckpointRow[],
+  inspection: RemoteInspection,
+): Promise<void> {
   const reachable = await reachableSince(repoPath, tip, rows);
   const missing = rows.filter((row) => !reachable.has(row.commit_oid!));
   const on = `${inspection.branch} on the remote`;
@@ -193,12 +209,20 @@ async function compareCommits(repoPath: string, tip: string, rows: CheckpointRow
   inspection.findings.push(
     behind.exitCode === 0
       ? { kind: 'remote_branch_behind', detail: `${on} is at ${tip}, behind the last checkpoint ${last}` }
-      : { kind: 'remote_branch_diverged', detail: `${on} is at ${tip}, which does not descend from the last checkpoint ${last}` },
+      : {
+          kind: 'remote_branch_diverged',
+          detail: `${on} is at ${tip}, which does not descend from the last checkpoint ${last}`,
+        },
   );
 }
 
 /** Every row has its note in the run's notes ref on the remote, saying what the row says. */
-async function compareNotes(repoPath: string, notesCommit: string, rows: CheckpointRow[], inspection: RemoteInspection): Promise<void> {
+async function compareNotes(
+  repoPath: string,
+  notesCommit: string,
+  rows: CheckpointRow[],
+  inspection: RemoteInspection,
+): Promise<void> {
   const notes = await notesIn(repoPath, notesCommit);
   const wanted = new Set(rows.map((r) => notes.get(r.commit_oid!)).filter((b): b is string => !!b));
   const blobs = await readBlobs(repoPath, [...wanted]);
@@ -240,7 +264,10 @@ function parseNote(text: string): CheckpointNote | undefined {
 
 /** The scratch refs go; the fetched objects stay unreferenced until the local repo's gc. */
 async function removeScratch(repoPath: string, scratch: string): Promise<void> {
-  const listed = await runGit(repoPath, ['for-each-ref', '--format=%(refname)', `${scratch}/`], { allowExitCodes: [128] });
+  const listed = await runGit(repoPath, ['for-each-ref', '--format=%(refname)', `${scratch}/`], {
+    allowExitCodes: [128],
+  });
   const refs = listed.stdout.split('\n').filter(Boolean);
-  if (refs.length) await runGit(repoPath, ['update-ref', '--stdin'], { input: refs.map((r) => `delete ${r}\n`).join('') });
+  if (refs.length)
+    await runGit(repoPath, ['update-ref', '--stdin'], { input: refs.map((r) => `delete ${r}\n`).join('') });
 }

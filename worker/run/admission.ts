@@ -10,8 +10,15 @@
 // A run of another workspace is never seen here (every lookup is scoped): it is an unknown id.
 import path from 'node:path';
 import {
-  appendEvent, lockRunById, lockRunByJobId, recordRun, redispatchRun, reopenBrief,
-  type LockedRun, type RunRow, type RunStatus,
+  appendEvent,
+  lockRunById,
+  lockRunByJobId,
+  recordRun,
+  redispatchRun,
+  reopenBrief,
+  type LockedRun,
+  type RunRow,
+  type RunStatus,
 } from '../../store/runs.ts';
 import type { WorkspaceTx } from '../../store/workspace.ts';
 import { redactString } from '../../core/redact.ts';
@@ -23,7 +30,14 @@ import { setRunLimits } from '../../store/budget.ts';
 export type AdmissionEntry = 'request' | 'delivery';
 
 export type RunState =
-  | 'queued' | 'released' | 'running_live' | 'running_expired' | 'failed' | 'completed' | 'cancelled' | 'budget_exhausted';
+  | 'queued'
+  | 'released'
+  | 'running_live'
+  | 'running_expired'
+  | 'failed'
+  | 'completed'
+  | 'cancelled'
+  | 'budget_exhausted';
 
 export type Verdict = 'serve' | 'redispatch' | 'refuse_duplicate' | 'refuse_finished';
 
@@ -117,7 +131,12 @@ export async function admitJob(
   if (!existing) {
     const byJob = await lockRunByJobId(tx, job.jobId);
     if (byJob && opts.agentRunIdGiven) {
-      return { outcome: 'refused', why: 'job_conflict', run: byJob, message: `jobId ${job.jobId} was recorded as run ${byJob.id}, not as agentRunId ${job.agentRunId}: refused` };
+      return {
+        outcome: 'refused',
+        why: 'job_conflict',
+        run: byJob,
+        message: `jobId ${job.jobId} was recorded as run ${byJob.id}, not as agentRunId ${job.agentRunId}: refused`,
+      };
     }
     existing = byJob;
   }
@@ -130,7 +149,12 @@ export async function admitJob(
 
   const field = mismatchedField(job, existing.job, opts.defaultRepoPath);
   if (field) {
-    return { outcome: 'refused', why: 'mismatch', run: existing, message: `run ${existing.id} was recorded with a different ${field}: a re-dispatch must match it (refused)` };
+    return {
+      outcome: 'refused',
+      why: 'mismatch',
+      run: existing,
+      message: `run ${existing.id} was recorded with a different ${field}: a re-dispatch must match it (refused)`,
+    };
   }
   const state = runState(existing);
   const verdict = decide(state, { entry: opts.entry, ownDoorbell: isOwnDoorbell(job, existing.job) });
@@ -139,14 +163,25 @@ export async function admitJob(
       return { outcome: 'served', run: existing, state };
     case 'refuse_duplicate':
       return {
-        outcome: 'refused', why: 'duplicate', run: existing,
+        outcome: 'refused',
+        why: 'duplicate',
+        run: existing,
         message: `run ${existing.id} is running on ${existing.worker_id ?? 'a worker'} with a live lease (attempt ${existing.attempt}): duplicate delivery refused`,
       };
     case 'refuse_finished':
-      return { outcome: 'refused', why: 'finished', run: existing, message: `run ${existing.id} is ${existing.status}: it is not re-dispatched (fork it to go on from a checkpoint)` };
+      return {
+        outcome: 'refused',
+        why: 'finished',
+        run: existing,
+        message: `run ${existing.id} is ${existing.status}: it is not re-dispatched (fork it to go on from a checkpoint)`,
+      };
     case 'redispatch': {
       // The row is locked: the compare-and-set cannot miss.
-      const run = await redispatchRun(tx, { agentRunId: existing.id, leaseEpoch: existing.lease_epoch, from: FROM[state] });
+      const run = await redispatchRun(tx, {
+        agentRunId: existing.id,
+        leaseEpoch: existing.lease_epoch,
+        from: FROM[state],
+      });
       if (!run) throw new Error(`run ${existing.id} changed under its lock`);
       if (state === 'failed') await reopenBrief(tx, { briefId: run.brief_id, agentRunId: run.id });
       // A retry may carry new budgets: they replace the recorded ones (the other fields must match).
@@ -155,7 +190,13 @@ export async function admitJob(
         convoyId: run.convoy_id,
         agentRunId: run.id,
         type: 'run_redispatched',
-        metadata: { attempt: run.attempt, reason: 'requested', from: state, entry: opts.entry, previousFailure: existing.failure_reason ?? undefined },
+        metadata: {
+          attempt: run.attempt,
+          reason: 'requested',
+          from: state,
+          entry: opts.entry,
+          previousFailure: existing.failure_reason ?? undefined,
+        },
       });
       return { outcome: 'redispatched', run: limits ?? run, state };
     }

@@ -56,6 +56,9 @@ export async function releaseWorktree(repoPath: string, worktreePath: string, lo
   try {
     await runGit(repoPath, ['-c', 'core.hooksPath=/dev/null', 'worktree', 'remove', '--force', worktreePath]);
   } catch (err) {
-    log.warn({ worktreePath, error: errorMessage(err) }, 'could not remove the worktree of the cancelled run; leaving it');
+    log.warn(
+      { worktreePath, error: errorMessage(err) },
+      'could not remove the worktree of the cancelled run; leaving it',
+    );
   }
 }

@@ -34,15 +34,24 @@ export async function admitDelivery(
   const scoped = inWorkspace(db.app, job.workspaceId, log);
   const admitAndClaim = () =>
     scoped(async (tx) => {
-      const admission: Admission = await admitJob(tx, job, { entry: 'delivery', agentRunIdGiven, defaultRepoPath: config.WORKER_REPO_ROOT });
+      const admission: Admission = await admitJob(tx, job, {
+        entry: 'delivery',
+        agentRunIdGiven,
+        defaultRepoPath: config.WORKER_REPO_ROOT,
+      });
       if (admission.outcome === 'refused') return { admission, run: undefined };
-      const run = await claimRun(tx, { agentRunId: admission.run.id, workerId: deps.workerId, leaseMs: config.WORKER_LEASE_MS });
+      const run = await claimRun(tx, {
+        agentRunId: admission.run.id,
+        workerId: deps.workerId,
+        leaseMs: config.WORKER_LEASE_MS,
+      });
       return { admission, run };
     });
 
   let admitted: Awaited<ReturnType<typeof admitAndClaim>>;
   try {
-    if (!(await scoped(workspaceExists))) return { kind: 'dead', reason: `workspace "${job.workspaceId}" does not exist` };
+    if (!(await scoped(workspaceExists)))
+      return { kind: 'dead', reason: `workspace "${job.workspaceId}" does not exist` };
     admitted = await admitRacing(admitAndClaim);
   } catch (err) {
     if (isTransientDbError(err)) {
@@ -56,7 +65,8 @@ export async function admitDelivery(
   if (run) faultPoint('after-claim');
 
   if (admission.outcome === 'refused') {
-    if (admission.why === 'mismatch' || admission.why === 'job_conflict') return { kind: 'dead', reason: admission.message };
+    if (admission.why === 'mismatch' || admission.why === 'job_conflict')
+      return { kind: 'dead', reason: admission.message };
     await delivery.ack();
     log.info({ agentRunId: admission.run?.id, jobId: job.jobId, why: admission.why }, admission.message);
     return { kind: 'skipped' };
@@ -64,11 +74,17 @@ export async function admitDelivery(
   await delivery.ack();
   if (!run) {
     // Not queued any more by the time of the claim (the row was locked, so this is a bug guard).
-    log.info({ agentRunId: admission.run.id, jobId: job.jobId }, 'run is not queued (held by another worker or finished); job dropped');
+    log.info(
+      { agentRunId: admission.run.id, jobId: job.jobId },
+      'run is not queued (held by another worker or finished); job dropped',
+    );
     return { kind: 'skipped' };
   }
   if (admission.outcome === 'redispatched') {
-    log.info({ agentRunId: run.id, attempt: run.attempt, from: admission.state }, 're-dispatched on request: resuming from the last checkpoint');
+    log.info(
+      { agentRunId: run.id, attempt: run.attempt, from: admission.state },
+      're-dispatched on request: resuming from the last checkpoint',
+    );
   }
   return { kind: 'claimed', run, outcome: admission.outcome };
 }

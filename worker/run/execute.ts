@@ -85,7 +85,10 @@ export async function executeDelivery(deps: JobDeps, delivery: Delivery): Promis
     if (err instanceof LeaseLostError || lease.isLost) {
       const cause = lease.classifyLoss();
       if (cause === 'cut_off') {
-        runLog.warn({ cause, error: errorMessage(err) }, 'lease lapsed while Postgres was unreachable: the run is given up');
+        runLog.warn(
+          { cause, error: errorMessage(err) },
+          'lease lapsed while Postgres was unreachable: the run is given up',
+        );
         return 'given_up';
       }
       runLog.warn({ cause, error: errorMessage(err) }, 'lease lost: this worker stops touching the run');
@@ -94,8 +97,15 @@ export async function executeDelivery(deps: JobDeps, delivery: Delivery): Promis
     if (isTransientDbError(err) || err instanceof CheckpointRemoteError) {
       // The database went away for longer than the retries: not the run's fault. Hand the run
       // back if we can; else the lease expires and the stall detector re-dispatches it.
-      runLog.warn({ error: errorMessage(err) }, err instanceof CheckpointRemoteError ? 'checkpoint remote unavailable; releasing the run at its last checkpoint' : 'database unavailable; releasing the run');
-      const released = await scoped((tx) => requeueRun(tx, { agentRunId: run.id, leaseEpoch: run.lease_epoch, nextAttempt: false })).catch(() => undefined);
+      runLog.warn(
+        { error: errorMessage(err) },
+        err instanceof CheckpointRemoteError
+          ? 'checkpoint remote unavailable; releasing the run at its last checkpoint'
+          : 'database unavailable; releasing the run',
+      );
+      const released = await scoped((tx) =>
+        requeueRun(tx, { agentRunId: run.id, leaseEpoch: run.lease_epoch, nextAttempt: false }),
+      ).catch(() => undefined);
       if (released) await deps.queue.enqueue(released.job).catch(() => {});
       return 'released';
     }
@@ -103,9 +113,19 @@ export async function executeDelivery(deps: JobDeps, delivery: Delivery): Promis
     runLog.error({ code: e.code, error: e.message }, 'run failed');
     await scoped(async (tx) => {
       if (await failRun(tx, { agentRunId: run.id, leaseEpoch: run.lease_epoch, reason: `${e.code}: ${e.message}` })) {
-        await appendEvent(tx, { convoyId: run.convoy_id, agentRunId: run.id, type: 'run_failed', metadata: { reason: e.message, code: e.code, attempt: run.attempt } });
+        await appendEvent(tx, {
+          convoyId: run.convoy_id,
+          agentRunId: run.id,
+          type: 'run_failed',
+          metadata: { reason: e.message, code: e.code, attempt: run.attempt },
+        });
       }
-    }).catch((dbErr) => runLog.error({ error: errorMessage(dbErr) }, 'could not record the failure; the stall detector will retry the run'));
+    }).catch((dbErr) =>
+      runLog.error(
+        { error: errorMessage(dbErr) },
+        'could not record the failure; the stall detector will retry the run',
+      ),
+    );
     return 'failed';
   } finally {
     lease.stop();
@@ -148,55 +168,98 @@ async function executeRun(
   // The model first: a run with an unknown model alias fails before any worktree is made.
   // A remote adapter's agent has its own model (worker/adapters/); its rounds run in the same loop.
   if (harness.adapter === 'minimal' && !job.model) {
-    throw new EchodoError('model_unknown', `the job names no model, and harness ${harness.alias} runs the worker's own loop`);
+    throw new EchodoError(
+      'model_unknown',
+      `the job names no model, and harness ${harness.alias} runs the worker's own loop`,
+    );
   }
   let state: CheckpointState | undefined;
-  const { model, description } = harness.adapter !== 'minimal' ? remoteAgentModel(harness, {
-    agentRunId: run.id, attempt: run.attempt, history: () => state?.history ?? [],
-    keyGrant: keyGrants.find((g) => g.variable === harness.keyEnvVar),
-    keyVarGlobs: parseKeyVarGlobs(config.WORKER_PROVIDER_KEY_VARS),
-  }) : await resolveModel({
-    model: job.model ?? '',
-    lookupProvider: async (alias) => (alias === job.model ? provider : scoped((tx) => modelProvider(tx, alias))),
-    startAt: chain.at(-1)?.step ?? run.fork_seed?.step ?? 0, // a fork continues after its source's step
-    signal: deps.shutdown,
-    keyVarGlobs: parseKeyVarGlobs(config.WORKER_PROVIDER_KEY_VARS),
-    replayDir: config.WORKER_REPLAY_DIR,
-    lookupKeyGrant: async (variable) => keyGrants.find((g) => g.variable === variable),
-  });
+  const { model, description } =
+    harness.adapter !== 'minimal'
+      ? remoteAgentModel(harness, {
+          agentRunId: run.id,
+          attempt: run.attempt,
+          history: () => state?.history ?? [],
+          keyGrant: keyGrants.find((g) => g.variable === harness.keyEnvVar),
+          keyVarGlobs: parseKeyVarGlobs(config.WORKER_PROVIDER_KEY_VARS),
+        })
+      : await resolveModel({
+          model: job.model ?? '',
+          lookupProvider: async (alias) => (alias === job.model ? provider : scoped((tx) => modelProvider(tx, alias))),
+          startAt: chain.at(-1)?.step ?? run.fork_seed?.step ?? 0, // a fork continues after its source's step
+          signal: deps.shutdown,
+          keyVarGlobs: parseKeyVarGlobs(config.WORKER_PROVIDER_KEY_VARS),
+          replayDir: config.WORKER_REPLAY_DIR,
+          lookupKeyGrant: async (variable) => keyGrants.find((g) => g.variable === variable),
+        });
   if (run.cancel_requested_at) {
     // Asked while nobody could act on it (its worker died after the request): cancelled at once.
-    await finishCancelledRun({ db, run, by: run.cancel_requested_by ?? 'unknown', seq: chain.at(-1)?.checkpoint_seq ?? 0, step: run.step, repoPath: job.repoPath ?? config.WORKER_REPO_ROOT, worktreePath: run.worktree_path, log });
+    await finishCancelledRun({
+      db,
+      run,
+      by: run.cancel_requested_by ?? 'unknown',
+      seq: chain.at(-1)?.checkpoint_seq ?? 0,
+      step: run.step,
+      repoPath: job.repoPath ?? config.WORKER_REPO_ROOT,
+      worktreePath: run.worktree_path,
+      log,
+    });
     return 'released';
   }
-  const { tree, baseOid, mirroring, notesOnRemote } = await prepareTree(deps, run, harness, chain, anchor, resuming, manifest, { ...started, status: prefetchedStatus });
+  const { tree, baseOid, mirroring, notesOnRemote } = await prepareTree(
+    deps,
+    run,
+    harness,
+    chain,
+    anchor,
+    resuming,
+    manifest,
+    { ...started, status: prefetchedStatus },
+  );
 
   // A fork's first attempt starts from its source's checkpoint (step, history, hash as anchor).
-  state = chain.length || !run.fork_seed ? stateFromChain(chain, baseOid, config.WORKER_CHECKPOINT_HISTORY_LIMIT, manifest) : forkStartState(run.fork_seed, baseOid);
+  state =
+    chain.length || !run.fork_seed
+      ? stateFromChain(chain, baseOid, config.WORKER_CHECKPOINT_HISTORY_LIMIT, manifest)
+      : forkStartState(run.fork_seed, baseOid);
   // The run's tree process, kept for the whole attempt (every read, write and git call in the tree).
   const treeLease = await acquireTree(tree.root);
   const tracker = new TouchTracker(tree.root);
   tracker.start();
   try {
-    log.info({ harness: harness.alias, model: description, step: state.step, seq: state.seq, root: tree.root }, resuming ? 'run resumed' : 'run started');
+    log.info(
+      { harness: harness.alias, model: description, step: state.step, seq: state.seq, root: tree.root },
+      resuming ? 'run resumed' : 'run started',
+    );
     // Many hosts: every checkpoint commit on WORKER_CHECKPOINT_REMOTE before its row (worker/remote/push.ts).
     const remoteNotesRef = runNotesRef(run.workspace_id, run.id);
-    const remote = config.WORKER_CHECKPOINT_REMOTE && tree.git
-      ? {
-          notesRef: remoteNotesRef,
-          pusher: new RemotePusher({
-            cwd: tree.root,
-            remote: config.WORKER_CHECKPOINT_REMOTE,
-            branch: tree.git.branch,
+    const remote =
+      config.WORKER_CHECKPOINT_REMOTE && tree.git
+        ? {
             notesRef: remoteNotesRef,
-            assertHeld: () => lease.assertHeld(),
-            log,
-            timeoutMs: config.WORKER_REMOTE_TIMEOUT_MS,
-          }),
-        }
-      : undefined;
-    const identity = { workspaceId: run.workspace_id, agentRunId: run.id, convoyId: run.convoy_id, briefId: run.brief_id, attempt: run.attempt };
-    const writer = checkpointWriterFor(config, { sql: db.app, run: identity, lease, tree, tracker, log, remote }, state);
+            pusher: new RemotePusher({
+              cwd: tree.root,
+              remote: config.WORKER_CHECKPOINT_REMOTE,
+              branch: tree.git.branch,
+              notesRef: remoteNotesRef,
+              assertHeld: () => lease.assertHeld(),
+              log,
+              timeoutMs: config.WORKER_REMOTE_TIMEOUT_MS,
+            }),
+          }
+        : undefined;
+    const identity = {
+      workspaceId: run.workspace_id,
+      agentRunId: run.id,
+      convoyId: run.convoy_id,
+      briefId: run.brief_id,
+      attempt: run.attempt,
+    };
+    const writer = checkpointWriterFor(
+      config,
+      { sql: db.app, run: identity, lease, tree, tracker, log, remote },
+      state,
+    );
     // Notes a resume rewrote from Postgres (the latest one a kill kept off the remote) go out now;
     // not when they were all just fetched from it.
     if (remote && resuming && !notesOnRemote) await remote.pusher.pushNotes();
@@ -225,13 +288,27 @@ async function executeRun(
         throw outcome.error;
       case 'cancelled': {
         await tracker.stop(); // before its worktree goes
-        await finishCancelledRun({ db, run, by: outcome.by, seq: state.seq, step: state.step, repoPath: job.repoPath ?? config.WORKER_REPO_ROOT, worktreePath: tree.git?.worktreePath ?? null, log });
+        await finishCancelledRun({
+          db,
+          run,
+          by: outcome.by,
+          seq: state.seq,
+          step: state.step,
+          repoPath: job.repoPath ?? config.WORKER_REPO_ROOT,
+          worktreePath: tree.git?.worktreePath ?? null,
+          log,
+        });
         return 'released';
       }
       case 'stopped': {
-        const released = await scoped((tx) => requeueRun(tx, { agentRunId: run.id, leaseEpoch: run.lease_epoch, nextAttempt: false }));
+        const released = await scoped((tx) =>
+          requeueRun(tx, { agentRunId: run.id, leaseEpoch: run.lease_epoch, nextAttempt: false }),
+        );
         if (released) await deps.queue.enqueue(released.job);
-        log.info({ step: state.step, seq: state.seq }, 'stopped on request: state checkpointed, run released to the queue');
+        log.info(
+          { step: state.step, seq: state.seq },
+          'stopped on request: state checkpointed, run released to the queue',
+        );
         return 'released';
       }
       case 'budget_exhausted': {
@@ -247,7 +324,10 @@ async function executeRun(
             metadata: { ...exhausted, seq: state!.seq, step: state!.step },
           });
         });
-        log.warn({ ...exhausted, seq: state.seq, step: state.step }, 'budget reached: run stopped at its last checkpoint');
+        log.warn(
+          { ...exhausted, seq: state.seq, step: state.step },
+          'budget reached: run stopped at its last checkpoint',
+        );
         return 'released';
       }
       case 'finished': {
@@ -262,7 +342,14 @@ async function executeRun(
             convoyId: run.convoy_id,
             agentRunId: run.id,
             type: 'role_complete',
-            metadata: { harnessAlias: harness.alias, roleId: job.roleId, steps: state.step, checkpoints: state.seq, reason: outcome.reason, branch: tree.git?.branch ?? null },
+            metadata: {
+              harnessAlias: harness.alias,
+              roleId: job.roleId,
+              steps: state.step,
+              checkpoints: state.seq,
+              reason: outcome.reason,
+              branch: tree.git?.branch ?? null,
+            },
           });
         });
         log.info({ steps: state.step, checkpoints: state.seq, reason: outcome.reason }, 'run completed');
@@ -282,7 +369,10 @@ async function deadLetter(deps: JobDeps, delivery: Delivery, reason: string, job
   if (!job) {
     try {
       const raw = JSON.parse(delivery.raw) as Record<string, unknown>;
-      ids = { workspaceId: typeof raw.workspaceId === 'string' ? raw.workspaceId : undefined, jobId: typeof raw.jobId === 'string' ? raw.jobId : undefined };
+      ids = {
+        workspaceId: typeof raw.workspaceId === 'string' ? raw.workspaceId : undefined,
+        jobId: typeof raw.jobId === 'string' ? raw.jobId : undefined,
+      };
     } catch {
       /* unreadable: no ids */
     }

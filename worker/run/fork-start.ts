@@ -20,4 +20,3 @@ export function forkStartState(seed: ForkSeed, baseOid: string | null): Checkpoi
     history: seed.history as ToolCallRecord[],
   };
 }
-

@@ -28,11 +28,21 @@ export function builtinHarnesses(config: Pick<Config, 'WORKER_ALLOWED_COMMANDS'>
   const commands = parseAllowedCommands(config.WORKER_ALLOWED_COMMANDS);
   return {
     code: { alias: 'code', needsWorktree: true, allowedCommands: commands, writePrefixes: null, ...MINIMAL },
-    'doc-writer': { alias: 'doc-writer', needsWorktree: false, allowedCommands: null, writePrefixes: ['docs/', 'plans/'], ...MINIMAL },
+    'doc-writer': {
+      alias: 'doc-writer',
+      needsWorktree: false,
+      allowedCommands: null,
+      writePrefixes: ['docs/', 'plans/'],
+      ...MINIMAL,
+    },
   };
 }
 
-export async function resolveHarnessForJob(tx: WorkspaceTx, job: Job, config: Pick<Config, 'WORKER_ALLOWED_COMMANDS'>): Promise<Harness> {
+export async function resolveHarnessForJob(
+  tx: WorkspaceTx,
+  job: Job,
+  config: Pick<Config, 'WORKER_ALLOWED_COMMANDS'>,
+): Promise<Harness> {
   const alias = job.harnessAlias ?? (await harnessAliasForRole(tx, job.roleId)) ?? 'code';
   const override = await harnessOverride(tx, alias);
   if (override) {
@@ -48,6 +58,10 @@ export async function resolveHarnessForJob(tx: WorkspaceTx, job: Job, config: Pi
     };
   }
   const builtin = builtinHarnesses(config)[alias];
-  if (!builtin) throw new EchodoError('harness_unknown', `harness "${alias}" is neither built in (code, doc-writer) nor in harness_providers of workspace ${tx.workspaceId}`);
+  if (!builtin)
+    throw new EchodoError(
+      'harness_unknown',
+      `harness "${alias}" is neither built in (code, doc-writer) nor in harness_providers of workspace ${tx.workspaceId}`,
+    );
   return builtin;
 }

@@ -125,7 +125,9 @@ export class Lease {
   /** Local check, no I/O: throws if the lease was lost or may have expired unnoticed. */
   assertFresh(): void {
     if (!this.lost && performance.now() - this.lastOkAt > this.options.leaseMs) {
-      this.markLost(`no successful heartbeat for ${Math.round(performance.now() - this.lastOkAt)} ms (lease ${this.options.leaseMs} ms); stopping before touching anything`);
+      this.markLost(
+        `no successful heartbeat for ${Math.round(performance.now() - this.lastOkAt)} ms (lease ${this.options.leaseMs} ms); stopping before touching anything`,
+      );
     }
     if (this.lost) throw this.lost;
   }
@@ -134,7 +136,9 @@ export class Lease {
   async assertHeld(): Promise<void> {
     this.assertFresh();
     const view = await retryTransient(() =>
-      withWorkspace(this.sql, this.workspaceId, (tx) => leaseView(tx, { agentRunId: this.agentRunId, leaseEpoch: this.epoch })),
+      withWorkspace(this.sql, this.workspaceId, (tx) =>
+        leaseView(tx, { agentRunId: this.agentRunId, leaseEpoch: this.epoch }),
+      ),
     ).catch((err: unknown) => {
       this.unanswered++;
       throw err;

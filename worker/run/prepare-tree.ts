@@ -17,7 +17,14 @@ import type { WorkingTree } from '../checkpoints/writer.ts';
 import { faultPoint } from '../faults.ts';
 import type { Harness } from './harnesses.ts';
 import type { Logger } from '../log.ts';
-import { ensureLocalRepo, mirrorNotesLocally, prepareRemoteResume, scheduleNotesMirror, type NotesMirror, type PrefetchedRun } from '../remote/resume.ts';
+import {
+  ensureLocalRepo,
+  mirrorNotesLocally,
+  prepareRemoteResume,
+  scheduleNotesMirror,
+  type NotesMirror,
+  type PrefetchedRun,
+} from '../remote/resume.ts';
 import { verifyAndRepair } from '../checkpoints/resume.ts';
 import { removeStaleTempFiles } from '../tools/temp-files.ts';
 import { prepareWorktree, repoCommonDir, type PreparedWorktree } from '../worktrees/worktree.ts';
@@ -31,7 +38,8 @@ export interface TreeDeps {
 /** `git status` of the run's recorded worktree, when it is on this host and there: for verifyAndRepair. */
 export function prefetchStatus(run: RunRow, config: Config): PrefetchedStatus | undefined {
   const worktree = run.worktree_path;
-  if (!worktree || !run.branch || (run.host_id && run.host_id !== config.WORKER_HOST_ID) || !existsSync(worktree)) return undefined;
+  if (!worktree || !run.branch || (run.host_id && run.host_id !== config.WORKER_HOST_ID) || !existsSync(worktree))
+    return undefined;
   const result = gitStatus(worktree);
   result.catch(() => {}); // unused when verification takes another path; its own reads then report
   return { path: worktree, result };
@@ -80,8 +88,22 @@ export async function prepareTree(
     if (resuming) {
       // A write_file killed between its temp file and the rename leaves the temp behind.
       for (const prefix of harness.writePrefixes ?? ['']) await removeStaleTempFiles(root, prefix || '.');
-      const report = await verifyAndRepair({ run, chain, anchor, manifest, repoRoot: root, worktreeBase: config.WORKER_WORKTREE_BASE, notesRef: config.WORKER_NOTES_REF, log });
-      resumed = resumeEvent(run, report.fromSeq, report.findings.map((f) => f.detail), []);
+      const report = await verifyAndRepair({
+        run,
+        chain,
+        anchor,
+        manifest,
+        repoRoot: root,
+        worktreeBase: config.WORKER_WORKTREE_BASE,
+        notesRef: config.WORKER_NOTES_REF,
+        log,
+      });
+      resumed = resumeEvent(
+        run,
+        report.fromSeq,
+        report.findings.map((f) => f.detail),
+        [],
+      );
     }
     await recordWorkspace(deps, run, harness.alias, null, resumed);
     return { tree: { root, git: null }, baseOid: null };
@@ -91,13 +113,17 @@ export async function prepareTree(
   // Branch ownership (worker/worktrees/branches.ts): the run works only on a branch it owns.
   const repoPath = job.repoPath ?? config.WORKER_REPO_ROOT;
   // Many hosts: a host with no copy of the repository makes a partial clone of the checkpoint remote.
-  const partialClone = config.WORKER_CHECKPOINT_REMOTE ? await ensureLocalRepo(repoPath, config.WORKER_CHECKPOINT_REMOTE, log) : false;
+  const partialClone = config.WORKER_CHECKPOINT_REMOTE
+    ? await ensureLocalRepo(repoPath, config.WORKER_CHECKPOINT_REMOTE, log)
+    : false;
   const repoDir = await repoCommonDir(repoPath);
   const claim = branchClaimer(deps, run, repoDir);
   if (run.branch) await (prefetched.branchOwned ?? assertOwnBranch(run.branch, claim));
   if (resuming && run.worktree_path) {
     // With a checkpoint remote: fetched from it when the run was last on another host (worker/remote/resume.ts).
-    const fromRemote = config.WORKER_CHECKPOINT_REMOTE ? await prepareRemoteResume({ config, run, chain, repoPath, prefetched: prefetched.run, log }) : undefined;
+    const fromRemote = config.WORKER_CHECKPOINT_REMOTE
+      ? await prepareRemoteResume({ config, run, chain, repoPath, prefetched: prefetched.run, log })
+      : undefined;
     const report = await verifyAndRepair({
       run: fromRemote?.run ?? run,
       chain,
@@ -111,7 +137,8 @@ export async function prepareTree(
       log,
     });
     worktree = report.worktree!;
-    notesOnRemote = !!fromRemote?.fetched && !report.findings.some((f) => f.kind === 'note_missing' || f.kind === 'note_mismatch');
+    notesOnRemote =
+      !!fromRemote?.fetched && !report.findings.some((f) => f.kind === 'note_missing' || f.kind === 'note_mismatch');
     if (fromRemote) {
       // Every checkpoint's note under the local notes ref too (`git notes show` on this host): for
       // people, not for verification, so it is written while the run goes on, once the run is
@@ -120,19 +147,52 @@ export async function prepareTree(
       // fetch: a note the resume rewrote from Postgres (a kill between the row and its notes) went
       // to the run's notes ref only, and a kill during an earlier mirror left this host's ref short.
       const wt = worktree;
-      mirroring = scheduleNotesMirror(() => scoped((tx) => checkpointChain(tx, run.id)).then(
-        (all) => mirrorNotesLocally(wt.path, config.WORKER_NOTES_REF, all, log),
-        (err) => log.warn({ error: errorMessage(err) }, 'could not read the checkpoints to mirror their notes locally; continuing'),
-      ));
+      mirroring = scheduleNotesMirror(() =>
+        scoped((tx) => checkpointChain(tx, run.id)).then(
+          (all) => mirrorNotesLocally(wt.path, config.WORKER_NOTES_REF, all, log),
+          (err) =>
+            log.warn(
+              { error: errorMessage(err) },
+              'could not read the checkpoints to mirror their notes locally; continuing',
+            ),
+        ),
+      );
     }
-    log.info({ fromSeq: report.fromSeq, findings: report.findings, repairs: report.repairs }, 'worktree verified against Postgres and the git notes');
+    log.info(
+      { fromSeq: report.fromSeq, findings: report.findings, repairs: report.repairs },
+      'worktree verified against Postgres and the git notes',
+    );
     // aimedSpare: the worktree was the host's spare, aimed at the checkpoint ahead by the standby.
     const aimed = worktree.spareAimed ? { aimedSpare: true } : {};
-    const fetched = fromRemote?.fetched && { ...fromRemote.fetched, ...(partialClone ? { partialClone: true } : {}), ...aimed };
-    resumed = resumeEvent(run, report.fromSeq, report.findings.map((f) => `${f.kind}: ${f.detail}`), report.repairs, fetched);
+    const fetched = fromRemote?.fetched && {
+      ...fromRemote.fetched,
+      ...(partialClone ? { partialClone: true } : {}),
+      ...aimed,
+    };
+    resumed = resumeEvent(
+      run,
+      report.fromSeq,
+      report.findings.map((f) => `${f.kind}: ${f.detail}`),
+      report.repairs,
+      fetched,
+    );
   } else {
-    const knownBaseOid = run.base_oid ?? (await vetBaseRef({ repoPath, baseRef: job.baseRef, ownBranchesAmong: (names) => scoped((tx) => ownBranchesAmong(tx, repoDir, names)) }));
-    const branch = run.branch ?? (await chooseBranch({ repoPath, workspaceId: run.workspace_id, briefId: run.brief_id, agentRunId: run.id, claim }));
+    const knownBaseOid =
+      run.base_oid ??
+      (await vetBaseRef({
+        repoPath,
+        baseRef: job.baseRef,
+        ownBranchesAmong: (names) => scoped((tx) => ownBranchesAmong(tx, repoDir, names)),
+      }));
+    const branch =
+      run.branch ??
+      (await chooseBranch({
+        repoPath,
+        workspaceId: run.workspace_id,
+        briefId: run.brief_id,
+        agentRunId: run.id,
+        claim,
+      }));
     worktree = await prepareWorktree({
       repoPath,
       worktreeBase: config.WORKER_WORKTREE_BASE,
@@ -145,17 +205,35 @@ export async function prepareTree(
       log,
     });
     if (worktree.created) {
-      await scoped((tx) => appendEvent(tx, { convoyId: run.convoy_id, agentRunId: run.id, type: 'worktree_created', metadata: { branch: worktree.branch, attempt: run.attempt } }));
+      await scoped((tx) =>
+        appendEvent(tx, {
+          convoyId: run.convoy_id,
+          agentRunId: run.id,
+          type: 'worktree_created',
+          metadata: { branch: worktree.branch, attempt: run.attempt },
+        }),
+      );
     }
   }
   faultPoint('before-branch-recorded');
   await recordWorkspace(deps, run, harness.alias, worktree, resumed);
-  return { tree: { root: worktree.path, git: { branch: worktree.branch, worktreePath: worktree.path } }, baseOid: run.base_oid ?? worktree.baseOid, mirroring, notesOnRemote };
+  return {
+    tree: { root: worktree.path, git: { branch: worktree.branch, worktreePath: worktree.path } },
+    baseOid: run.base_oid ?? worktree.baseOid,
+    mirroring,
+    notesOnRemote,
+  };
 }
 
 type ResumeEvent = Record<string, unknown>;
 
-function resumeEvent(run: RunRow, fromSeq: number, findings: string[], repairs: string[], fetched?: Record<string, unknown>): ResumeEvent {
+function resumeEvent(
+  run: RunRow,
+  fromSeq: number,
+  findings: string[],
+  repairs: string[],
+  fetched?: Record<string, unknown>,
+): ResumeEvent {
   return { fromSeq, attempt: run.attempt, findings, repairs, recloned: false, ...fetched };
 }
 
@@ -163,7 +241,13 @@ function resumeEvent(run: RunRow, fromSeq: number, findings: string[], repairs: 
  * The run's worktree (branch, path, base, host) and, on a resume, its run_resumed event: one
  * transaction, fenced on the lease epoch (the event is recorded only by the lease holder).
  */
-async function recordWorkspace(deps: TreeDeps, run: RunRow, harnessAlias: string, worktree: PreparedWorktree | null, resumed?: ResumeEvent): Promise<void> {
+async function recordWorkspace(
+  deps: TreeDeps,
+  run: RunRow,
+  harnessAlias: string,
+  worktree: PreparedWorktree | null,
+  resumed?: ResumeEvent,
+): Promise<void> {
   const ok = await withWorkspace(deps.db.app, run.workspace_id, async (tx) => {
     const set = await setRunWorkspace(tx, {
       agentRunId: run.id,
@@ -174,7 +258,8 @@ async function recordWorkspace(deps: TreeDeps, run: RunRow, harnessAlias: string
       baseOid: worktree?.baseOid ?? null,
       hostId: deps.config.WORKER_HOST_ID,
     });
-    if (set && resumed) await appendEvent(tx, { convoyId: run.convoy_id, agentRunId: run.id, type: 'run_resumed', metadata: resumed });
+    if (set && resumed)
+      await appendEvent(tx, { convoyId: run.convoy_id, agentRunId: run.id, type: 'run_resumed', metadata: resumed });
     return set;
   });
   if (!ok) throw new LeaseLostError(`run ${run.id}: lease lost while preparing the ${worktree ? 'worktree' : 'run'}`);

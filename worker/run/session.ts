@@ -54,7 +54,11 @@ export interface SessionDeps {
   budget?: BudgetGuard;
 }
 
-export function buildSystemPrompt(d: Pick<SessionDeps, 'roleId' | 'harness' | 'rolePrompt'>, history: ToolCallRecord[], step: number): string {
+export function buildSystemPrompt(
+  d: Pick<SessionDeps, 'roleId' | 'harness' | 'rolePrompt'>,
+  history: ToolCallRecord[],
+  step: number,
+): string {
   const parts = [
     d.rolePrompt ?? `You are the ${d.roleId} agent of an unattended software team.`,
     `Work only with the tools you are given; paths are relative to the ${d.harness.needsWorktree ? 'worktree' : 'repository root'}.`,
@@ -169,7 +173,14 @@ export async function runSession(d: SessionDeps): Promise<SessionOutcome> {
           // carry on over a half-written tree.
           const code = (err as NodeJS.ErrnoException).code;
           if (code && FATAL_IO_CODES.has(code)) {
-            halt('fatal', new EchodoError('io_failure', `${def.name} failed with ${code} (${errorMessage(err)}); the run stops at its last checkpoint`, { cause: err }));
+            halt(
+              'fatal',
+              new EchodoError(
+                'io_failure',
+                `${def.name} failed with ${code} (${errorMessage(err)}); the run stops at its last checkpoint`,
+                { cause: err },
+              ),
+            );
           } else if (isTransientDbError(err)) {
             // The fencing check could not reach Postgres: stop here rather than tell the model.
             halt('fatal', err);

@@ -20,10 +20,17 @@ export interface BwrapPlan {
 export function bwrapArgs(plan: BwrapPlan): string[] {
   const args = [
     // New pid, net, ipc, uts, user and cgroup namespaces: no host process, socket or network.
-    '--unshare-all', '--unshare-user', '--uid', String(SANDBOX_UID), '--gid', String(SANDBOX_UID),
-    '--hostname', 'sandbox',
+    '--unshare-all',
+    '--unshare-user',
+    '--uid',
+    String(SANDBOX_UID),
+    '--gid',
+    String(SANDBOX_UID),
+    '--hostname',
+    'sandbox',
     // Killing bwrap kills pid 1 of the namespace, and with it every process inside (setsid or not).
-    '--die-with-parent', '--new-session',
+    '--die-with-parent',
+    '--new-session',
   ];
   for (const m of plan.toolchain.mounts) {
     if (m.kind === 'ro-bind') args.push('--ro-bind', m.source, m.dest);
@@ -35,7 +42,20 @@ export function bwrapArgs(plan: BwrapPlan): string[] {
   args.push('--bind', plan.root, plan.root);
   args.push(...gitMounts(plan));
   args.push('--chdir', plan.root, '--clearenv');
-  args.push('--setenv', 'PATH', plan.toolchain.path, '--setenv', 'HOME', SANDBOX_HOME, '--setenv', 'LANG', 'C.UTF-8', '--setenv', 'CI', 'true');
+  args.push(
+    '--setenv',
+    'PATH',
+    plan.toolchain.path,
+    '--setenv',
+    'HOME',
+    SANDBOX_HOME,
+    '--setenv',
+    'LANG',
+    'C.UTF-8',
+    '--setenv',
+    'CI',
+    'true',
+  );
   args.push('--', ...plan.argv);
   return args;
 }
@@ -45,9 +65,7 @@ function gitMounts(plan: BwrapPlan): string[] {
   if (g.kind === 'none') return [];
   if (g.kind === 'repo') {
     // A plain repository: git reads its .git folder read-only; a script sees an empty, read-only one.
-    return plan.access === 'git'
-      ? ['--ro-bind', g.dotGit, g.dotGit]
-      : ['--tmpfs', g.dotGit, '--remount-ro', g.dotGit];
+    return plan.access === 'git' ? ['--ro-bind', g.dotGit, g.dotGit] : ['--tmpfs', g.dotGit, '--remount-ro', g.dotGit];
   }
   // The .git pointer file stays read-only for both: the worker's own git outside follows it, so a
   // script must not be able to point it (or turn it into a folder with hooks) elsewhere.
@@ -62,7 +80,16 @@ function gitMounts(plan: BwrapPlan): string[] {
  */
 export function hardenedGitArgv(argv: string[]): string[] {
   const [git, sub, ...rest] = argv;
-  const config = ['-c', 'core.hooksPath=/dev/null', '-c', 'core.fsmonitor=false', '-c', 'safe.directory=*', '-c', 'core.pager=cat'];
+  const config = [
+    '-c',
+    'core.hooksPath=/dev/null',
+    '-c',
+    'core.fsmonitor=false',
+    '-c',
+    'safe.directory=*',
+    '-c',
+    'core.pager=cat',
+  ];
   const diffFlags = sub === 'diff' ? ['--no-ext-diff', '--no-textconv'] : [];
   return [git!, ...config, ...(sub === undefined ? [] : [sub]), ...diffFlags, ...rest];
 }

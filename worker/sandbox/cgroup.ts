@@ -58,7 +58,8 @@ function cgroupOf(dirs: string[], useKillFile: boolean): CommandCgroup {
       for (let attempt = 0; attempt < 50; attempt++) {
         await kill();
         const left: string[] = [];
-        for (const dir of dirs) await rmdir(dir).catch((err: NodeJS.ErrnoException) => err.code !== 'ENOENT' && left.push(dir));
+        for (const dir of dirs)
+          await rmdir(dir).catch((err: NodeJS.ErrnoException) => err.code !== 'ENOENT' && left.push(dir));
         if (left.length === 0) return;
         dirs = left;
         await new Promise((r) => setTimeout(r, 20));
@@ -101,7 +102,8 @@ async function cgroup2(): Promise<Limiter | null> {
 async function cgroup1(): Promise<Limiter | null> {
   const pidsRoot = path.join(ROOT, 'pids');
   const memoryRoot = path.join(ROOT, 'memory');
-  if (!existsSync(path.join(pidsRoot, 'cgroup.procs')) || !existsSync(path.join(memoryRoot, 'cgroup.procs'))) return null;
+  if (!existsSync(path.join(pidsRoot, 'cgroup.procs')) || !existsSync(path.join(memoryRoot, 'cgroup.procs')))
+    return null;
   try {
     await mkdir(path.join(pidsRoot, PARENT), { recursive: true });
     await mkdir(path.join(memoryRoot, PARENT), { recursive: true });

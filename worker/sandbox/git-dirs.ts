@@ -16,13 +16,18 @@ export async function gitLayout(root: string): Promise<GitLayout> {
   const st = await lstat(dotGit).catch(() => null);
   if (!st) return { kind: 'none' };
   if (st.isDirectory()) return { kind: 'repo', dotGit };
-  if (!st.isFile()) throw new ToolRefusedError('the worktree\'s .git is neither a file nor a folder; git commands cannot run here');
+  if (!st.isFile())
+    throw new ToolRefusedError("the worktree's .git is neither a file nor a folder; git commands cannot run here");
   try {
     const pointer = (await readFile(dotGit, 'utf8')).trim();
     const adminDir = await realpath(path.resolve(root, pointer.replace(/^gitdir:\s*/, '')));
-    const commonDir = await realpath(path.resolve(adminDir, (await readFile(path.join(adminDir, 'commondir'), 'utf8')).trim()));
+    const commonDir = await realpath(
+      path.resolve(adminDir, (await readFile(path.join(adminDir, 'commondir'), 'utf8')).trim()),
+    );
     return { kind: 'worktree', dotGit, adminDir, commonDir };
   } catch (err) {
-    throw new ToolRefusedError(`the worktree's .git file does not point at a usable git dir (${(err as Error).message})`);
+    throw new ToolRefusedError(
+      `the worktree's .git file does not point at a usable git dir (${(err as Error).message})`,
+    );
   }
 }

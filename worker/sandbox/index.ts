@@ -34,7 +34,15 @@ export const DEFAULT_LIMITS: SandboxLimits = {
 export type CommandSandbox =
   | { mode: 'off' }
   | { mode: 'bwrap'; usable: false; reason: string }
-  | { mode: 'bwrap'; usable: true; bwrap: string; prlimit: string; toolchain: Toolchain; limiter: Limiter; limits: SandboxLimits };
+  | {
+      mode: 'bwrap';
+      usable: true;
+      bwrap: string;
+      prlimit: string;
+      toolchain: Toolchain;
+      limiter: Limiter;
+      limits: SandboxLimits;
+    };
 
 export interface SandboxOptions {
   mode: 'bwrap' | 'off';
@@ -78,12 +86,30 @@ function mergeLimits(partial: Partial<SandboxLimits> = {}): SandboxLimits {
 export async function probeSandbox(options: SandboxOptions): Promise<CommandSandbox> {
   if (options.mode === 'off') return { mode: 'off' };
   const bwrap = which(options.bwrapPath ?? 'bwrap');
-  if (!bwrap) return { mode: 'bwrap', usable: false, reason: `bubblewrap was not found (${options.bwrapPath ?? 'bwrap on PATH'})` };
+  if (!bwrap)
+    return {
+      mode: 'bwrap',
+      usable: false,
+      reason: `bubblewrap was not found (${options.bwrapPath ?? 'bwrap on PATH'})`,
+    };
   const prlimit = which('prlimit');
-  if (!prlimit) return { mode: 'bwrap', usable: false, reason: 'prlimit (util-linux) was not found on PATH; it sets the sandbox limits' };
+  if (!prlimit)
+    return {
+      mode: 'bwrap',
+      usable: false,
+      reason: 'prlimit (util-linux) was not found on PATH; it sets the sandbox limits',
+    };
   const toolchain = discoverToolchain({ forbidden: options.forbidden });
   const limiter = await detectLimiter();
-  const sandbox: CommandSandbox = { mode: 'bwrap', usable: true, bwrap, prlimit, toolchain, limiter, limits: mergeLimits(options.limits) };
+  const sandbox: CommandSandbox = {
+    mode: 'bwrap',
+    usable: true,
+    bwrap,
+    prlimit,
+    toolchain,
+    limiter,
+    limits: mergeLimits(options.limits),
+  };
   const dir = await realpath(await mkdtemp(path.join(os.tmpdir(), 'echodo-sandbox-probe-')));
   try {
     const spec = await sandboxedCommand(sandbox, { root: dir, argv: ['true'] });
@@ -119,11 +145,18 @@ export function sandboxFor(options: SandboxOptions): Promise<CommandSandbox> {
 
 /** One line for the start-up log, the dry-run banner and the tool result's note. */
 export function describeSandbox(s: CommandSandbox): string {
-  if (s.mode === 'off') return 'WORKER_SANDBOX=off: commands run unconfined with the worker\'s user, files and network (see docs/security.md)';
+  if (s.mode === 'off')
+    return "WORKER_SANDBOX=off: commands run unconfined with the worker's user, files and network (see docs/security.md)";
   if (!s.usable) return `sandbox unusable, run_command is refused: ${s.reason}`;
   const mib = (b: number) => `${Math.round(b / 1024 / 1024)} MiB`;
-  const memory = s.limiter.kind === 'none' ? `memory ${mib(s.limits.memoryBytes)} (RLIMIT_AS)` : `memory ${mib(s.limits.memoryBytes)} (${s.limiter.kind})`;
-  const pids = s.limiter.kind === 'none' ? 'process count not limited (no writable cgroup)' : `${s.limits.pids} processes (${s.limiter.kind} pids)`;
+  const memory =
+    s.limiter.kind === 'none'
+      ? `memory ${mib(s.limits.memoryBytes)} (RLIMIT_AS)`
+      : `memory ${mib(s.limits.memoryBytes)} (${s.limiter.kind})`;
+  const pids =
+    s.limiter.kind === 'none'
+      ? 'process count not limited (no writable cgroup)'
+      : `${s.limits.pids} processes (${s.limiter.kind} pids)`;
   return `bwrap sandbox: no network, worktree only; cpu ${s.limits.cpuSeconds} s (RLIMIT_CPU), files ≤ ${mib(s.limits.fileBytes)} (RLIMIT_FSIZE), ${memory}, ${pids}`;
 }
 
@@ -157,9 +190,19 @@ export async function sandboxedCommand(
   if (limiter.kind === 'none') rlimits.push(`--as=${limits.memoryBytes}`);
   const limited = [sandbox.prlimit, ...rlimits, '--', sandbox.bwrap, ...inner];
   const env = { PATH: '/usr/bin:/bin', LANG: 'C.UTF-8' };
-  const cgroup = await limiter.create(command.name ?? `cmd-${process.pid}-${++counter}`, { pids: limits.pids, memoryBytes: limits.memoryBytes });
+  const cgroup = await limiter.create(command.name ?? `cmd-${process.pid}-${++counter}`, {
+    pids: limits.pids,
+    memoryBytes: limits.memoryBytes,
+  });
   if (!cgroup) return { file: limited[0]!, args: limited.slice(1), env, cgroup, limiterKind: limiter.kind };
   // The first process joins the cgroup(s) before it becomes bwrap, so every descendant is inside.
-  const join = 'IFS=:; for f in $0; do echo $$ > "$f" || { echo "echodo: could not join the cgroup $f" >&2; exit 125; }; done; exec "$@"';
-  return { file: '/bin/sh', args: ['-c', join, cgroup.procsFiles.join(':'), ...limited], env, cgroup, limiterKind: limiter.kind };
+  const join =
+    'IFS=:; for f in $0; do echo $$ > "$f" || { echo "echodo: could not join the cgroup $f" >&2; exit 125; }; done; exec "$@"';
+  return {
+    file: '/bin/sh',
+    args: ['-c', join, cgroup.procsFiles.join(':'), ...limited],
+    env,
+    cgroup,
+    limiterKind: limiter.kind,
+  };
 }

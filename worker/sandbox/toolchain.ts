@@ -15,8 +15,7 @@ const HOST_ETC = ['/etc/ld.so.cache', '/etc/ld.so.conf', '/etc/alternatives', '/
 const TOOLS = ['node', 'npm', 'npx', 'pnpm', 'git', 'sh'];
 
 export type Mount =
-  | { kind: 'ro-bind'; source: string; dest: string }
-  | { kind: 'symlink'; target: string; dest: string };
+  { kind: 'ro-bind'; source: string; dest: string } | { kind: 'symlink'; target: string; dest: string };
 
 export interface Toolchain {
   /** Read-only mounts and links, in order. */
@@ -49,7 +48,9 @@ function findOnPath(name: string, searchPath: string): string | null {
  * (ECHODO_HOME, the worktree base, the repo root): a tool prefix that contains or lies in one of
  * them is left out (the tool is then missing inside, which fails closed).
  */
-export function discoverToolchain(options: { execPath?: string; searchPath?: string; forbidden?: string[] } = {}): Toolchain {
+export function discoverToolchain(
+  options: { execPath?: string; searchPath?: string; forbidden?: string[] } = {},
+): Toolchain {
   const execPath = options.execPath ?? process.execPath;
   const searchPath = options.searchPath ?? process.env.PATH ?? '';
   const forbidden = (options.forbidden ?? []).map((p) => path.resolve(p));
@@ -82,6 +83,8 @@ export function discoverToolchain(options: { execPath?: string; searchPath?: str
     mounts.push({ kind: 'ro-bind', source: path.join(SANDBOX_ETC, file), dest: path.join('/etc', file) });
   }
 
-  const insidePath = [...new Set([...pathDirs, '/usr/local/bin', '/usr/bin', '/bin'])].filter((d) => covered(d) || TOP_LEVEL.includes(d));
+  const insidePath = [...new Set([...pathDirs, '/usr/local/bin', '/usr/bin', '/bin'])].filter(
+    (d) => covered(d) || TOP_LEVEL.includes(d),
+  );
   return { mounts, path: insidePath.join(path.delimiter) };
 }

@@ -87,14 +87,19 @@ export function splitCommand(command: string): string[] {
   if (word !== null) words.push(word);
   if (words.length === 0) throw refuse('the command is empty');
   if (ENV_ASSIGNMENT.test(words[0]!)) {
-    throw refuse(`the command starts with an environment assignment (${JSON.stringify(words[0]!.split('=')[0])}=…); that is not allowed`);
+    throw refuse(
+      `the command starts with an environment assignment (${JSON.stringify(words[0]!.split('=')[0])}=…); that is not allowed`,
+    );
   }
   return words;
 }
 
 /** WORKER_ALLOWED_COMMANDS: comma-separated entries; unset or empty means the default list. */
 export function parseAllowedCommands(value: string | undefined): string[] {
-  const entries = (value ?? '').split(',').map((e) => e.trim().split(/\s+/).join(' ')).filter(Boolean);
+  const entries = (value ?? '')
+    .split(',')
+    .map((e) => e.trim().split(/\s+/).join(' '))
+    .filter(Boolean);
   return entries.length > 0 ? entries : [...DEFAULT_ALLOWED_COMMANDS];
 }
 
@@ -102,23 +107,89 @@ export function parseAllowedCommands(value: string | undefined): string[] {
 // which tree/config it works on. Matched on the name before '=' and on unambiguous abbreviations
 // (git accepts abbreviated long options).
 const DENIED_OPTIONS = [
-  '--output', '--exec', '--upload-pack', '--receive-pack', '--ext-diff', '--textconv', '--no-index',
-  '--config', '--git-dir', '--work-tree', '--exec-path', '--namespace', '--super-prefix',
-  '--prefix', '--dir', '--workspace-root', '--global', '--userconfig', '--globalconfig', '--cache',
-  '--cwd', '--require', '--import', '--loader', '--experimental-loader', '--eval', '--node-options',
+  '--output',
+  '--exec',
+  '--upload-pack',
+  '--receive-pack',
+  '--ext-diff',
+  '--textconv',
+  '--no-index',
+  '--config',
+  '--git-dir',
+  '--work-tree',
+  '--exec-path',
+  '--namespace',
+  '--super-prefix',
+  '--prefix',
+  '--dir',
+  '--workspace-root',
+  '--global',
+  '--userconfig',
+  '--globalconfig',
+  '--cache',
+  '--cwd',
+  '--require',
+  '--import',
+  '--loader',
+  '--experimental-loader',
+  '--eval',
+  '--node-options',
 ];
 const DENIED_SHORT = new Set(['-C', '-c']);
 const GIT_DENIED_SHORT = new Set(['-o']);
 
 const GIT_FLAGS = new Set([
-  '--stat', '--numstat', '--shortstat', '--dirstat', '--name-only', '--name-status', '--summary', '--raw',
-  '--cached', '--staged', '--patch', '-p', '--no-patch', '--no-color', '--no-ext-diff', '--no-textconv',
-  '--no-renames', '--find-renames', '-M', '-w', '--ignore-all-space', '--ignore-space-change', '-b',
-  '--ignore-blank-lines', '--check', '--quiet', '--exit-code', '--minimal', '--patience', '--histogram',
-  '--word-diff', '--full-index', '--binary', '-R', '-z', '--relative',
+  '--stat',
+  '--numstat',
+  '--shortstat',
+  '--dirstat',
+  '--name-only',
+  '--name-status',
+  '--summary',
+  '--raw',
+  '--cached',
+  '--staged',
+  '--patch',
+  '-p',
+  '--no-patch',
+  '--no-color',
+  '--no-ext-diff',
+  '--no-textconv',
+  '--no-renames',
+  '--find-renames',
+  '-M',
+  '-w',
+  '--ignore-all-space',
+  '--ignore-space-change',
+  '-b',
+  '--ignore-blank-lines',
+  '--check',
+  '--quiet',
+  '--exit-code',
+  '--minimal',
+  '--patience',
+  '--histogram',
+  '--word-diff',
+  '--full-index',
+  '--binary',
+  '-R',
+  '-z',
+  '--relative',
   // git status
-  '-s', '--short', '--branch', '--long', '--porcelain', '--untracked-files', '-u', '--ignored',
-  '--ahead-behind', '--no-ahead-behind', '--show-stash', '--renames', '-v', '--verbose',
+  '-s',
+  '--short',
+  '--branch',
+  '--long',
+  '--porcelain',
+  '--untracked-files',
+  '-u',
+  '--ignored',
+  '--ahead-behind',
+  '--no-ahead-behind',
+  '--show-stash',
+  '--renames',
+  '-v',
+  '--verbose',
 ]);
 const GIT_VALUE_FLAGS: Record<string, RegExp> = {
   '--unified': /^\d{1,4}$/,
@@ -160,7 +231,9 @@ export function checkAllowed(
   const program = argv[0]!;
 
   if (program === 'git' && argv.length > 1 && argv[1]!.startsWith('-')) {
-    throw refuse(`git global option ${JSON.stringify(argv[1])} is not allowed (it can change git's configuration or directory)`);
+    throw refuse(
+      `git global option ${JSON.stringify(argv[1])} is not allowed (it can change git's configuration or directory)`,
+    );
   }
   const entry = longestMatchingEntry(argv, allowedCommands);
   if (entry === null) {
@@ -173,7 +246,8 @@ export function checkAllowed(
   const prefix = entry.join(' ');
   if (program === 'git') checkGitRest(prefix, rest);
   else if (program === 'npm' || program === 'pnpm') checkScriptRest(prefix, rest);
-  else if (rest.length > 0) throw refuse(`${JSON.stringify(prefix)} takes no extra arguments (only the allowlisted command exactly)`);
+  else if (rest.length > 0)
+    throw refuse(`${JSON.stringify(prefix)} takes no extra arguments (only the allowlisted command exactly)`);
   return prefix;
 }
 
@@ -193,7 +267,10 @@ function checkArgument(program: string, arg: string): void {
   const name = arg.startsWith('-') ? arg.split('=')[0]! : '';
   if (name.startsWith('--') && name.length > 2) {
     const denied = DENIED_OPTIONS.find((d) => d === name || (name.length >= 5 && d.startsWith(name)));
-    if (denied) throw refuse(`argument ${JSON.stringify(arg)} is not allowed (${denied} can reach outside the worktree or run other programs)`);
+    if (denied)
+      throw refuse(
+        `argument ${JSON.stringify(arg)} is not allowed (${denied} can reach outside the worktree or run other programs)`,
+      );
   }
   if (DENIED_SHORT.has(name) || (DENIED_SHORT.has(arg.slice(0, 2)) && !arg.startsWith('--'))) {
     throw refuse(`argument ${JSON.stringify(arg)} is not allowed (it changes the directory or configuration)`);
@@ -202,8 +279,10 @@ function checkArgument(program: string, arg: string): void {
     throw refuse(`argument ${JSON.stringify(arg)} is not allowed (it writes output to a file)`);
   }
   const pieces = arg.split(/[=:]/);
-  if (pieces.some((p) => p.startsWith('/'))) throw refuse(`argument ${JSON.stringify(arg)} is an absolute path; use paths relative to the worktree`);
-  if (pieces.some((p) => p.startsWith('~'))) throw refuse(`argument ${JSON.stringify(arg)} refers to a home folder; use paths relative to the worktree`);
+  if (pieces.some((p) => p.startsWith('/')))
+    throw refuse(`argument ${JSON.stringify(arg)} is an absolute path; use paths relative to the worktree`);
+  if (pieces.some((p) => p.startsWith('~')))
+    throw refuse(`argument ${JSON.stringify(arg)} refers to a home folder; use paths relative to the worktree`);
   if (arg.split(/[/=:]/).includes('..')) throw refuse(`argument ${JSON.stringify(arg)} leaves the worktree ('..')`);
 }
 
@@ -234,7 +313,9 @@ function checkScriptRest(prefix: string, rest: readonly string[]): void {
     if (valueRule?.test(arg.slice(eq + 1))) continue;
     throw refuse(
       `argument ${JSON.stringify(arg)} is not allowed after ${JSON.stringify(prefix)}; allowed are relative paths, '--' and ` +
-        `the flags ${[...SCRIPT_FLAGS].filter((f) => f !== '--').join(', ')}, ${Object.keys(SCRIPT_VALUE_FLAGS).map((f) => `${f}=…`).join(', ')}`,
+        `the flags ${[...SCRIPT_FLAGS].filter((f) => f !== '--').join(', ')}, ${Object.keys(SCRIPT_VALUE_FLAGS)
+          .map((f) => `${f}=…`)
+          .join(', ')}`,
     );
   }
 }

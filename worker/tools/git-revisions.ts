@@ -69,7 +69,9 @@ async function vetAnchor(scope: RevisionScope, operand: string, anchor: string):
 }
 
 async function revParse(root: string, spec: string): Promise<string | undefined> {
-  const r = await runGit(root, [...SAFE, 'rev-parse', '--verify', '--quiet', '--end-of-options', spec], { allowExitCodes: [1, 128] });
+  const r = await runGit(root, [...SAFE, 'rev-parse', '--verify', '--quiet', '--end-of-options', spec], {
+    allowExitCodes: [1, 128],
+  });
   return r.exitCode === 0 ? r.stdout.trim() : undefined;
 }
 

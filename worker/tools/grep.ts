@@ -18,7 +18,10 @@ const MAX_PATTERN_CHARS = 1000;
 
 export const grepInput = z.object({
   pattern: z.string().describe('A regular expression (Rust regex syntax, like ripgrep), e.g. "function \\\\w+Config".'),
-  path: z.string().optional().describe('File or folder to search, relative to the worktree root; the whole worktree when omitted.'),
+  path: z
+    .string()
+    .optional()
+    .describe('File or folder to search, relative to the worktree root; the whole worktree when omitted.'),
 });
 export type GrepInput = z.infer<typeof grepInput>;
 
@@ -42,34 +45,69 @@ export interface GrepOptions {
 export async function grep(ctx: ToolContext, input: GrepInput, options: GrepOptions = {}): Promise<GrepResult> {
   const pattern = input.pattern;
   if (typeof pattern !== 'string' || pattern.length === 0) throw new ToolRefusedError('the pattern is empty');
-  if (pattern.length > MAX_PATTERN_CHARS) throw new ToolRefusedError(`the pattern is longer than ${MAX_PATTERN_CHARS} characters`);
+  if (pattern.length > MAX_PATTERN_CHARS)
+    throw new ToolRefusedError(`the pattern is longer than ${MAX_PATTERN_CHARS} characters`);
   if (pattern.includes('\0')) throw new ToolRefusedError('the pattern contains a NUL byte');
   const { real: rel } = await resolveInside(ctx, input.path ?? '.', { forWrite: false });
   const at = rel === '.' ? undefined : (await withTree(ctx.root, (tree) => tree.files([rel], false)))[0]!.kind;
-  if (at === 'missing' || at === 'outside') throw new ToolRefusedError(`path ${displayPath(input.path ?? '.')} does not exist`);
+  if (at === 'missing' || at === 'outside')
+    throw new ToolRefusedError(`path ${displayPath(input.path ?? '.')} does not exist`);
 
   const rg = options.rgPath ?? bundledRgPath;
   // The doc-writer (readScope 'tracked') searches what git tracks, with git grep: ripgrep would
   // also read untracked files that the repository does not ignore.
   const tracked = ctx.readScope === 'tracked';
-  const useRg = !tracked && await access(rg).then(
-    () => true,
-    () => false,
-  );
+  const useRg =
+    !tracked &&
+    (await access(rg).then(
+      () => true,
+      () => false,
+    ));
   {
     // ripgrep and git grep run in the tree process: a folder swapped for a symlink while they walk
     // leads nowhere outside the tree (nothing else of the host is there to read).
     const env = commandEnvironment(SANDBOX_HOME);
     if (useRg) {
       const args = [
-        '--no-config', '--null', '--line-number', '--with-filename', '--no-heading', '--color', 'never',
-        '--max-columns', String(MAX_COLUMNS), '--max-columns-preview', '--max-count', String(MAX_PER_FILE),
-        '--max-filesize', '10M', '--hidden', '--glob', '!.git', '--sort', 'path',
-        '-e', pattern, '--', rel,
+        '--no-config',
+        '--null',
+        '--line-number',
+        '--with-filename',
+        '--no-heading',
+        '--color',
+        'never',
+        '--max-columns',
+        String(MAX_COLUMNS),
+        '--max-columns-preview',
+        '--max-count',
+        String(MAX_PER_FILE),
+        '--max-filesize',
+        '10M',
+        '--hidden',
+        '--glob',
+        '!.git',
+        '--sort',
+        'path',
+        '-e',
+        pattern,
+        '--',
+        rel,
       ];
       return await search(ctx, rgInside(rg), args, env, parseRgLine, 'rg');
     }
-    const args = ['grep', '--no-color', '-n', '-z', '-I', ...(tracked ? [] : ['--untracked']), '-E', '-e', pattern, '--', rel];
+    const args = [
+      'grep',
+      '--no-color',
+      '-n',
+      '-z',
+      '-I',
+      ...(tracked ? [] : ['--untracked']),
+      '-E',
+      '-e',
+      pattern,
+      '--',
+      rel,
+    ];
     return await search(ctx, 'git', args, env, parseGitGrepLine, 'git grep');
   }
 }
@@ -106,7 +144,9 @@ async function search(
 ): Promise<GrepResult> {
   // Enough bytes for every match we keep, however long the lines ripgrep cut: the rest is not read.
   const maxBytes = GREP_MAX_TEXT_BYTES * 4 + GREP_MAX_MATCHES * (MAX_COLUMNS * 4 + 4200);
-  const r = await withTree(ctx.root, (tree) => tree.run([program, ...args], { env, timeoutMs: ctx.commandTimeoutMs, maxBytes }));
+  const r = await withTree(ctx.root, (tree) =>
+    tree.run([program, ...args], { env, timeoutMs: ctx.commandTimeoutMs, maxBytes }),
+  );
   const matches: GrepMatch[] = [];
   let textBytes = 0;
   let truncated = r.truncated;

@@ -34,9 +34,22 @@ export interface ResolveOptions {
 const STRUCTURAL = ['/', '.', '\\'] as const;
 const CONFUSABLES = new Set(
   [
-    0x2215, 0x2044, 0x29f8, 0x2571, 0x1735, // look like '/'
-    0x2216, 0x29f5, 0x29f9, 0x2572, // look like a backslash
-    0x0701, 0x0702, 0xa4f8, 0xa60e, 0x10a50, 0x2e33, 0x1d16d, // look like '.'
+    0x2215,
+    0x2044,
+    0x29f8,
+    0x2571,
+    0x1735, // look like '/'
+    0x2216,
+    0x29f5,
+    0x29f9,
+    0x2572, // look like a backslash
+    0x0701,
+    0x0702,
+    0xa4f8,
+    0xa60e,
+    0x10a50,
+    0x2e33,
+    0x1d16d, // look like '.'
   ].map((cp) => String.fromCodePoint(cp)),
 );
 
@@ -48,7 +61,8 @@ export async function resolveInside(ctx: ToolContext, relPath: string, options: 
   const abs = rel === '.' ? root : path.join(root, rel);
   // Where it lands is asked of the tree process: this process never follows a link in the tree.
   const landed = await withTree(root, (tree) => tree.realRel(rel));
-  if (landed.outside || landed.real === undefined) throw refuse(relPath, 'leads outside the worktree through a symlink');
+  if (landed.outside || landed.real === undefined)
+    throw refuse(relPath, 'leads outside the worktree through a symlink');
   const realRel = landed.real;
   if (touchesGit(realRel)) throw refuse(relPath, 'leads into .git/ through a symlink (git internals are off limits)');
 
@@ -83,7 +97,8 @@ export function normalizeRelative(relPath: string): string {
   if (relPath.includes('\0')) throw refuse(relPath, 'contains a NUL byte');
   // Other control characters are never a sensible file name and confuse line-based output.
   if (/[\u0001-\u001f\u007f]/.test(relPath)) throw refuse(relPath, 'contains a control character');
-  if (Buffer.byteLength(relPath, 'utf8') > MAX_PATH_BYTES) throw refuse(relPath, `is longer than ${MAX_PATH_BYTES} bytes`);
+  if (Buffer.byteLength(relPath, 'utf8') > MAX_PATH_BYTES)
+    throw refuse(relPath, `is longer than ${MAX_PATH_BYTES} bytes`);
   if (relPath.includes('\\')) throw refuse(relPath, 'contains a backslash; use "/" as the separator');
   if (introducesStructure(relPath)) {
     throw refuse(relPath, 'contains a unicode look-alike of "/", "\\" or "." (it normalizes to a different path)');

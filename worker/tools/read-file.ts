@@ -26,14 +26,20 @@ export interface ReadFileResult {
   note?: string;
 }
 
-export async function readFile(ctx: ToolContext, input: ReadFileInput, capBytes = READ_CAP_BYTES): Promise<ReadFileResult> {
+export async function readFile(
+  ctx: ToolContext,
+  input: ReadFileInput,
+  capBytes = READ_CAP_BYTES,
+): Promise<ReadFileResult> {
   const { rel, real } = await resolveInside(ctx, input.path, { forWrite: false });
   // Opened by the tree process, never here: a folder swapped for a symlink since is not followed.
   const facts = await withTree(ctx.root, (tree) => tree.read(real, capBytes));
   const shown = displayPath(input.path);
   if (facts.kind === 'missing') throw new ToolRefusedError(`file ${shown} does not exist`);
-  if (facts.kind === 'outside') throw new ToolRefusedError(`path ${shown} goes through a folder that is a symlink; it is not read`);
-  if (facts.kind === 'dir' || facts.kind === 'repo') throw new ToolRefusedError(`path ${shown} is a folder, not a file; use grep to look inside it`);
+  if (facts.kind === 'outside')
+    throw new ToolRefusedError(`path ${shown} goes through a folder that is a symlink; it is not read`);
+  if (facts.kind === 'dir' || facts.kind === 'repo')
+    throw new ToolRefusedError(`path ${shown} is a folder, not a file; use grep to look inside it`);
   if (facts.kind !== 'file') throw new ToolRefusedError(`path ${shown} is not a regular file`);
   const head = (facts.head ?? Buffer.alloc(0)).subarray(0, capBytes);
   const bytes = facts.bytes ?? head.length;
@@ -51,7 +57,9 @@ export async function readFile(ctx: ToolContext, input: ReadFileInput, capBytes 
     content = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true }).decode(head, { stream: truncated });
   } catch {
     content = new TextDecoder('utf-8', { ignoreBOM: true }).decode(head, { stream: truncated });
-    notes.push('file is not valid UTF-8; invalid bytes are shown as U+FFFD (writing this content back would change them)');
+    notes.push(
+      'file is not valid UTF-8; invalid bytes are shown as U+FFFD (writing this content back would change them)',
+    );
   }
   const result: ReadFileResult = { path: rel, bytes, sha256, content };
   if (truncated) result.truncated = true;
@@ -63,7 +71,7 @@ export const readFileTool: ToolDefinition<typeof readFileInput, ReadFileResult> 
   name: 'read_file',
   description:
     `Read a text file of the worktree. Shows at most ${READ_CAP_BYTES} bytes (a note says when the file is longer); ` +
-    'binary files are described, not shown. Returns the whole file\'s size and sha256.',
+    "binary files are described, not shown. Returns the whole file's size and sha256.",
   inputSchema: readFileInput,
   execute: (ctx, input) => readFile(ctx, input),
 };

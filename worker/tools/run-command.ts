@@ -24,7 +24,9 @@ const EXIT_GRACE_MS = 2000;
 export const runCommandInput = z.object({
   command: z
     .string()
-    .describe('One command line, e.g. "pnpm test" or "git diff --stat". Run without a shell: no pipes, ;, &&, $() or redirects.'),
+    .describe(
+      'One command line, e.g. "pnpm test" or "git diff --stat". Run without a shell: no pipes, ;, &&, $() or redirects.',
+    ),
 });
 export type RunCommandInput = z.infer<typeof runCommandInput>;
 
@@ -45,7 +47,10 @@ export interface RunCommandResult {
 /** The whole environment a command sees. Nothing else of the worker's environment is passed on. */
 export function commandEnvironment(home: string, parentPath = process.env.PATH ?? ''): Record<string, string> {
   // Only absolute PATH entries: a relative one ('.', '') would run a program planted in the worktree.
-  const safePath = parentPath.split(path.delimiter).filter((dir) => path.isAbsolute(dir)).join(path.delimiter);
+  const safePath = parentPath
+    .split(path.delimiter)
+    .filter((dir) => path.isAbsolute(dir))
+    .join(path.delimiter);
   return {
     PATH: safePath || '/usr/local/bin:/usr/bin:/bin',
     HOME: home,
@@ -60,17 +65,25 @@ export async function runCommand(ctx: ToolContext, input: RunCommandInput): Prom
   const argv = splitCommand(input.command);
   const entry = checkAllowed(argv, ctx.allowedCommands, ctx.harnessAlias);
   // Revisions named in git arguments must be of this run's own history (git-revisions.ts).
-  if (argv[0] === 'git') await vetGitRevisions({ root: ctx.root, baseOid: ctx.baseOid ?? null }, argv.slice(entry.split(' ').length));
+  if (argv[0] === 'git')
+    await vetGitRevisions({ root: ctx.root, baseOid: ctx.baseOid ?? null }, argv.slice(entry.split(' ').length));
   const sandbox = ctx.sandbox;
   if (!sandbox) throw new ToolRefusedError('run_command is refused: no sandbox is configured for this run');
-  if (sandbox.mode === 'bwrap' && !sandbox.usable) throw new ToolRefusedError(`run_command is refused: ${sandbox.reason}`);
+  if (sandbox.mode === 'bwrap' && !sandbox.usable)
+    throw new ToolRefusedError(`run_command is refused: ${sandbox.reason}`);
   await ctx.beforeTouch();
   ctx.signal?.throwIfAborted();
   if (sandbox.mode === 'bwrap') {
-    if (!findProgram(argv[0]!, sandbox.toolchain.path)) throw new ToolRefusedError(`program ${JSON.stringify(argv[0])} was not found on PATH`);
+    if (!findProgram(argv[0]!, sandbox.toolchain.path))
+      throw new ToolRefusedError(`program ${JSON.stringify(argv[0])} was not found on PATH`);
     const spec = await sandboxedCommand(sandbox, { root: ctx.root, argv });
     try {
-      const result = await execute(ctx, { file: spec.file, args: spec.args, cwd: '/', env: spec.env, onKill: () => spec.cgroup?.kill() }, argv, input.command);
+      const result = await execute(
+        ctx,
+        { file: spec.file, args: spec.args, cwd: '/', env: spec.env, onKill: () => spec.cgroup?.kill() },
+        argv,
+        input.command,
+      );
       return withSandboxNote(result, sandbox);
     } finally {
       await spec.cgroup?.remove();
@@ -99,7 +112,10 @@ const LIMIT_SIGNALS: Record<number, string> = {
   25: 'SIGXFSZ: a file reached the file size limit',
 };
 
-function withSandboxNote(result: RunCommandResult, sandbox: Extract<CommandSandbox, { usable: true }>): RunCommandResult {
+function withSandboxNote(
+  result: RunCommandResult,
+  sandbox: Extract<CommandSandbox, { usable: true }>,
+): RunCommandResult {
   const notes = result.note ? [result.note] : [];
   const signal = result.exitCode !== null && result.exitCode > 128 ? LIMIT_SIGNALS[result.exitCode - 128] : undefined;
   if (signal) notes.push(`the command was killed by ${signal}`);
@@ -119,7 +135,12 @@ interface SpawnSpec {
 function execute(ctx: ToolContext, spec: SpawnSpec, argv: string[], command: string): Promise<RunCommandResult> {
   return new Promise((resolve, reject) => {
     // detached: the command leads its own process group, so a timeout kills its children too.
-    const child = spawn(spec.file, spec.args, { cwd: spec.cwd, env: spec.env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+    const child = spawn(spec.file, spec.args, {
+      cwd: spec.cwd,
+      env: spec.env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+      detached: true,
+    });
     faultPoint('during-command');
 
     const stdout = new OutputTail(COMMAND_OUTPUT_CAP_BYTES);
@@ -162,7 +183,8 @@ function execute(ctx: ToolContext, spec: SpawnSpec, argv: string[], command: str
     child.on('error', (err: NodeJS.ErrnoException) => {
       if (settled) return;
       cleanup();
-      if (err.code === 'ENOENT') reject(new ToolRefusedError(`program ${JSON.stringify(argv[0])} was not found on PATH`));
+      if (err.code === 'ENOENT')
+        reject(new ToolRefusedError(`program ${JSON.stringify(argv[0])} was not found on PATH`));
       else reject(err);
     });
     child.on('exit', (code, signal) => {

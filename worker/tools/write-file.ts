@@ -39,7 +39,9 @@ export async function writeFile(ctx: ToolContext, input: WriteFileInput): Promis
   const lone = LONE_SURROGATE.exec(content);
   if (lone) {
     // UTF-8 cannot encode it: writing would silently turn it into U+FFFD.
-    throw new ToolRefusedError(`content for ${displayPath(input.path)} is not valid Unicode (a lone surrogate at index ${lone.index}); nothing was written`);
+    throw new ToolRefusedError(
+      `content for ${displayPath(input.path)} is not valid Unicode (a lone surrogate at index ${lone.index}); nothing was written`,
+    );
   }
   const { rel, real } = await resolveInside(ctx, input.path, { forWrite: true });
   await ctx.beforeTouch();
@@ -55,8 +57,10 @@ export async function writeFile(ctx: ToolContext, input: WriteFileInput): Promis
     if (!(err instanceof TreeRefusal)) throw err;
     const shown = displayPath(input.path);
     if (err.refusal === 'is_dir') throw new ToolRefusedError(`path ${shown} is a folder`);
-    if (err.refusal === 'not_dir') throw new ToolRefusedError(`path ${shown} needs a folder where a file already exists`);
-    if (err.refusal === 'symlink') throw new ToolRefusedError(`path ${shown} goes through a folder that is a symlink; nothing was written`);
+    if (err.refusal === 'not_dir')
+      throw new ToolRefusedError(`path ${shown} needs a folder where a file already exists`);
+    if (err.refusal === 'symlink')
+      throw new ToolRefusedError(`path ${shown} goes through a folder that is a symlink; nothing was written`);
     throw new ToolRefusedError(`path ${shown} could not be written: ${err.message}`);
   }
   faultPoint('mid-write-file');

@@ -37,21 +37,32 @@ export async function hydrateFor(root: string, argv: string[], subcommand: strin
   const operands = argv.slice(argv.indexOf(subcommand) + 1).filter((a) => !a.startsWith('-') && a !== '--');
   const revs: string[] = [];
   for (const rev of ['HEAD', ...operands]) {
-    const r = await runGit(commonDir, [...gitDir, 'rev-parse', '--verify', '--quiet', `${rev}^{tree}`], { allowExitCodes: [1, 128] });
+    const r = await runGit(commonDir, [...gitDir, 'rev-parse', '--verify', '--quiet', `${rev}^{tree}`], {
+      allowExitCodes: [1, 128],
+    });
     if (r.exitCode === 0) revs.push(r.stdout.trim());
   }
   if (!revs.length) return;
-  const listed = await runGit(commonDir, [...gitDir, 'rev-list', '--objects', '--missing=print', ...revs], { allowExitCodes: [128] });
-  const missing = listed.stdout.split('\n').filter((l) => l.startsWith('?')).map((l) => l.slice(1));
+  const listed = await runGit(commonDir, [...gitDir, 'rev-list', '--objects', '--missing=print', ...revs], {
+    allowExitCodes: [128],
+  });
+  const missing = listed.stdout
+    .split('\n')
+    .filter((l) => l.startsWith('?'))
+    .map((l) => l.slice(1));
   if (!missing.length) return;
   const fetch = ['-c', 'fetch.negotiationAlgorithm=noop', 'fetch', remote, '--no-tags', '--no-write-fetch-head'];
-  await runGit(commonDir, [...fetch, '--recurse-submodules=no', '--filter=blob:none', '--stdin'], { input: `${missing.join('\n')}\n` });
+  await runGit(commonDir, [...fetch, '--recurse-submodules=no', '--filter=blob:none', '--stdin'], {
+    input: `${missing.join('\n')}\n`,
+  });
 }
 
 /** The worktree's own git dir (its HEAD), read from the `.git` pointer the sandboxes keep read-only. */
 function readGitDir(root: string): string | undefined {
   try {
-    const pointer = readFileSync(path.join(root, '.git'), 'utf8').trim().replace(/^gitdir:\s*/, '');
+    const pointer = readFileSync(path.join(root, '.git'), 'utf8')
+      .trim()
+      .replace(/^gitdir:\s*/, '');
     return path.resolve(root, pointer);
   } catch {
     return undefined; // a folder .git (a plain repository): the common dir is its git dir

@@ -15,7 +15,12 @@ const INSIDE = '/opt/echodo';
 export const INSIDE_SERVER = `${INSIDE}/worker/tree/server.mjs`;
 export const INSIDE_RG = `${INSIDE}/rg`;
 /** The files the server runs, each bound alone (the project folder itself may hold anything). */
-const CODE = ['worker/tree/server.mjs', 'worker/checkpoints/watcher-thread.mjs', 'node_modules/chokidar', 'node_modules/readdirp'];
+const CODE = [
+  'worker/tree/server.mjs',
+  'worker/checkpoints/watcher-thread.mjs',
+  'node_modules/chokidar',
+  'node_modules/readdirp',
+];
 const TMPFS_BYTES = 256 * 1024 * 1024;
 
 export interface TreePlan {

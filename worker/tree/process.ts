@@ -67,7 +67,10 @@ export class TreeProcess {
     let stderr = '';
     child.stderr!.on('data', (d: Buffer) => (stderr = (stderr + d.toString('utf8')).slice(-2000)));
     child.on('close', (code, signal) => {
-      this.exited = new EchodoError('tree_process_gone', `the tree process of ${root} exited (${signal ?? code}): ${stderr.trim()}`);
+      this.exited = new EchodoError(
+        'tree_process_gone',
+        `the tree process of ${root} exited (${signal ?? code}): ${stderr.trim()}`,
+      );
       for (const p of this.pending.values()) p.reject(this.exited);
       this.pending.clear();
     });
@@ -75,7 +78,12 @@ export class TreeProcess {
   }
 
   static async start(sandbox: TreeSandbox, root: string): Promise<TreeProcess> {
-    const args = treeBwrapArgs({ toolchain: sandbox.toolchain, root, git: await gitLayout(root), rgPath: sandbox.rgPath });
+    const args = treeBwrapArgs({
+      toolchain: sandbox.toolchain,
+      root,
+      git: await gitLayout(root),
+      rgPath: sandbox.rgPath,
+    });
     return TreeProcess.spawned(root, sandbox.bwrap, [...args, '--', 'node', INSIDE_SERVER, root]);
   }
 
@@ -85,7 +93,10 @@ export class TreeProcess {
   }
 
   private static spawned(root: string, file: string, args: string[]): TreeProcess {
-    const child = spawn(file, args, { env: { PATH: process.env.PATH ?? '/usr/bin:/bin', LANG: 'C.UTF-8' }, stdio: ['pipe', 'pipe', 'pipe'] });
+    const child = spawn(file, args, {
+      env: { PATH: process.env.PATH ?? '/usr/bin:/bin', LANG: 'C.UTF-8' },
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
     const tree = new TreeProcess(root, child);
     // A tree process never keeps the worker alive: it ends with its stdin, or with the worker.
     child.unref();
@@ -99,14 +110,22 @@ export class TreeProcess {
   }
 
   private answer(line: string): void {
-    let msg: { id?: number; ok?: boolean; result?: unknown; error?: { code?: string; message?: string }; event?: string; path?: unknown };
+    let msg: {
+      id?: number;
+      ok?: boolean;
+      result?: unknown;
+      error?: { code?: string; message?: string };
+      event?: string;
+      path?: unknown;
+    };
     try {
       msg = JSON.parse(line);
     } catch {
       return; // not a message of ours: ignored
     }
     if (msg.event === 'changed') {
-      if (typeof msg.path === 'string' && msg.path.startsWith(`${this.root}/`)) for (const w of this.watchers) w(msg.path);
+      if (typeof msg.path === 'string' && msg.path.startsWith(`${this.root}/`))
+        for (const w of this.watchers) w(msg.path);
       return;
     }
     const p = typeof msg.id === 'number' ? this.pending.get(msg.id) : undefined;
@@ -114,7 +133,10 @@ export class TreeProcess {
     this.pending.delete(msg.id!);
     if (this.pending.size === 0) this.hold(false);
     if (msg.ok) p.resolve(msg.result);
-    else p.reject(new TreeRefusal(String(msg.error?.code ?? 'failed'), String(msg.error?.message ?? 'failed').slice(0, 1000)));
+    else
+      p.reject(
+        new TreeRefusal(String(msg.error?.code ?? 'failed'), String(msg.error?.message ?? 'failed').slice(0, 1000)),
+      );
   }
 
   private call<T>(op: string, body: Record<string, unknown> = {}): Promise<T> {
@@ -140,11 +162,22 @@ export class TreeProcess {
 
   async run(
     argv: string[],
-    options: { env?: Record<string, string>; input?: string | Buffer; timeoutMs?: number; cwd?: string; maxBytes?: number } = {},
+    options: {
+      env?: Record<string, string>;
+      input?: string | Buffer;
+      timeoutMs?: number;
+      cwd?: string;
+      maxBytes?: number;
+    } = {},
   ): Promise<RunResult> {
     const input = options.input === undefined ? undefined : Buffer.from(options.input).toString('base64');
     const r = await this.call<Record<string, unknown>>('run', {
-      argv, env: options.env, input, timeoutMs: options.timeoutMs, cwd: options.cwd, maxBytes: options.maxBytes,
+      argv,
+      env: options.env,
+      input,
+      timeoutMs: options.timeoutMs,
+      cwd: options.cwd,
+      maxBytes: options.maxBytes,
     });
     return {
       stdout: Buffer.from(String(r.stdout), 'base64'),

@@ -55,7 +55,14 @@ function confinedRootOf(cwd: string): string | undefined {
   return undefined;
 }
 
-async function runGitInTree(root: string, cwd: string, argv: string[], input: string | Buffer | undefined, env: Record<string, string>, timeoutMs?: number): Promise<GitResult> {
+async function runGitInTree(
+  root: string,
+  cwd: string,
+  argv: string[],
+  input: string | Buffer | undefined,
+  env: Record<string, string>,
+  timeoutMs?: number,
+): Promise<GitResult> {
   await hydrateFor(root, argv, gitSubcommand(argv));
   const lease = await acquireTree(root);
   try {

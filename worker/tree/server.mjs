@@ -64,7 +64,12 @@ function hashFd(fd, keep = 0, withData = false) {
     if (kept < keep) kept += data.copy(head, kept, 0, Math.min(n, keep - kept));
     bytes += n;
   }
-  return { bytes, sha256: hash.digest('hex'), head: head.subarray(0, kept), data: withData ? Buffer.concat(chunks) : undefined };
+  return {
+    bytes,
+    sha256: hash.digest('hex'),
+    head: head.subarray(0, kept),
+    data: withData ? Buffer.concat(chunks) : undefined,
+  };
 }
 
 /**
@@ -92,7 +97,15 @@ function describe(rel, { keep = 0, withData = false } = {}) {
     if (st.isDirectory()) return { rel, kind: fs.existsSync(`${name}/.git`) ? 'repo' : 'dir' };
     if (!st.isFile()) return { rel, kind: 'other' };
     const got = hashFd(fd, keep, withData);
-    return { rel, kind: 'file', exec: (st.mode & 0o111) !== 0, bytes: got.bytes, sha256: got.sha256, head: got.head, data: got.data };
+    return {
+      rel,
+      kind: 'file',
+      exec: (st.mode & 0o111) !== 0,
+      bytes: got.bytes,
+      sha256: got.sha256,
+      head: got.head,
+      data: got.data,
+    };
   } finally {
     fs.closeSync(fd);
   }
@@ -174,7 +187,9 @@ function realRel(rel) {
 
 /** Clears setuid/setgid bits a command set: they would be root's bits on the host file. */
 function stripSpecialBits() {
-  return run({ argv: ['find', ROOT, '-xdev', '-path', `${ROOT}/.git`, '-prune', '-o', '-perm', '/6000', '-type', 'f', '-print0'] }).then((r) => {
+  return run({
+    argv: ['find', ROOT, '-xdev', '-path', `${ROOT}/.git`, '-prune', '-o', '-perm', '/6000', '-type', 'f', '-print0'],
+  }).then((r) => {
     const files = r.stdout.toString('utf8').split('\0').filter(Boolean);
     for (const file of files) {
       try {
@@ -196,7 +211,10 @@ function run({ argv, env, input, cwd, timeoutMs, maxBytes }) {
   const dir = cwd ?? ROOT;
   if (dir !== ROOT && !dir.startsWith(`${ROOT}/`)) throw new Refused('outside', 'cwd outside the tree');
   return new Promise((resolve, reject) => {
-    const child = spawn(argv[0], argv.slice(1), { cwd: dir, env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env } });
+    const child = spawn(argv[0], argv.slice(1), {
+      cwd: dir,
+      env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env },
+    });
     const out = [];
     const err = [];
     let timedOut = false;
@@ -208,14 +226,21 @@ function run({ argv, env, input, cwd, timeoutMs, maxBytes }) {
       size += d.length;
       out.push(d);
       // Enough for the caller: the rest would only be dropped.
-      if (maxBytes && size > maxBytes) (truncated = true), child.kill('SIGKILL');
+      if (maxBytes && size > maxBytes) ((truncated = true), child.kill('SIGKILL'));
     });
     child.stderr.on('data', (d) => err.push(d));
     child.on('error', reject);
     child.stdin.on('error', () => {});
     child.on('close', (code, signal) => {
       clearTimeout(timer);
-      resolve({ stdout: Buffer.concat(out), stderr: Buffer.concat(err).toString('utf8'), exitCode: timedOut ? -1 : (code ?? -1), signal, timedOut, truncated });
+      resolve({
+        stdout: Buffer.concat(out),
+        stderr: Buffer.concat(err).toString('utf8'),
+        exitCode: timedOut ? -1 : (code ?? -1),
+        signal,
+        timedOut,
+        truncated,
+      });
     });
     child.stdin.end(input ? Buffer.from(input, 'base64') : '');
   });
@@ -305,7 +330,9 @@ lines.on('line', async (line) => {
     process.stdout.write(`${JSON.stringify({ id: req.id, ok: true, result })}\n`);
   } catch (err) {
     const code = err instanceof Refused ? err.code : 'failed';
-    process.stdout.write(`${JSON.stringify({ id: req?.id, ok: false, error: { code, message: String(err?.message ?? err) } })}\n`);
+    process.stdout.write(
+      `${JSON.stringify({ id: req?.id, ok: false, error: { code, message: String(err?.message ?? err) } })}\n`,
+    );
   } finally {
     process.chdir(ROOT);
   }

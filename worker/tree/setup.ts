@@ -14,7 +14,7 @@ export async function setUpTrees(config: Config, probed?: CommandSandbox): Promi
       sandbox: { bwrap: sandbox.bwrap, toolchain: sandbox.toolchain, rgPath: bundledRgPath },
       bases: [config.WORKER_WORKTREE_BASE],
     });
-    return 'tree processes: bwrap sandbox, one per run, no secret, no network, that run\'s tree only';
+    return "tree processes: bwrap sandbox, one per run, no secret, no network, that run's tree only";
   }
   return 'tree processes: NOT sandboxed (bubblewrap off or unusable): they hold no secret but see the host as this user';
 }

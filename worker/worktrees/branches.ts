@@ -55,7 +55,10 @@ export async function chooseBranch(args: {
  */
 export async function assertOwnBranch(branch: string, claim: ClaimBranch): Promise<void> {
   if ((await claim(branch, true)) !== 'yours') {
-    throw new EchodoError('ref_refused', `branch ${branch} recorded on this run belongs to another run; the run will not touch it`);
+    throw new EchodoError(
+      'ref_refused',
+      `branch ${branch} recorded on this run belongs to another run; the run will not touch it`,
+    );
   }
 }
 
@@ -82,7 +85,7 @@ export async function vetBaseRef(args: {
   // No --end-of-options here: git 2.39 echoes it with --symbolic-full-name. baseRef cannot start
   // with '-' (the job schema refuses it), and resolveCommit above already used it safely.
   const named = await runGit(repoPath, ['rev-parse', '--symbolic-full-name', baseRef], { allowExitCodes: [1, 128] });
-  const fullName = named.exitCode === 0 ? named.stdout.trim().split('\n')[0] ?? '' : '';
+  const fullName = named.exitCode === 0 ? (named.stdout.trim().split('\n')[0] ?? '') : '';
   const echodo = echodoBranchOf(fullName);
   if (echodo !== undefined) {
     if ((await args.ownBranchesAmong([echodo])).has(echodo)) return oid;
@@ -91,7 +94,15 @@ export async function vetBaseRef(args: {
   // The usual case: the tip of a plain branch or a tag.
   if (/^refs\/(heads|tags)\//.test(fullName)) return oid;
 
-  const containing = await runGit(repoPath, ['for-each-ref', '--contains', oid, '--format=%(refname)', 'refs/heads', 'refs/tags', 'refs/remotes']);
+  const containing = await runGit(repoPath, [
+    'for-each-ref',
+    '--contains',
+    oid,
+    '--format=%(refname)',
+    'refs/heads',
+    'refs/tags',
+    'refs/remotes',
+  ]);
   const refs = containing.stdout.split('\n').filter(Boolean);
   if (refs.some((ref) => echodoBranchOf(ref) === undefined)) return oid;
   const echodoBranches = [...new Set(refs.map((ref) => echodoBranchOf(ref)!))];

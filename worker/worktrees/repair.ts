@@ -41,7 +41,7 @@ export function adminFolderProblem(adminDir: string, commonDir: string): string 
   const common = realpathOrUndefined(path.resolve(adminDir, commondir));
   if (common !== commonDir) return `commondir points at ${common ?? 'a missing folder'}`;
   if (!head) return head === undefined ? 'HEAD missing' : 'HEAD empty';
-  if (!HEAD_OK.test(head) || ZERO_OID.test(head)) return 'HEAD is git\'s placeholder';
+  if (!HEAD_OK.test(head) || ZERO_OID.test(head)) return "HEAD is git's placeholder";
   if (locked === 'initializing') return 'left locked "initializing" by git worktree add';
   return undefined;
 }
@@ -63,7 +63,12 @@ function isUnder(child: string, parent: string): boolean {
  * `ownRunId` also claims admin folders git named after the run (`<id>`, `<id>1`, …) that a kill
  * left without even their `gitdir` file: nothing else says whose they are.
  */
-export async function repairAdminFolders(args: { commonDir: string; worktreeBase: string; ownRunId: string; log: Logger }): Promise<string[]> {
+export async function repairAdminFolders(args: {
+  commonDir: string;
+  worktreeBase: string;
+  ownRunId: string;
+  log: Logger;
+}): Promise<string[]> {
   const adminRoot = path.join(args.commonDir, 'worktrees');
   const names = await readdir(adminRoot).catch(() => [] as string[]);
   if (!names.length) return [];
@@ -116,11 +121,17 @@ export async function ensurePrivateDir(dir: string, what: string): Promise<void>
     if (!st.isSymbolicLink() && st.isDirectory()) await chmod(dir, 0o700);
   }
   if (st.isSymbolicLink()) {
-    throw new EchodoError('io_failure', `${what} ${dir} is a symbolic link; refusing to make worktrees through it (point ${what} at a real folder)`);
+    throw new EchodoError(
+      'io_failure',
+      `${what} ${dir} is a symbolic link; refusing to make worktrees through it (point ${what} at a real folder)`,
+    );
   }
   if (!st.isDirectory()) throw new EchodoError('io_failure', `${what} ${dir} is not a folder`);
   if (typeof process.getuid === 'function' && st.uid !== process.getuid()) {
-    throw new EchodoError('io_failure', `${what} ${dir} belongs to uid ${st.uid}, not to this worker (uid ${process.getuid()}); refusing to use it`);
+    throw new EchodoError(
+      'io_failure',
+      `${what} ${dir} belongs to uid ${st.uid}, not to this worker (uid ${process.getuid()}); refusing to use it`,
+    );
   }
   if ((st.mode & 0o077) !== 0) await chmod(dir, 0o700); // a base made before this check, or by hand
 }

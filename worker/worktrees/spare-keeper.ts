@@ -28,7 +28,12 @@ const SECOND_MARGIN_MS = 20;
  * for the remote standby, to `aim`: makeSpareLocked). What the daemon calls (and the bench, for
  * a host that has been up).
  */
-export async function makeSpareWorktree(args: { repoPath: string; worktreeBase: string; aim?: string | null; log: Logger }): Promise<SpareOutcome> {
+export async function makeSpareWorktree(args: {
+  repoPath: string;
+  worktreeBase: string;
+  aim?: string | null;
+  log: Logger;
+}): Promise<SpareOutcome> {
   const commonDir = await repoCommonDir(args.repoPath);
   const lock = worktreeLockPath(commonDir);
   const outcome = await withFileLock(lock, () => makeSpareLocked({ ...args, commonDir }), LOCK);
@@ -42,7 +47,11 @@ export async function makeSpareWorktree(args: { repoPath: string; worktreeBase: 
 }
 
 /** WORKER_SPARE_WORKTREE=off: the disk a spare held is given back. */
-export async function removeSpareWorktrees(args: { repoPath: string; worktreeBase: string; log: Logger }): Promise<number> {
+export async function removeSpareWorktrees(args: {
+  repoPath: string;
+  worktreeBase: string;
+  log: Logger;
+}): Promise<number> {
   if (!existsSync(args.repoPath)) return 0;
   const commonDir = await repoCommonDir(args.repoPath);
   return withFileLock(worktreeLockPath(commonDir), () => removeSparesLocked({ ...args, commonDir }), LOCK);
@@ -54,7 +63,9 @@ export class SpareKeeper {
   private working: Promise<void> | undefined;
   private stopped = false;
 
-  constructor(private readonly opts: { worktreeBase: string; log: Logger; /** after a worktree was made here */ delayMs: number }) {}
+  constructor(
+    private readonly opts: { worktreeBase: string; log: Logger; /** after a worktree was made here */ delayMs: number },
+  ) {}
 
   /** Listens to worktree creation in this process; `repoPath`'s spare is made now. */
   start(repoPath: string): void {
@@ -89,9 +100,15 @@ export class SpareKeeper {
         try {
           const r = await makeSpareWorktree({ repoPath, worktreeBase: this.opts.worktreeBase, log: this.opts.log });
           const ms = Math.round(performance.now() - t0);
-          this.opts.log.info({ repoPath, spare: r.path, action: r.action, repairs: r.repairs, ms }, 'spare worktree ready');
+          this.opts.log.info(
+            { repoPath, spare: r.path, action: r.action, repairs: r.repairs, ms },
+            'spare worktree ready',
+          );
         } catch (err) {
-          this.opts.log.warn({ repoPath, error: errorMessage(err) }, 'could not make a spare worktree; runs add their worktrees as before');
+          this.opts.log.warn(
+            { repoPath, error: errorMessage(err) },
+            'could not make a spare worktree; runs add their worktrees as before',
+          );
         }
       }
     })();

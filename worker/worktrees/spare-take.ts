@@ -23,7 +23,10 @@ async function assertBranchFree(commonDir: string, branch: string, exceptAdmin: 
   }
   for (const head of heads) {
     if ((await readFile(head, 'utf8').catch(() => '')).trim() === want) {
-      throw new EchodoError('repo_invalid', `branch ${branch} is already checked out in another worktree (${path.dirname(head)})`);
+      throw new EchodoError(
+        'repo_invalid',
+        `branch ${branch} is already checked out in another worktree (${path.dirname(head)})`,
+      );
     }
   }
 }
@@ -68,7 +71,10 @@ export async function takeSpareLocked(args: {
     // Gone since it was inspected: only if this worker was paused long enough for its lock to be
     // taken over as stale and another taker got there first. As for every step here that fails,
     // the spare is not used and the run adds its worktree.
-    args.log.warn({ spare: spare.dir, error: (err as Error).message }, 'the spare worktree went away while being taken; adding one instead');
+    args.log.warn(
+      { spare: spare.dir, error: (err as Error).message },
+      'the spare worktree went away while being taken; adding one instead',
+    );
     return undefined;
   }
   try {
@@ -76,7 +82,10 @@ export async function takeSpareLocked(args: {
   } catch (err) {
     // Another filesystem (EXDEV) or the like: the spare stays a spare, the run adds its worktree.
     await rename(hidden, path.join(spare.admin, 'index')).catch(() => {});
-    args.log.warn({ error: (err as Error).message }, 'could not move the spare worktree into place; adding one instead');
+    args.log.warn(
+      { error: (err as Error).message },
+      'could not move the spare worktree into place; adding one instead',
+    );
     return undefined;
   }
   faultPoint('after-spare-move');
@@ -94,7 +103,10 @@ export async function takeSpareLocked(args: {
   await rename(hidden, path.join(spare.admin, 'index'));
   faultPoint('after-worktree-checkout');
   const aimed = spare.head === target;
-  args.log.info({ worktreePath: args.wtPath, spare: spare.dir, from: spare.head, to: target, aimed }, 'spare worktree taken');
+  args.log.info(
+    { worktreePath: args.wtPath, spare: spare.dir, from: spare.head, to: target, aimed },
+    'spare worktree taken',
+  );
   return { headOid: target, aimed, from: spare.dir };
 }
 
@@ -120,7 +132,8 @@ async function pointAndCheckOut(args: {
   const tip = args.branchAt ?? (await resolveCommit(args.repoPath, ref));
   const target = args.checkoutOid ?? tip ?? args.baseOid;
   // "" as the old value: created only if it still does not exist (as `git worktree add -b`).
-  if (!tip) await runGit(args.repoPath, ['update-ref', '-m', `branch: Created from ${args.baseOid}`, ref, args.baseOid, '']);
+  if (!tip)
+    await runGit(args.repoPath, ['update-ref', '-m', `branch: Created from ${args.baseOid}`, ref, args.baseOid, '']);
   const at = tip ?? args.baseOid;
   if (at !== target) await runGit(args.repoPath, ['update-ref', '-m', `reset: moving to ${target}`, ref, target, at]);
   await writeAtomically(path.join(spare.admin, 'HEAD'), `ref: refs/heads/${args.branch}\n`);
@@ -135,6 +148,8 @@ async function pointAndCheckOut(args: {
   // are written; every other file is left as it is, unread (but git reads every tree of both
   // commits: 80-120 ms at 10k files). The config keeps the untracked cache (its recorded location
   // is now the run's path) and the split index, as addWorktree sets them.
-  await runGit(args.wtPath, [...TAKE_INDEX_CONFIG, 'read-tree', '-m', '-u', spare.head, target], { env: { GIT_INDEX_FILE: args.hidden } });
+  await runGit(args.wtPath, [...TAKE_INDEX_CONFIG, 'read-tree', '-m', '-u', spare.head, target], {
+    env: { GIT_INDEX_FILE: args.hidden },
+  });
   return target;
 }

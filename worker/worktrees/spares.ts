@@ -91,7 +91,8 @@ async function removeSpare(dir: string): Promise<void> {
     // Only the admin folder registered for this folder (or for nothing): never a run's.
     const gitdir = (await readFile(path.join(admin, 'gitdir'), 'utf8').catch(() => '')).trim();
     const registered = gitdir ? await realpath(path.dirname(gitdir)).catch(() => path.dirname(gitdir)) : '';
-    if (!gitdir || registered === (await realpath(dir).catch(() => dir))) await rm(admin, { recursive: true, force: true });
+    if (!gitdir || registered === (await realpath(dir).catch(() => dir)))
+      await rm(admin, { recursive: true, force: true });
   }
   await rm(dir, { recursive: true, force: true });
 }
@@ -100,7 +101,11 @@ async function removeSpare(dir: string): Promise<void> {
  * The repository's spares: half-made ones (a worker killed while making, refreshing or taking
  * one) and any beyond the first removed; the complete one, if any, returned. Under the lock.
  */
-export async function tidySpares(args: { commonDir: string; worktreeBase: string; log: Logger }): Promise<{ spare?: Spare; repairs: string[] }> {
+export async function tidySpares(args: {
+  commonDir: string;
+  worktreeBase: string;
+  log: Logger;
+}): Promise<{ spare?: Spare; repairs: string[] }> {
   const folder = spareFolderFor(args.worktreeBase, args.commonDir);
   // Admin folders of spares that a kill inside `git worktree add` left without even a gitdir file.
   const repairs = await repairAdminFolders({
@@ -172,7 +177,8 @@ export async function makeSpareLocked(args: {
   const { spare, repairs } = await tidySpares(args);
   const aimed = spare && (await aimOf(spare));
   const held = aimed && aimed.commit !== args.aim && Date.now() - aimed.renewedAt < AIM_HOLD_MS;
-  if (spare && (aimed ? args.aim === undefined || held : args.aim === null)) return { path: spare.dir, action: 'ready', repairs };
+  if (spare && (aimed ? args.aim === undefined || held : args.aim === null))
+    return { path: spare.dir, action: 'ready', repairs };
   const target = args.aim ?? (await resolveCommit(args.repoPath, 'HEAD'));
   if (!target) return { path: spare?.dir ?? null, action: 'none', repairs };
   if (spare) {
@@ -196,7 +202,10 @@ export async function makeSpareLocked(args: {
   await runGit(dir, ['read-tree', '--reset', '-u', 'HEAD']);
   const checkedOutAt = Date.now();
   await runGit(dir, ['update-index', '--untracked-cache', '--split-index']).catch((err) =>
-    args.log.warn({ error: (err as Error).message }, 'could not enable the untracked cache / split index on the spare; continuing without'),
+    args.log.warn(
+      { error: (err as Error).message },
+      'could not enable the untracked cache / split index on the spare; continuing without',
+    ),
   );
   faultPoint('after-spare-checkout');
   await markAim(pointerOf(dir)!, args.aim);
@@ -219,7 +228,11 @@ export async function settleSpareLocked(args: { dir: string; commonDir: string }
 }
 
 /** Removes every spare of the repository (spares switched off). Under the lock. */
-export async function removeSparesLocked(args: { commonDir: string; worktreeBase: string; log: Logger }): Promise<number> {
+export async function removeSparesLocked(args: {
+  commonDir: string;
+  worktreeBase: string;
+  log: Logger;
+}): Promise<number> {
   const folder = spareFolderFor(args.worktreeBase, args.commonDir);
   const names = await readdir(folder).catch(() => [] as string[]);
   for (const name of names) await removeSpare(path.join(folder, name));

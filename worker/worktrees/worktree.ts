@@ -8,7 +8,14 @@ import { EchodoError } from '../../core/errors.ts';
 import { faultPoint } from '../faults.ts';
 import { resolveCommit, runGit } from '../git/run-git.ts';
 import { withFileLock } from '../../core/file-lock.ts';
-import { adminFolderProblem, ensurePrivateDir, pointerOf, readTrimmed, realpathOrUndefined, repairAdminFolders } from './repair.ts';
+import {
+  adminFolderProblem,
+  ensurePrivateDir,
+  pointerOf,
+  readTrimmed,
+  realpathOrUndefined,
+  repairAdminFolders,
+} from './repair.ts';
 import { spareWanted, worktreeLockPath, WORKTREE_LOCK_OPTIONS } from './spares.ts';
 import { takeSpareLocked } from './spare-take.ts';
 import { branchName } from '../../core/job.ts';
@@ -34,7 +41,9 @@ export async function repoCommonDir(repoPath: string): Promise<string> {
   // The usual case, a repository with its .git folder, without spawning git.
   const dotGit = path.join(repoPath, '.git');
   if (existsSync(path.join(dotGit, 'HEAD')) && existsSync(path.join(dotGit, 'objects'))) return realpathSync(dotGit);
-  const r = await runGit(repoPath, ['rev-parse', '--path-format=absolute', '--git-common-dir'], { allowExitCodes: [128] });
+  const r = await runGit(repoPath, ['rev-parse', '--path-format=absolute', '--git-common-dir'], {
+    allowExitCodes: [128],
+  });
   if (r.exitCode !== 0) throw new EchodoError('repo_invalid', `repoPath ${repoPath} is not a git repository`);
   return realpath(path.resolve(r.stdout.trim()));
 }
@@ -47,14 +56,16 @@ export async function inspectWorktree(worktreePath: string, commonDir: string): 
   // Its admin folder is in this repository's worktrees/: ours, whatever state it is in.
   const adminParent = realpathOrUndefined(path.dirname(gitDir)) ?? path.dirname(gitDir);
   const ours = adminParent === path.join(commonDir, 'worktrees');
-  if (!existsSync(gitDir)) return { exists: true, belongsToRepo: ours, halfMade: `its .git file points at a missing admin folder ${gitDir}` };
+  if (!existsSync(gitDir))
+    return { exists: true, belongsToRepo: ours, halfMade: `its .git file points at a missing admin folder ${gitDir}` };
   const problem = adminFolderProblem(gitDir, commonDir);
   if (problem) return { exists: true, belongsToRepo: ours, gitDir, halfMade: `its admin folder ${gitDir}: ${problem}` };
   const head = readTrimmed(path.join(gitDir, 'HEAD')) ?? '';
   const branch = head.startsWith('ref: refs/heads/') ? head.slice('ref: refs/heads/'.length) : undefined;
   // The index is written last, when the checkout is complete (creation below): without it the
   // folder was never checked out.
-  if (!existsSync(path.join(gitDir, 'index'))) return { exists: true, belongsToRepo: true, branch, gitDir, halfMade: 'never checked out (no index)' };
+  if (!existsSync(path.join(gitDir, 'index')))
+    return { exists: true, belongsToRepo: true, branch, gitDir, halfMade: 'never checked out (no index)' };
   return { exists: true, belongsToRepo: true, branch, gitDir };
 }
 
@@ -107,7 +118,8 @@ export async function prepareWorktree(args: {
   if (!baseOid) throw new EchodoError('repo_invalid', `baseRef "${args.baseRef}" does not exist in ${args.repoPath}`);
 
   const healthy = (st: WorktreeState) => st.exists && st.belongsToRepo && !st.halfMade && st.branch === branch;
-  if (healthy(await inspectWorktree(wtPath, commonDir))) return { path: wtPath, branch, baseOid, created: false, repairs: [] };
+  if (healthy(await inspectWorktree(wtPath, commonDir)))
+    return { path: wtPath, branch, baseOid, created: false, repairs: [] };
 
   await ensurePrivateDir(args.worktreeBase, 'WORKER_WORKTREE_BASE');
   await ensurePrivateDir(path.dirname(wtPath), 'the workspace worktree folder');
@@ -116,25 +128,58 @@ export async function prepareWorktree(args: {
   const prepared = await withFileLock(
     worktreeLockPath(commonDir),
     async (): Promise<PreparedWorktree> => {
-      const repairs = await repairAdminFolders({ commonDir, worktreeBase: args.worktreeBase, ownRunId: path.basename(wtPath), log: args.log });
+      const repairs = await repairAdminFolders({
+        commonDir,
+        worktreeBase: args.worktreeBase,
+        ownRunId: path.basename(wtPath),
+        log: args.log,
+      });
       const state = await inspectWorktree(wtPath, commonDir);
       if (healthy(state)) return { path: wtPath, branch, baseOid, created: false, repairs };
       if (state.exists) {
         // Ours (the run's own path, and we hold its lease) but not usable: remade at its branch.
-        args.log.warn({ worktreePath: wtPath, problem: state.halfMade ?? 'not a worktree of the repo on its branch' }, 'recreating the run\'s worktree');
+        args.log.warn(
+          { worktreePath: wtPath, problem: state.halfMade ?? 'not a worktree of the repo on its branch' },
+          "recreating the run's worktree",
+        );
         const admin = state.belongsToRepo ? (state.gitDir ?? pointerOf(wtPath)) : undefined;
         if (admin) await rm(admin, { recursive: true, force: true });
         await rm(wtPath, { recursive: true, force: true });
-        repairs.push(`removed the run's worktree ${wtPath}${state.halfMade ? ` (half made: ${state.halfMade})` : ''}${admin ? ` and its admin folder ${admin}` : ''}`);
+        repairs.push(
+          `removed the run's worktree ${wtPath}${state.halfMade ? ` (half made: ${state.halfMade})` : ''}${admin ? ` and its admin folder ${admin}` : ''}`,
+        );
       }
       // The host's warm spare when there is one (only the files that differ are written), else
       // `git worktree add` and a checkout of every file.
       const { repoPath, worktreeBase, checkoutOid, branchAt, log } = args;
-      const spare = await takeSpareLocked({ repoPath, commonDir, worktreeBase, wtPath, branch, baseOid, checkoutOid, branchAt, log });
-      const headOid = spare?.headOid ?? (await addWorktree({ repoPath: args.repoPath, wtPath, branch, baseOid, log: args.log }));
+      const spare = await takeSpareLocked({
+        repoPath,
+        commonDir,
+        worktreeBase,
+        wtPath,
+        branch,
+        baseOid,
+        checkoutOid,
+        branchAt,
+        log,
+      });
+      const headOid =
+        spare?.headOid ?? (await addWorktree({ repoPath: args.repoPath, wtPath, branch, baseOid, log: args.log }));
       worktreeMetrics.created += 1;
-      args.log.info({ worktreePath: wtPath, branch, fromSpare: !!spare, worktreesCreated: worktreeMetrics.created, repairs }, 'worktree created');
-      return { path: wtPath, branch, baseOid, created: true, headOid, fromSpare: !!spare, spareAimed: spare?.aimed, repairs };
+      args.log.info(
+        { worktreePath: wtPath, branch, fromSpare: !!spare, worktreesCreated: worktreeMetrics.created, repairs },
+        'worktree created',
+      );
+      return {
+        path: wtPath,
+        branch,
+        baseOid,
+        created: true,
+        headOid,
+        fromSpare: !!spare,
+        spareAimed: spare?.aimed,
+        repairs,
+      };
     },
     { ...WORKTREE_LOCK_OPTIONS, what: 'worktree creation' },
   );
@@ -148,16 +193,35 @@ export async function prepareWorktree(args: {
  * and the `.git` file (--no-checkout), then the checkout, which writes the index last. A worktree
  * without an index is half made (inspectWorktree) and made again.
  */
-async function addWorktree(args: { repoPath: string; wtPath: string; branch: string; baseOid: string; log: Logger }): Promise<string> {
+async function addWorktree(args: {
+  repoPath: string;
+  wtPath: string;
+  branch: string;
+  baseOid: string;
+  log: Logger;
+}): Promise<string> {
   const branchTip = await resolveCommit(args.repoPath, `refs/heads/${args.branch}`);
   if (branchTip) await runGit(args.repoPath, ['worktree', 'add', '--quiet', '--no-checkout', args.wtPath, args.branch]);
-  else await runGit(args.repoPath, ['worktree', 'add', '--quiet', '--no-checkout', '-b', args.branch, args.wtPath, args.baseOid]);
+  else
+    await runGit(args.repoPath, [
+      'worktree',
+      'add',
+      '--quiet',
+      '--no-checkout',
+      '-b',
+      args.branch,
+      args.wtPath,
+      args.baseOid,
+    ]);
   faultPoint('after-worktree-admin');
   await runGit(args.wtPath, ['read-tree', '--reset', '-u', 'HEAD']);
   // Faster `git status` (untracked cache) and index writes (split index) for the whole run:
   // every checkpoint and every verification pays them. Both are plain git features.
   await runGit(args.wtPath, ['update-index', '--untracked-cache', '--split-index']).catch((err) =>
-    args.log.warn({ error: (err as Error).message }, 'could not enable the untracked cache / split index; continuing without'),
+    args.log.warn(
+      { error: (err as Error).message },
+      'could not enable the untracked cache / split index; continuing without',
+    ),
   );
   faultPoint('after-worktree-checkout');
   return branchTip ?? args.baseOid;

@@ -36,7 +36,10 @@ export async function storesBytesAsIs(worktree: string, paths: string[]): Promis
   const autocrlf = config.autocrlf === undefined ? false : !FALSE.has(config.autocrlf.toLowerCase());
   const mode = (v: string | undefined) => v === undefined || TRUE.has(v.toLowerCase());
   if (!mode(config.filemode) || !mode(config.symlinks)) return false;
-  const out = await runGit(worktree, ['check-attr', '-z', '--stdin', ...ATTRIBUTES], { input: paths.join('\0'), allowExitCodes: [128] });
+  const out = await runGit(worktree, ['check-attr', '-z', '--stdin', ...ATTRIBUTES], {
+    input: paths.join('\0'),
+    allowExitCodes: [128],
+  });
   if (out.exitCode !== 0) return false;
   // -z output: "<path>\0<attribute>\0<info>\0" for each path and attribute.
   const fields = out.stdout.split('\0');

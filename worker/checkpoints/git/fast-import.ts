@@ -9,10 +9,16 @@ import { runGit, type GitResult } from '../../git/run-git.ts';
 let failedStamp = 0;
 
 /** One fast-import of `stream(stamp)`; unpackLimit=1: even a one-object import stays a (kept) pack, never loose. */
-export async function fastImport(cwd: string, stream: (stamp: number) => string | Buffer, args: string[] = []): Promise<GitResult> {
+export async function fastImport(
+  cwd: string,
+  stream: (stamp: number) => string | Buffer,
+  args: string[] = [],
+): Promise<GitResult> {
   const stamp = Math.max(Math.floor(Date.now() / 1000), failedStamp + 1);
   try {
-    return await runGit(cwd, ['-c', 'fastimport.unpackLimit=1', 'fast-import', '--quiet', ...args], { input: stream(stamp) });
+    return await runGit(cwd, ['-c', 'fastimport.unpackLimit=1', 'fast-import', '--quiet', ...args], {
+      input: stream(stamp),
+    });
   } catch (err) {
     failedStamp = stamp;
     throw err;

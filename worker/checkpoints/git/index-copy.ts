@@ -16,7 +16,9 @@ async function gitDirOf(worktree: string): Promise<string> {
   if (!dir) {
     const dotGit = path.join(worktree, '.git');
     const st = await stat(dotGit);
-    dir = st.isDirectory() ? dotGit : path.resolve(worktree, (await readFile(dotGit, 'utf8')).trim().replace(/^gitdir:\s*/, ''));
+    dir = st.isDirectory()
+      ? dotGit
+      : path.resolve(worktree, (await readFile(dotGit, 'utf8')).trim().replace(/^gitdir:\s*/, ''));
     gitDirs.set(worktree, dir);
   }
   return dir;
@@ -74,9 +76,16 @@ export async function stageOnCopy(worktree: string, commonDir: string, paths: st
   let tree: string;
   try {
     const env = { GIT_INDEX_FILE: copy };
-    await runGit(worktree, ['update-index', '--add', '--remove', '--info-only', '-z', '--stdin'], { input: paths.join('\0'), env });
+    await runGit(worktree, ['update-index', '--add', '--remove', '--info-only', '-z', '--stdin'], {
+      input: paths.join('\0'),
+      env,
+    });
     mkdirSync(scratch);
-    const objects = { ...env, GIT_OBJECT_DIRECTORY: scratch, GIT_ALTERNATE_OBJECT_DIRECTORIES: path.join(commonDir, 'objects') };
+    const objects = {
+      ...env,
+      GIT_OBJECT_DIRECTORY: scratch,
+      GIT_ALTERNATE_OBJECT_DIRECTORIES: path.join(commonDir, 'objects'),
+    };
     tree = (await runGit(worktree, ['write-tree', '--missing-ok'], { env: objects })).stdout.trim();
   } catch (err) {
     await drop();

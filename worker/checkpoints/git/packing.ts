@@ -99,7 +99,10 @@ export class ObjectPacker {
       this.rolledUp = 0;
       return merged;
     } catch (err) {
-      this.log.warn({ error: errorMessage(err) }, 'consolidating checkpoint packs failed; the roll-ups keep them bounded');
+      this.log.warn(
+        { error: errorMessage(err) },
+        'consolidating checkpoint packs failed; the roll-ups keep them bounded',
+      );
       return false;
     }
   }
@@ -196,8 +199,15 @@ async function packsBySize(packDir: string): Promise<PackFile[]> {
  */
 async function removePack(packDir: string, packName: string): Promise<void> {
   const stem = path.join(packDir, packName.replace(/\.pack$/, ''));
-  if (await stat(`${stem}.keep`).then(() => true, () => false)) return;
-  for (const ext of ['.pack', '.idx', '.rev', '.bitmap', '.promisor', '.mtimes']) await unlink(`${stem}${ext}`).catch(() => {});
+  if (
+    await stat(`${stem}.keep`).then(
+      () => true,
+      () => false,
+    )
+  )
+    return;
+  for (const ext of ['.pack', '.idx', '.rev', '.bitmap', '.promisor', '.mtimes'])
+    await unlink(`${stem}${ext}`).catch(() => {});
 }
 
 /**
