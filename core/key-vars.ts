@@ -1,7 +1,7 @@
 // Which environment variables a model_providers row may name as its API key: only those matching
 // WORKER_PROVIDER_KEY_VARS (comma-separated globs, default *_API_KEY). Without this a row could
 // name DATABASE_URL and send the database's credentials, as a bearer token, to any base_url.
-// Checked when a row is written (store/workspace-config.ts) and again when it is used (resolve.ts,
+// Checked when a row is written (store/settings-lookup.ts) and again when it is used (resolve.ts,
 // openai-compatible.ts), since rows written before the rule, or by hand, exist.
 import { globToRegExp } from './redact.ts';
 import { EchodoError } from './errors.ts';

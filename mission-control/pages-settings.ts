@@ -1,8 +1,8 @@
 // The Settings page of a workspace: its model providers (each with a Test button), harnesses and
 // role → harness routes, with forms to add and remove them. Key variables are shown by name
 // only; their values are never read here. A read-only token sees the same tables, no forms.
-import type { HarnessRow, ModelProviderRow } from '../store/workspace-config.ts';
-import type { RouteRow } from '../store/workspace-settings.ts';
+import type { HarnessRow, ModelProviderRow } from '../store/settings-lookup.ts';
+import type { RouteRow } from '../store/settings-edit.ts';
 import { redactString } from '../core/redact.ts';
 import type { HarnessTestResult, ModelTestResult } from '../operator/settings.ts';
 import { html, type SafeHtml } from './html.ts';

@@ -4,7 +4,7 @@
 // named, never read into a page or an answer; a Test's error is redacted.
 import type { Hono } from 'hono';
 import type { Database } from '../store/connection.ts';
-import { harnessOverride, modelProvider, upsertModelProvider } from '../store/workspace-config.ts';
+import { harnessOverride, modelProvider, upsertModelProvider } from '../store/settings-lookup.ts';
 import { keyGrantOf } from '../store/grants.ts';
 import {
   listHarnesses,
@@ -15,7 +15,7 @@ import {
   removeRoute,
   upsertHarness,
   upsertRoute,
-} from '../store/workspace-settings.ts';
+} from '../store/settings-edit.ts';
 import { withWorkspace, type WorkspaceTx } from '../store/workspace.ts';
 import { redactString, registerSecretsFromEnv } from '../core/redact.ts';
 import type { Config } from '../core/config.ts';

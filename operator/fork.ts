@@ -11,7 +11,7 @@ import { checkpointAt, checkpointChain, type CheckpointRow } from '../store/chec
 import { prunedBelow, recordForkAnchor, recordForkOrigin } from '../store/operator-actions.ts';
 import { anchorOf } from '../store/retention.ts';
 import { appendEvent, getRun, recordRun, type RunRow } from '../store/runs.ts';
-import { modelProvider } from '../store/workspace-config.ts';
+import { modelProvider } from '../store/settings-lookup.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { requestCancel, type CancelAnswer } from './cancel.ts';
 import { actorLabel } from '../worker/run/cancelled.ts';

@@ -8,8 +8,8 @@ import {
   type HarnessAdapter,
   type HarnessRow,
   type ModelProviderRow,
-} from '../store/workspace-config.ts';
-import type { RouteRow } from '../store/workspace-settings.ts';
+} from '../store/settings-lookup.ts';
+import type { RouteRow } from '../store/settings-edit.ts';
 import { redactString } from '../core/redact.ts';
 import { EchodoError, errorMessage, errorWithCauses } from '../core/errors.ts';
 import { assertKeyVarAllowed } from '../core/key-vars.ts';

@@ -5,7 +5,7 @@ import { loadConfigOrExit } from '../core/config.ts';
 import { openDatabase, type Database } from '../store/connection.ts';
 import { workspaceExists } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';
-import { modelProvider } from '../store/workspace-config.ts';
+import { modelProvider } from '../store/settings-lookup.ts';
 import { dispatchJob } from '../operator/dispatch.ts';
 import { EchodoError, errorMessage } from '../core/errors.ts';
 import { createQueue } from '../worker/queue/index.ts';

@@ -6,7 +6,7 @@ import { loadConfigOrExit } from '../core/config.ts';
 import { connect, openDatabase, resolveDatabaseUrl } from '../store/connection.ts';
 import { registerConfigSecrets, registerStartupSecrets } from '../worker/secrets.ts';
 import { createWorkspace, workspaceExists } from '../store/runs.ts';
-import { harnessOverride, modelProvider, upsertModelProvider } from '../store/workspace-config.ts';
+import { harnessOverride, modelProvider, upsertModelProvider } from '../store/settings-lookup.ts';
 import {
   listHarnesses,
   listModelProviders,
@@ -16,7 +16,7 @@ import {
   removeRoute,
   upsertHarness,
   upsertRoute,
-} from '../store/workspace-settings.ts';
+} from '../store/settings-edit.ts';
 import { keyGrantOf } from '../store/grants.ts';
 import { withWorkspace, type WorkspaceTx } from '../store/workspace.ts';
 import { redactString, registerSecretsFromEnv } from '../core/redact.ts';

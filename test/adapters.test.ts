@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { EventType } from '@ag-ui/core';
-import { upsertHarness } from '../store/workspace-settings.ts';
+import { upsertHarness } from '../store/settings-edit.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { harnessInput } from '../operator/settings.ts';
 import { createScenario, type Scenario } from './support/scenario.ts';

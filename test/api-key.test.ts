@@ -8,7 +8,7 @@ import { chmod, mkdtemp, readFile, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
-import { upsertModelProvider } from '../store/workspace-config.ts';
+import { upsertModelProvider } from '../store/settings-lookup.ts';
 import { grantKey } from './support/grants.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { ProviderKeyVarRefusedError } from '../core/key-vars.ts';

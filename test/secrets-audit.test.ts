@@ -21,7 +21,7 @@ import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { Redis } from 'ioredis';
 import { createWorkspace } from '../store/runs.ts';
-import { upsertModelProvider } from '../store/workspace-config.ts';
+import { upsertModelProvider } from '../store/settings-lookup.ts';
 import { grantKey } from './support/grants.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { waitFor, type Child } from './support/child.ts';

@@ -10,7 +10,7 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import type { Database } from '../store/connection.ts';
-import { allApiKeyEnvVars } from '../store/workspace-config.ts';
+import { allApiKeyEnvVars } from '../store/settings-lookup.ts';
 import {
   registerSecret,
   registerSecretsFromEnv,

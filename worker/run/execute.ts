@@ -8,7 +8,7 @@ import type { Config } from '../../core/config.ts';
 import type { Database } from '../../store/connection.ts';
 import { runManifest } from '../../store/checkpoints.ts';
 import { appendEvent, getRun, completeRun, failRun, requeueRun, type RunRow } from '../../store/runs.ts';
-import { apiKeyEnvVars, modelProvider } from '../../store/workspace-config.ts';
+import { apiKeyEnvVars, modelProvider } from '../../store/settings-lookup.ts';
 import { workspaceKeyGrants } from '../../store/grants.ts';
 import { assertRepoGranted, repoNeedingGrant } from './repo-access.ts';
 import { inWorkspace } from '../../store/workspace.ts';

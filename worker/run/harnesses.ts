@@ -5,7 +5,7 @@ import type { Config } from '../../core/config.ts';
 import { EchodoError } from '../../core/errors.ts';
 import type { Job } from '../../core/job.ts';
 import { parseAllowedCommands } from '../tools/command-line.ts';
-import { harnessAliasForRole, harnessOverride, type HarnessAdapter } from '../../store/workspace-config.ts';
+import { harnessAliasForRole, harnessOverride, type HarnessAdapter } from '../../store/settings-lookup.ts';
 import type { WorkspaceTx } from '../../store/workspace.ts';
 
 export interface Harness {

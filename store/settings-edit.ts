@@ -1,7 +1,7 @@
 // A workspace's settings as operators manage them (npm run workspace, the Settings page):
 // model providers, harnesses, role → harness routes. One query per function; adding a model
-// goes through upsertModelProvider (workspace-config.ts), which enforces WORKER_PROVIDER_KEY_VARS.
-import type { HarnessRow, ModelProviderRow } from './workspace-config.ts';
+// goes through upsertModelProvider (settings-lookup.ts), which enforces WORKER_PROVIDER_KEY_VARS.
+import type { HarnessRow, ModelProviderRow } from './settings-lookup.ts';
 import { assertKeyGranted } from '../core/key-grants.ts';
 import { keyGrantOf } from './grants.ts';
 import type { WorkspaceTx } from './workspace.ts';

@@ -1,4 +1,5 @@
-// Per-workspace configuration rows: harness overrides, role routes, model providers.
+// What a run looks up of its workspace's settings: harness overrides, role routes, model providers (the key
+// rules enforced when a provider row is written are here too). Operators list and edit them in settings-edit.ts.
 import type { Sql } from 'postgres';
 import { assertKeyVarAllowed } from '../core/key-vars.ts';
 import { assertKeyGranted } from '../core/key-grants.ts';
