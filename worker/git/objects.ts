@@ -1,5 +1,5 @@
 // Git objects and refs read in this process, for the verification's hot path: starting a git
-// process costs 12-20 ms on a small VM (Node forks itself first), more than the few small objects
+// process costs a fork of the worker first, more than reading the few small objects
 // the integrity check and resume need (a notes commit, its trees, one note, one commit).
 // Only positive answers are trusted: every object returned has been hashed and matches its id
 // (SHA-1 of "<type> <size>\0<body>"), so it is git's own bytes. Anything not found here (an

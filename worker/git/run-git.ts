@@ -35,8 +35,8 @@ export const GIT_ENV: NodeJS.ProcessEnv = {
   GIT_COMMITTER_NAME: 'echodo-worker',
   GIT_COMMITTER_EMAIL: 'echodo-worker@localhost',
   // glibc otherwise shrinks and regrows the heap around each object git writes (fast-import,
-  // pack-objects, index-pack): every brk is a TLB flush, slow on a VM. A 1 MB pad and a 64 MB trim
-  // threshold keep the heap in place: a checkpoint's fast-import of 100 blobs 45 -> 12 ms here.
+  // pack-objects, index-pack): every brk is a TLB flush, slow on a VM. A pad and a trim threshold
+  // keep the heap in place.
   GLIBC_TUNABLES: 'glibc.malloc.top_pad=1048576:glibc.malloc.trim_threshold=67108864',
 };
 

@@ -246,7 +246,7 @@ export async function fetchRun(args: {
 /**
  * One fetch from the checkpoint remote, measured exactly: the received pack is kept as it came
  * (unpackLimit=1, like every checkpoint object here: packed, never loose), and its size is the
- * bytes fetched. Nothing after the objects: no `maintenance --auto` (22–108 ms of a resume's fetch;
+ * bytes fetched. Nothing after the objects: no `maintenance --auto` (most of a resume's fetch;
  * its gc is for loose objects and pack counts, which the worker's own packing keeps down, worker/checkpoints/git/packing.ts)
  * and no forced-update check (a history walk per ref, which the worker never reports).
  */

@@ -107,8 +107,8 @@ export async function discardPrefetch(prefetched: PrefetchedRun | undefined): Pr
  * a scratch ref: the branch's ownership (`branchOwned`, checked beside the fetch) is not known yet;
  * prepareRemoteResume moves it onto the branch (or fetches again if this failed). A standby's copy
  * is moved onto the branch and the run's notes ref here, once the branch is known to be the run's:
- * the git process a take-over waited for after Postgres (~20-30 ms, most of it the fork from the
- * worker) runs while Postgres answers. prepareRemoteResume then checks the copy against the latest
+ * the git process a take-over waited for after Postgres (most of it the fork from the worker) runs
+ * while Postgres answers. prepareRemoteResume then checks the copy against the latest
  * checkpoint and fetches if it is behind; a copy ahead of it (pushed, killed before its row) is where
  * a fetch would have put the branch too, and verification resets the worktree to the checkpoint.
  */
@@ -228,8 +228,7 @@ export interface NotesMirror {
  * The local notes mirror (mirrorNotesLocally) of a resumed run, started NOTES_MIRROR_DELAY_MS
  * later: it is for people (`git notes show` on this host), not for verification, and started at
  * once its Postgres read, `git notes list` and fast-import competed with the run's first model
- * call and tool round (measured at 10k files: resumed -> first tool call 37 ms with it, 9 ms
- * without). The run calls finish() before it ends, so a short run still gets every note.
+ * call and tool round. The run calls finish() before it ends, so a short run still gets every note.
  */
 export function scheduleNotesMirror(start: () => Promise<void>): NotesMirror {
   let running: Promise<void> | undefined;

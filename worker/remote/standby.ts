@@ -2,8 +2,8 @@
 // each run another host holds already fetched, so that taking such a run over (its host died, or
 // released it) needs no fetch: the resume moves the run's branch and notes onto what the standby
 // holds (resume.ts) and goes straight to the worktree. Without it, the fetch (a ref
-// listing, a negotiation, index-pack, a connectivity check: 70-200 ms on loopback, a network's
-// round trips more) sits on the resume's critical path. A crashed run is handed on only once its
+// listing, a negotiation, index-pack, a connectivity check, and a network's round
+// trips) sits on the resume's critical path. A crashed run is handed on only once its
 // lease has expired (WORKER_LEASE_MS), so a standby sweeping more often than that is current.
 //
 // Every WORKER_REMOTE_STANDBY_MS, one worker process of the host (a lock in the common git dir):
@@ -15,7 +15,7 @@
 //  4. aims the host's spare worktree (worker/worktrees/spares.ts) at the latest checkpoint of the run that
 //     looks abandoned (queued, or its lease unrenewed for two heartbeats: pickAim), so that the
 //     take-over of that run writes no file either: a two-way checkout reads every tree of both
-//     commits (80-120 ms at 10k files, most of a resume from the standby). One spare, so one run;
+//     commits (most of a resume from the standby). One spare, so one run;
 //     once that run has not looked abandoned for AIM_HOLD_MS, the spare goes back to the repository's HEAD.
 // A failed fetch is tried again for that commit after STANDBY_RETRY_MS (a resume meanwhile fetches
 // for itself, as without a standby). Fetched objects are packed, never loose (fetchMeasured), and
@@ -64,7 +64,7 @@ async function refsUnder(repoPath: string, patterns: string[]): Promise<Map<stri
 /**
  * What the standby holds for one run: its branch's oid and its notes', if any. Read in this process
  * (ref files, as git reads them) at a take-over's claim, where a git process costs its fork from a
- * large worker (~20 ms at 150 MB, blocking the event loop while Postgres answers); by git when the
+ * large worker (blocking the event loop while Postgres answers); by git when the
  * repository keeps its refs another way (reftable).
  */
 export async function readStandby(

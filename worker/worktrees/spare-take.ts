@@ -146,7 +146,7 @@ async function pointAndCheckOut(args: {
   // Two-way merge from the spare's commit to the target: the index matches the spare's commit
   // exactly (nothing writes in a spare), so only the entries that differ between the two trees
   // are written; every other file is left as it is, unread (but git reads every tree of both
-  // commits: 80-120 ms at 10k files). The config keeps the untracked cache (its recorded location
+  // commits). The config keeps the untracked cache (its recorded location
   // is now the run's path) and the split index, as addWorktree sets them.
   await runGit(args.wtPath, [...TAKE_INDEX_CONFIG, 'read-tree', '-m', '-u', spare.head, target], {
     env: { GIT_INDEX_FILE: args.hidden },

@@ -215,8 +215,8 @@ export async function makeSpareLocked(args: {
 /**
  * Racy git: an index entry whose file was written in the same second as the index (this git
  * compares whole seconds) is "racily clean", so every later write of that index re-reads and
- * hashes its file. For a spare just checked out, that is every file, at the take's read-tree:
- * a take at 10k files cost 118 ms instead of 28. So, once the clock has left the second of the
+ * hashes its file. For a spare just checked out, that is every file, at the take's read-tree
+ * (several times its cost). So, once the clock has left the second of the
  * checkout's last write (spare-keeper.ts waits for it outside the lock), the index is written
  * once more. Under the lock; false when the spare is no longer there as it was (taken or
  * replaced meanwhile): nothing to do.

@@ -28,7 +28,7 @@ import type { Logger } from '../../log.ts';
 import { commonDirOf } from '../notes.ts';
 import { nameTrees } from './tree-names.ts';
 
-/** git's own for `gc --aggressive`. Trees of 2,000 checkpoints: 2,867 KB; at 50, 3,012 KB; at 4,095, 2,835 KB. */
+/** git's own for `gc --aggressive`: deep enough that each folder's versions chain (docs/checkpoints.md, packing). */
 const TREE_DELTA_DEPTH = 250;
 
 interface PackFile {

@@ -2,12 +2,11 @@
 // pack-objects sorts the objects it deltifies by a hash of their path and looks for a base only
 // among the next few (its window). `--stdin-packs`, which `git repack --geometric` uses, knows no
 // paths, so the hundreds of same-sized folders of a repository mix in that window and a tree
-// rarely meets its own previous version: measured over 2,000 checkpoints of a 10k-file repository,
-// 5,795 of 44,000 trees stayed whole, 2,237 B of trees per checkpoint; searched again with their
-// paths, 1,433 B.
+// rarely meets its own previous version, so many trees stay whole (docs/checkpoints.md has the
+// figures).
 // git finds the paths: `rev-list --objects` of the merge's commits, newest first. It reads the
-// first commit's whole snapshot of folders (O(the repository's folders), ~1 µs each), then only
-// what changed. Reading the trees in this process instead measured 115 µs a tree.
+// first commit's whole snapshot of folders (O(the repository's folders)), then only what changed;
+// reading the trees in this process instead was far slower.
 import type { ObjectType } from '../../git/objects.ts';
 import { runGit } from '../../git/run-git.ts';
 
