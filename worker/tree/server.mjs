@@ -17,6 +17,7 @@ import readline from 'node:readline';
 import { Worker } from 'node:worker_threads';
 
 const ROOT = fs.realpathSync(process.argv[2]);
+process.chdir(ROOT);
 const { O_RDONLY, O_NOFOLLOW, O_NONBLOCK, O_WRONLY, O_CREAT, O_EXCL, O_DIRECTORY } = fs.constants;
 const CHUNK = 64 * 1024;
 
@@ -27,10 +28,18 @@ class Refused extends Error {
   }
 }
 
+/** The folder this process stands in, root-relative ('' for the root), once checked on the way in; null: unknown. */
+let here = '';
+
 /** chdir into the folder holding `rel`'s last component; returns that component's name. */
 function enterParent(rel) {
   const parts = rel === '.' ? [] : rel.split('/');
   const name = parts.pop() ?? '.';
+  const parent = parts.join('/');
+  // Already standing in that folder (the files of one checkpoint share folders): the process's
+  // working directory is the folder itself, whatever has been renamed or swapped since.
+  if (parent === here) return name;
+  here = null; // until the walk below has succeeded
   process.chdir(ROOT);
   for (const part of parts) {
     let st;
@@ -42,34 +51,43 @@ function enterParent(rel) {
     if (st.isSymbolicLink()) throw new Refused('symlink', `folder ${part} is a symlink (never followed)`);
     if (!st.isDirectory()) throw new Refused('not_dir', `${part} is not a folder`);
     process.chdir(part);
-    const here = fs.readlinkSync('/proc/self/cwd');
-    if (here !== ROOT && !here.startsWith(`${ROOT}/`)) throw new Refused('symlink', `folder ${part} left the tree`);
+    const at = fs.readlinkSync('/proc/self/cwd');
+    if (at !== ROOT && !at.startsWith(`${ROOT}/`)) throw new Refused('symlink', `folder ${part} left the tree`);
   }
+  here = parent;
   return name;
 }
 
-function hashFd(fd, keep = 0, withData = false) {
+/** One read buffer for every hash: a checkpoint reads many small files, each one read. */
+const SHARED = Buffer.allocUnsafe(CHUNK);
+
+function hashFd(fd, size, keep = 0, withData = false) {
   const hash = createHash('sha256');
-  const chunks = [];
+  if (withData) {
+    // The caller wants the bytes anyway: read them once, whole, and hash them.
+    const data = Buffer.allocUnsafe(size);
+    let at = 0;
+    for (;;) {
+      if (at === data.length) break;
+      const n = fs.readSync(fd, data, at, data.length - at, null);
+      if (n === 0) break;
+      at += n;
+    }
+    const got = data.subarray(0, at);
+    return { bytes: at, sha256: hash.update(got).digest('hex'), head: got.subarray(0, keep), data: got };
+  }
   const head = Buffer.allocUnsafe(keep);
   let kept = 0;
   let bytes = 0;
   for (;;) {
-    const buf = Buffer.allocUnsafe(CHUNK);
-    const n = fs.readSync(fd, buf, 0, CHUNK, null);
+    const n = fs.readSync(fd, SHARED, 0, CHUNK, null);
     if (n === 0) break;
-    const data = buf.subarray(0, n);
-    hash.update(data);
-    if (withData) chunks.push(data);
-    if (kept < keep) kept += data.copy(head, kept, 0, Math.min(n, keep - kept));
+    const chunk = SHARED.subarray(0, n);
+    hash.update(chunk);
+    if (kept < keep) kept += chunk.copy(head, kept, 0, Math.min(n, keep - kept));
     bytes += n;
   }
-  return {
-    bytes,
-    sha256: hash.digest('hex'),
-    head: head.subarray(0, kept),
-    data: withData ? Buffer.concat(chunks) : undefined,
-  };
+  return { bytes, sha256: hash.digest('hex'), head: head.subarray(0, kept), data: undefined };
 }
 
 /**
@@ -96,7 +114,7 @@ function describe(rel, { keep = 0, withData = false } = {}) {
     const st = fs.fstatSync(fd);
     if (st.isDirectory()) return { rel, kind: fs.existsSync(`${name}/.git`) ? 'repo' : 'dir' };
     if (!st.isFile()) return { rel, kind: 'other' };
-    const got = hashFd(fd, keep, withData);
+    const got = hashFd(fd, st.size, keep, withData);
     return {
       rel,
       kind: 'file',
@@ -335,6 +353,7 @@ lines.on('line', async (line) => {
     );
   } finally {
     process.chdir(ROOT);
+    here = '';
   }
 });
 lines.on('close', () => process.exit(0));
