@@ -3,6 +3,13 @@
 import type { CheckpointCost, CostTotal, UsageTotals } from '../store/cost.ts';
 import { html, type SafeHtml } from './html.ts';
 
+/** The token columns' headers, in the order tokenCells fills them. */
+const TOKEN_HEADERS = html`<th>Input</th>
+  <th>Output</th>
+  <th>Cache read</th>
+  <th>Cache write</th>
+  <th>Reasoning</th>`;
+
 export function formatUsd(usd: number | null): string {
   if (usd === null) return 'unpriced';
   // Cents for dollars; three significant figures for the fractions of a cent a round often costs.
@@ -36,11 +43,7 @@ export function runUsageContent(total: CostTotal, checkpoints: CheckpointCost[])
         <tr>
           <th>Checkpoint</th>
           <th>Model</th>
-          <th>Input</th>
-          <th>Output</th>
-          <th>Cache read</th>
-          <th>Cache write</th>
-          <th>Reasoning</th>
+          ${TOKEN_HEADERS}
           <th>Cost</th>
         </tr>
       </thead>
@@ -67,11 +70,7 @@ export function convoyUsageContent(total: CostTotal): SafeHtml {
       <thead>
         <tr>
           <th>Checkpoints</th>
-          <th>Input</th>
-          <th>Output</th>
-          <th>Cache read</th>
-          <th>Cache write</th>
-          <th>Reasoning</th>
+          ${TOKEN_HEADERS}
           <th>Cost</th>
         </tr>
       </thead>
