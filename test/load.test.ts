@@ -3,10 +3,12 @@
 // duplicate or gap, and no run was ever written by two lease holders at once.
 // `npm test` runs a reduced size; `npm run test:load` (ECHODO_LOAD_FULL=1) the full one.
 import assert from 'node:assert/strict';
+import { realpath } from 'node:fs/promises';
 import { after, before, test } from 'node:test';
 import { readCheckpointNote } from '../worker/checkpoints/notes.ts';
 import type { Child } from './support/child.ts';
 import { makeRepo } from './support/git.ts';
+import { registerRepo } from './support/grants.ts';
 import { createScenario, sampleSteps, type Scenario } from './support/scenario.ts';
 
 const FULL = process.env.ECHODO_LOAD_FULL === '1';
@@ -25,6 +27,8 @@ before(async () => {
     env: { STALL_MAX_ATTEMPTS: '100', WORKER_MAX_TOOL_STEPS: String(ROUNDS + 2) },
   });
   repoB = await makeRepo({ 'README.md': '# second repo\n', 'src/index.ts': 'export const answer = 42;\n' });
+  // A repository other than WORKER_REPO_ROOT is one the operator registered to the workspace.
+  await registerRepo(s.su, s.workspaceId, await realpath(repoB));
 });
 after(async () => {
   await Promise.all(children.map((c) => c.stop('SIGKILL', 100)));
