@@ -4,7 +4,7 @@ import type { Sql } from 'postgres';
 import { assertKeyVarAllowed } from '../core/key-vars.ts';
 import { assertKeyGranted } from '../core/key-grants.ts';
 import { keyGrantOf } from './grants.ts';
-import { nativeBaseUrl, type NativeProvider } from '../worker/models/native.ts';
+import { nativeBaseUrl, type NativeProvider } from '../core/providers.ts';
 import type { WorkspaceTx } from './workspace.ts';
 
 export interface HarnessRow {

@@ -8,15 +8,7 @@ import { createOpenAI } from '@ai-sdk/openai';
 import { assertKeyVarAllowed, parseKeyVarGlobs } from '../../core/key-vars.ts';
 import { assertKeyGranted, type KeyGrant } from '../../core/key-grants.ts';
 import { keyFetch } from './key-fetch.ts';
-
-export const NATIVE_PROVIDERS = ['anthropic', 'openai'] as const;
-export type NativeProvider = (typeof NATIVE_PROVIDERS)[number];
-
-/** Where each native provider's SDK sends requests when the row names no base URL. */
-export const DEFAULT_BASE_URLS: Record<NativeProvider, string> = {
-  anthropic: 'https://api.anthropic.com/v1',
-  openai: 'https://api.openai.com/v1',
-};
+import { nativeBaseUrl, type NativeProvider } from '../../core/providers.ts';
 
 // The SDKs insist on a key of their own at construction; this stand-in is never sent, because
 // key-fetch.ts replaces (or removes) the key headers of every request.
@@ -32,10 +24,6 @@ export interface NativeModelOptions {
   fetch?: typeof globalThis.fetch;
   keyVarGlobs?: readonly string[];
   keyGrant?: KeyGrant;
-}
-
-export function nativeBaseUrl(provider: NativeProvider, baseURL: string | null | undefined): string {
-  return baseURL ?? DEFAULT_BASE_URLS[provider];
 }
 
 export function createNativeModel(options: NativeModelOptions): LanguageModelV3 {

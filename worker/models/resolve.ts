@@ -5,7 +5,8 @@
 import type { LanguageModelV3 } from '@ai-sdk/provider';
 import { EchodoError } from '../../core/errors.ts';
 import { createOpenAICompatibleModel } from './openai-compatible.ts';
-import { createNativeModel, NATIVE_PROVIDERS, nativeBaseUrl, type NativeProvider } from './native.ts';
+import { createNativeModel } from './native.ts';
+import { NATIVE_PROVIDERS, nativeBaseUrl, type NativeProvider } from '../../core/providers.ts';
 import { ReplayModel } from './replay.ts';
 import { loadTranscript } from './transcript.ts';
 import { replayPathInside } from './replay-dir.ts';
