@@ -1,6 +1,6 @@
 // Budgets in Postgres: a run's limits live in its recorded job (maxCostUsd, maxTokens; a retry may
 // replace them), a workspace's daily cap in workspace_budgets. What has been spent is always
-// computed from the checkpoint rows (store/cost.ts), never kept as a counter.
+// computed from the usage records (store/cost.ts), never kept as a counter.
 import type { Job } from '../core/job.ts';
 import type { RunRow } from './runs.ts';
 import type { WorkspaceTx } from './workspace.ts';
@@ -11,11 +11,11 @@ export async function dailyBudget(tx: WorkspaceTx): Promise<number | null> {
   return row?.daily_usd ?? null;
 }
 
-/** Tokens the run has used so far (input and output, as its rows report them). */
+/** Tokens the run has used so far (input and output, as its usage records report them). */
 export async function runTokens(tx: WorkspaceTx, agentRunId: string): Promise<number> {
   const [row] = await tx<{ n: number }[]>`
     select coalesce(sum(coalesce(input_tokens, 0) + coalesce(output_tokens, 0)), 0)::float8 as n
-      from worker_checkpoints where workspace_id = ${tx.workspaceId} and agent_run_id = ${agentRunId}`;
+      from model_usage where workspace_id = ${tx.workspaceId} and agent_run_id = ${agentRunId}`;
   return row!.n;
 }
 

@@ -1,7 +1,8 @@
-// Cost is a query over the checkpoint rows' usage and the prices, never a counter: it cannot
-// drift from the rows, and a price changed later re-prices the past. A row whose usage or model
-// has no price is "unpriced" (cost null); a total over rows holding one is null too, so an
-// unpriced model never reads as free. Prices: the workspace's model_prices over the shipped table.
+// Cost is a query over the recorded usage (the checkpoint rows, and a run's final text-only answer)
+// and the prices, never a counter: it cannot drift from the rows, and a price changed later
+// re-prices the past. A record whose usage or model has no price is "unpriced" (cost null); a total
+// over records holding one is null too, so an unpriced model never reads as free. Prices: the
+// workspace's model_prices over the shipped table, applied by echodo_costed_usage (migration 022).
 import type { PendingQuery, Row } from 'postgres';
 import { SHIPPED_PRICES, type ModelPrice } from '../core/prices.ts';
 import type { WorkspaceTx } from './workspace.ts';
@@ -29,37 +30,20 @@ export interface CheckpointCost extends UsageTotals {
   costUsd: number | null;
 }
 
-/** The checkpoint rows matching `where`, each with cost_usd (null: unpriced). */
+/**
+ * The usage records matching `where` (checkpoint rows, and the run's final answer: checkpoint_seq null),
+ * each with cost_usd (null: unpriced), priced by echodo_costed_usage: the one definition of a price.
+ */
 function costed(tx: WorkspaceTx, where: PendingQuery<Row[]>): PendingQuery<Row[]> {
   return tx`
-    with prices as (
-      select model, input_per_mtok, output_per_mtok, cache_read_per_mtok, cache_write_per_mtok from model_prices
-      union all
-      select s.model, s."inputPerMtok", s."outputPerMtok", s."cacheReadPerMtok", s."cacheWritePerMtok"
-        from jsonb_to_recordset(${tx.json(SHIPPED_PRICES as never)}) as s(model text, "inputPerMtok" numeric,
-             "outputPerMtok" numeric, "cacheReadPerMtok" numeric, "cacheWritePerMtok" numeric)
-       where not exists (select 1 from model_prices m where m.model = s.model)
-    ), costed as (
-      select c.checkpoint_seq, c.agent_run_id, c.model_id, c.input_tokens, c.output_tokens, c.cache_read_tokens,
-             c.cache_write_tokens, c.reasoning_tokens,
-             case when p.model is null or c.input_tokens is null or c.output_tokens is null then null
-             else (greatest(c.input_tokens - coalesce(c.cache_read_tokens, 0) - coalesce(c.cache_write_tokens, 0), 0)
-                     * p.input_per_mtok
-                   + coalesce(c.cache_read_tokens, 0) * coalesce(p.cache_read_per_mtok, p.input_per_mtok)
-                   + coalesce(c.cache_write_tokens, 0) * coalesce(p.cache_write_per_mtok, p.input_per_mtok)
-                   + c.output_tokens * p.output_per_mtok) / 1000000 end as cost_usd
-        from worker_checkpoints c
-        left join lateral (
-          select * from prices p
-           where c.model_id = p.model or left(c.model_id, length(p.model) + 1) = p.model || '-'
-           order by length(p.model) desc limit 1
-        ) p on true
+    with costed as (
+      select * from echodo_costed_usage(${tx.json(SHIPPED_PRICES as never)}) c
        where c.workspace_id = ${tx.workspaceId} and ${where}
     )`;
 }
 
 const totals = (tx: WorkspaceTx) => tx`
-  count(*)::int as checkpoints,
+  count(checkpoint_seq)::int as checkpoints,
   case when count(*) filter (where cost_usd is null) > 0 then null else coalesce(sum(cost_usd), 0) end::float8 as cost_usd,
   count(*) filter (where cost_usd is null)::int as unpriced_checkpoints,
   coalesce(sum(cost_usd), 0)::float8 as priced_usd,

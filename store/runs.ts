@@ -96,8 +96,9 @@ export async function claimRun(
      where id = ${args.agentRunId} and status = 'queued'
     returning *`;
   if (!run) return undefined;
+  // A brief in review or published holds another run's finished work: a claim leaves it be.
   await tx`update briefs set status = 'claimed', claimed_by_run = ${run.id}, claimed_at = now()
-            where id = ${run.brief_id} and status <> 'done'`;
+            where id = ${run.brief_id} and status in ('open', 'claimed')`;
   return run;
 }
 
@@ -142,10 +143,14 @@ export async function setRunWorkspace(
   return rows.length > 0;
 }
 
-/** Completes the run and its brief; only the lease holder can. */
-export async function completeRun(tx: WorkspaceTx, args: { agentRunId: string; leaseEpoch: number }): Promise<boolean> {
+/** Completes the run and its brief (with the usage of its final text-only answer); only the lease holder can. */
+export async function completeRun(
+  tx: WorkspaceTx,
+  args: { agentRunId: string; leaseEpoch: number; finalUsage?: object },
+): Promise<boolean> {
   const [run] = await tx<{ brief_id: string }[]>`
-    update agent_runs set status = 'completed', finished_at = now(), lease_expires_at = null
+    update agent_runs set status = 'completed', finished_at = now(), lease_expires_at = null,
+           final_usage = ${args.finalUsage ? tx.json(args.finalUsage as never) : null}
      where id = ${args.agentRunId} and lease_epoch = ${args.leaseEpoch} and status = 'running'
     returning brief_id`;
   if (!run) return false;

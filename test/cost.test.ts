@@ -1,6 +1,7 @@
-// Cost is a query over the checkpoint rows' usage and the prices: the workspace's own prices
-// (`npm run workspace -- price …`) over the shipped table; a model without a price is unpriced
-// (null), never free; per checkpoint, run, convoy and workspace day alike.
+// Cost is a query over the recorded usage (the checkpoint rows, and the run's final text-only answer,
+// which no checkpoint holds) and the prices: the workspace's own prices (`npm run workspace -- price …`)
+// over the shipped table; a model without a price is unpriced (null), never free; per checkpoint, run,
+// convoy and workspace day alike.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { spawnNode, waitFor, type Child } from './support/child.ts';
@@ -16,7 +17,7 @@ const write = (path: string) => ({ toolName: 'write_file', input: { path, conten
 const STEPS = [
   { toolCalls: [write('src/a.ts')], usage: { inputTokens: 1000, outputTokens: 100, cacheReadTokens: 400 } },
   { toolCalls: [write('src/b.ts')], usage: { inputTokens: 2000, outputTokens: 50 } },
-  { text: 'Done.' },
+  { text: 'Done.', usage: { inputTokens: 3000, outputTokens: 20 } },
 ] as unknown as TranscriptStep[];
 
 let s: Scenario;
@@ -54,10 +55,17 @@ after(async () => {
 test('a model without a price is unpriced: null cost, never 0, with the tokens still counted', async () => {
   const total = await scoped((tx) => runCost(tx, agentRunId));
   assert.equal(total.costUsd, null);
-  assert.equal(total.unpricedCheckpoints, 2);
+  assert.equal(total.checkpoints, 2);
+  assert.equal(total.unpricedCheckpoints, 3, 'two checkpoints and the final answer');
   assert.deepEqual(
     [total.inputTokens, total.outputTokens, total.cacheReadTokens, total.cacheWriteTokens],
-    [3000, 150, 400, null],
+    [6000, 170, 400, null],
+  );
+  const run = await s.run(agentRunId);
+  assert.deepEqual(
+    [run.final_usage.inputTokens, run.final_usage.outputTokens, run.final_usage.cacheReadTokens],
+    [3000, 20, null],
+    'the final text-only round is kept on the run',
   );
   assert.deepEqual(
     (await scoped((tx) => checkpointCosts(tx, agentRunId))).map((c) => c.costUsd),
@@ -85,7 +93,8 @@ test('price set prices every checkpoint, run, convoy and day from the rows; pric
   // Uncached input at the input price, cache reads at theirs, output at the output price.
   close(per[0]!.costUsd, (600 * 3 + 400 * 0.3 + 100 * 15) / 1e6);
   close(per[1]!.costUsd, (2000 * 3 + 50 * 15) / 1e6);
-  const expected = per[0]!.costUsd! + per[1]!.costUsd!;
+  // The final answer, kept on the run, is part of the run's cost.
+  const expected = per[0]!.costUsd! + per[1]!.costUsd! + (3000 * 3 + 20 * 15) / 1e6;
   close((await scoped((tx) => runCost(tx, agentRunId))).costUsd, expected);
   close((await scoped((tx) => convoyCost(tx, 'convoy-1'))).costUsd, expected);
   close((await scoped((tx) => workspaceDayCost(tx))).costUsd, expected);
@@ -151,8 +160,8 @@ test('GET /api/runs/:id and the run page show tokens and cost: unpriced until a 
   const unpriced = await api();
   assert.equal(unpriced.costUsd, null);
   assert.deepEqual(unpriced.usage, {
-    inputTokens: 3000,
-    outputTokens: 150,
+    inputTokens: 6000,
+    outputTokens: 170,
     cacheReadTokens: 400,
     cacheWriteTokens: null,
     reasoningTokens: null,
@@ -174,26 +183,26 @@ test('GET /api/runs/:id and the run page show tokens and cost: unpriced until a 
     '0.3',
   ]);
   assert.equal(set.code, 0, set.err);
-  close((await api()).costUsd, 0.01017);
+  close((await api()).costUsd, 0.01947);
   const html = await page();
   assert.match(html, /<tr data-usage-seq="1">.*?data-cost>\$0\.00342<\/td>/s);
   assert.match(html, /<tr data-usage-seq="2">.*?data-cost>\$0\.00675<\/td>/s);
-  assert.match(html, /<tr data-usage-total>.*?data-cost>\$0\.0102<\/th>/s);
+  assert.match(html, /<tr data-usage-total>.*?data-cost>\$0\.0195<\/th>/s);
 
   // The convoy (its API and page) and the workspace's spend today against its cap (set above: $2.50).
   const convoy = (await (
     await fetch(`${server.url}/api/convoys/convoy-1`, { headers: { authorization: `Bearer ${token}` } })
   ).json()) as Record<string, any>;
-  close(convoy.costUsd, 0.01017);
-  assert.equal(convoy.usage.outputTokens, 150);
+  close(convoy.costUsd, 0.01947);
+  assert.equal(convoy.usage.outputTokens, 170);
   const cookie = { cookie: `emc_token=${token}` };
   assert.match(
     await (await fetch(`${server.url}/convoys/convoy-1`, { headers: cookie })).text(),
-    /<section data-convoy-usage>.*?data-cost>\$0\.0102<\/td>/s,
+    /<section data-convoy-usage>.*?data-cost>\$0\.0195<\/td>/s,
   );
   assert.match(
     await (await fetch(`${server.url}/`, { headers: cookie })).text(),
-    /Spent today: <strong>\$0\.0102<\/strong>,\s*of a daily cap of \$2\.50\./,
+    /Spent today: <strong>\$0\.0195<\/strong>,\s*of a daily cap of \$2\.50\./,
   );
   assert.equal((await cli(['price', 'rm', '--workspace', s.workspaceId, '--model', s.transcriptPath])).code, 0);
 });

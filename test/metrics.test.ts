@@ -16,7 +16,8 @@ const STEPS = [
     toolCalls: [{ toolName: 'write_file', input: { path: `src/m${i}.ts`, content: `export const m = ${i};\n` } }],
     usage: { inputTokens: 100 * (i + 1), outputTokens: 10 },
   })),
-  { text: 'Done.' },
+  // The final answer has no checkpoint; its usage is kept on the run, and counted.
+  { text: 'Done.', usage: { inputTokens: 50, outputTokens: 5 } },
 ] as unknown as TranscriptStep[];
 
 let s: Scenario;
@@ -67,9 +68,9 @@ test("the worker's /metrics counts the checkpoints, tokens and runs a known run 
   assert.equal(sample(text, 'echodo_tool_calls_total', { tool: 'write_file', outcome: 'ok' })?.value, String(ROUNDS));
   assert.equal(
     sample(text, 'echodo_tokens_total', { workspace: 'metered', model: 'replay', kind: 'input' })?.value,
-    '600',
+    '650',
   );
-  assert.equal(sample(text, 'echodo_tokens_total', { kind: 'output' })?.value, '30');
+  assert.equal(sample(text, 'echodo_tokens_total', { kind: 'output' })?.value, '35');
   assert.equal(
     sample(text, 'echodo_tokens_total', { kind: 'cache_read' }),
     undefined,
@@ -95,17 +96,17 @@ test('mission control /metrics: the fleet to a loopback scrape; refused when pro
   const text = await res.text();
   assert.equal(sample(text, 'echodo_runs', { workspace: 'metered', status: 'completed' })?.value, '1');
   assert.equal(sample(text, 'echodo_queue_depth')?.value, '0');
-  assert.equal(sample(text, 'echodo_tokens', { workspace: 'metered', model: 'replay', kind: 'input' })?.value, '600');
+  assert.equal(sample(text, 'echodo_tokens', { workspace: 'metered', model: 'replay', kind: 'input' })?.value, '650');
   assert.equal(sample(text, 'echodo_cost_usd', { workspace: 'metered', model: 'replay' })?.value, '0');
   assert.equal(
     sample(text, 'echodo_unpriced_checkpoints', { workspace: 'metered', model: 'replay' })?.value,
-    String(ROUNDS),
+    String(ROUNDS + 1),
   );
   await s.su`insert into model_prices (workspace_id, model, input_per_mtok, output_per_mtok)
              values ('metered', ${s.transcriptPath}, 1000, 10000)`;
   const priced = await (await fetch(`${open.url}/metrics`)).text();
-  // 600 input tokens at $1,000 and 30 output tokens at $10,000 per million.
-  assert.equal(Number(sample(priced, 'echodo_cost_usd', { workspace: 'metered', model: 'replay' })?.value), 0.9);
+  // 650 input tokens at $1,000 and 35 output tokens at $10,000 per million.
+  assert.equal(Number(sample(priced, 'echodo_cost_usd', { workspace: 'metered', model: 'replay' })?.value), 1);
   assert.equal(sample(priced, 'echodo_unpriced_checkpoints', { workspace: 'metered', model: 'replay' })?.value, '0');
   assert.equal((await fetch(`${open.url}/metrics`, { headers: { 'x-forwarded-for': '203.0.113.9' } })).status, 403);
 

@@ -303,8 +303,11 @@ test("a worker run through an anthropic row records each round's usage and model
     ],
   );
   assert.ok(!worker.output().includes(KEY), 'the key is never logged');
+  // The final text-only answer has no checkpoint: its usage is kept on the run, and priced with the rest.
+  assert.equal(run.final_usage.cacheReadTokens, 960);
   // Priced from the shipped table: the dated id matches claude-sonnet-4-5.
   const cost = await withWorkspace(s.t.db.app, s.workspaceId, (tx) => runCost(tx, agentRunId));
-  const expected = (20 * 3 + 900 * 3.75 + 7 * 15 + 35 * 3 + 900 * 0.3 + 60 * 3.75 + 9 * 15) / 1e6;
+  const final = 12 * 3 + 960 * 0.3 + 4 * 15;
+  const expected = (20 * 3 + 900 * 3.75 + 7 * 15 + 35 * 3 + 900 * 0.3 + 60 * 3.75 + 9 * 15 + final) / 1e6;
   assert.ok(cost.costUsd !== null && Math.abs(cost.costUsd - expected) < 1e-12, `${cost.costUsd} ≈ ${expected}`);
 });

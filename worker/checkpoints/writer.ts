@@ -140,6 +140,11 @@ export class CheckpointWriter {
   /** A round's usage, recorded with the checkpoint that records the round. */
   noteUsage(usage: RoundUsage): void {
     this.pendingUsage = this.pendingUsage ? addUsage(this.pendingUsage, usage) : usage;
+    this.countUsage(usage);
+  }
+
+  /** A model call's tokens in the worker's metrics (a final text-only answer too, kept on its run). */
+  countUsage(usage: RoundUsage): void {
     const labels = { workspace: this.deps.run.workspaceId, model: modelLabel(usage.modelId) };
     const kinds = {
       input: usage.inputTokens,

@@ -332,7 +332,13 @@ async function executeRun(
       }
       case 'finished': {
         await scoped(async (tx) => {
-          if (!(await completeRun(tx, { agentRunId: run.id, leaseEpoch: run.lease_epoch }))) {
+          if (
+            !(await completeRun(tx, {
+              agentRunId: run.id,
+              leaseEpoch: run.lease_epoch,
+              finalUsage: outcome.finalUsage,
+            }))
+          ) {
             // A retry after a lost connection: our first attempt may have completed it.
             const now = await getRun(tx, run.id);
             if (now?.status === 'completed' && now.lease_epoch === run.lease_epoch) return;

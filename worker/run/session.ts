@@ -18,13 +18,14 @@ import type { RunCommandResult } from '../tools/run-command.ts';
 import { withTree } from '../tree/registry.ts';
 import type { CommandSandbox } from '../sandbox/index.ts';
 import { isTransientDbError } from '../../store/transient-retry.ts';
-import { roundUsage } from '../models/usage.ts';
+import { roundUsage, type RoundUsage } from '../models/usage.ts';
 import { workerMetrics } from '../metrics.ts';
 import type { BudgetExhausted, BudgetGuard } from './budget.ts';
 import { cachedSystem, cachedUser, withNewestCached } from '../models/prompt-cache.ts';
 
 export type SessionOutcome =
-  | { kind: 'finished'; text: string; reason: 'model_done' | 'step_budget' }
+  // finalUsage: the last model call answered with text and called no tool, so no checkpoint holds its usage.
+  | { kind: 'finished'; text: string; reason: 'model_done' | 'step_budget'; finalUsage?: RoundUsage }
   | { kind: 'stopped' } // SIGTERM: the round in flight finished and was checkpointed
   | { kind: 'cancelled'; by: string } // an operator's cancel: the same stop, then the run ends
   | { kind: 'lease_lost'; error: LeaseLostError }
@@ -248,8 +249,13 @@ export async function runSession(d: SessionDeps): Promise<SessionOutcome> {
     await d.writer.settleNotes();
     if (halted === 'budget' && overBudget) return { kind: 'budget_exhausted', exhausted: overBudget };
     if (stopping()) return stoppedOutcome();
-    const lastHadTools = result.steps.at(-1)?.toolCalls.length ?? 0;
-    return { kind: 'finished', text: result.text, reason: lastHadTools > 0 ? 'step_budget' : 'model_done' };
+    const last = result.steps.at(-1);
+    if (last && last.toolCalls.length === 0) {
+      const finalUsage = roundUsage(last.usage, last.response?.modelId ?? last.model?.modelId);
+      d.writer.countUsage(finalUsage);
+      return { kind: 'finished', text: result.text, reason: 'model_done', finalUsage };
+    }
+    return { kind: 'finished', text: result.text, reason: last ? 'step_budget' : 'model_done' };
   } catch (err) {
     const cause = fatal ?? err;
     if (cause instanceof LeaseLostError) return { kind: 'lease_lost', error: cause };
