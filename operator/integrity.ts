@@ -1,4 +1,7 @@
-// The integrity check: resume's verification, read-only, from any process.
+// The integrity check: resume's verification, read-only, from any process. When the notes look
+// off (a note missing or wrong, the branch moved), or when asked to repair them, every checkpoint
+// note is audited against its row and its commit against the run's branch (notes-audit.ts); the
+// repair rewrites missing and wrong notes from Postgres and never touches the worktree.
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import type { Config } from '../core/config.ts';
@@ -7,7 +10,8 @@ import { checkpointChain, runManifest, type ManifestEntry } from '../store/check
 import { anchorOf } from '../store/retention.ts';
 import { getRun } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';
-import { gitStatus, inspectRun, type Finding } from '../worker/checkpoints/verify.ts';
+import { gitStatus, inspectRun, type Finding, type FindingKind } from '../worker/checkpoints/verify.ts';
+import { auditFindings, auditNotes, repairNotes, type NotesAudit } from '../worker/checkpoints/notes-audit.ts';
 import {
   inspectRemote,
   RemoteVerifyError,
@@ -31,6 +35,24 @@ export interface IntegrityReport {
   remote?: RemoteInspection;
   /** Every path the run ever touched, with its sha256 (null: deleted) and the checkpoint that last changed it. */
   manifest: ManifestEntry[];
+  /** With repairNotes: the checkpoints whose notes were rewritten from Postgres, and those off the branch. */
+  notesRepair?: { rewritten: number[]; offBranch: number[] };
+}
+
+/** Findings that send the check through the full notes audit (every note's text, the branch's commits). */
+const NOTES_SIGNALS: ReadonlySet<FindingKind> = new Set([
+  'note_missing',
+  'note_mismatch',
+  'branch_moved',
+  'commit_unreachable',
+  'wrong_branch',
+]);
+
+export interface IntegrityOptions {
+  /** Also compare with the checkpoint remote (WORKER_CHECKPOINT_REMOTE). */
+  remote?: boolean;
+  /** Rewrite the missing and wrong notes of checkpoint commits still on the branch from Postgres. */
+  repairNotes?: boolean;
 }
 
 /** undefined when the run does not exist in that workspace (row-level security decides). */
@@ -39,8 +61,32 @@ export async function checkRunIntegrity(
   config: Config,
   workspaceId: string,
   agentRunId: string,
-  options: { remote?: boolean } = {},
+  options: IntegrityOptions = {},
 ): Promise<IntegrityReport | undefined> {
+  const first = await inspectIntegrity(db, config, workspaceId, agentRunId, options);
+  if (!options.repairNotes || !first) return first?.report;
+  if (!first.audit) return { ...first.report, notesRepair: { rewritten: [], offBranch: [] } };
+  const rewritten = await repairNotes(first.audit.repoPath, config.WORKER_NOTES_REF, first.audit.audit);
+  // Checked again from scratch: what is left is the drift a note cannot fix.
+  const after = rewritten.length ? await inspectIntegrity(db, config, workspaceId, agentRunId, options) : first;
+  if (!after) return undefined;
+  const offBranch = first.audit.audit.offBranch.map((r) => r.checkpoint_seq);
+  return { ...after.report, notesRepair: { rewritten, offBranch } };
+}
+
+interface Inspected {
+  report: IntegrityReport;
+  /** The notes audit, when it ran: what a repair works from. */
+  audit?: { repoPath: string; audit: NotesAudit };
+}
+
+async function inspectIntegrity(
+  db: Database,
+  config: Config,
+  workspaceId: string,
+  agentRunId: string,
+  options: IntegrityOptions,
+): Promise<Inspected | undefined> {
   if (options.remote && !config.WORKER_CHECKPOINT_REMOTE)
     throw new RemoteVerifyError('--remote needs WORKER_CHECKPOINT_REMOTE (the checkpoint remote) to be set');
   // `git status` is the long pole: started on the worktree the run is expected to have while
@@ -79,9 +125,22 @@ export async function checkRunIntegrity(
         chain,
       })
     : undefined;
-  const findings = [...inspection.findings, ...(remote?.findings ?? [])];
+  let local: Finding[] = inspection.findings;
+  let audited: Inspected['audit'];
+  if (run.branch && (options.repairNotes || local.some((f) => NOTES_SIGNALS.has(f.kind)))) {
+    const repoPath = run.job.repoPath ?? config.WORKER_REPO_ROOT;
+    const notesRef = config.WORKER_NOTES_REF;
+    // A repository git cannot read: inspectRun has said so already.
+    const audit = await auditNotes({ repoPath, notesRef, branch: run.branch, chain }).catch(() => undefined);
+    if (audit) {
+      audited = { repoPath, audit };
+      // The audit's note findings cover every row (the inspection reads only the latest note's text).
+      local = [...local.filter((f) => !NOTE_KINDS.has(f.kind)), ...auditFindings(audit, notesRef)];
+    }
+  }
+  const findings = [...local, ...(remote?.findings ?? [])];
   const latest = chain.at(-1);
-  return {
+  const report: IntegrityReport = {
     workspaceId,
     agentRunId,
     status: run.status,
@@ -94,7 +153,10 @@ export async function checkRunIntegrity(
     ...(remote ? { remote } : {}),
     manifest,
   };
+  return { report, ...(audited ? { audit: audited } : {}) };
 }
+
+const NOTE_KINDS: ReadonlySet<FindingKind> = new Set(['note_missing', 'note_mismatch']);
 
 const PLAIN_ID = /^[A-Za-z0-9][A-Za-z0-9._-]*$/;
 

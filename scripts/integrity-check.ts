@@ -1,4 +1,5 @@
-// npm run integrity-check: a read-only check of a run's worktree (its description below is its --help).
+// npm run integrity-check: a check of a run's worktree (read-only but for --repair-notes, which
+// rewrites git notes only); its description below is its --help.
 import { loadConfigOrExit } from '../core/config.ts';
 import { openDatabase } from '../store/connection.ts';
 import { setUpTrees } from '../worker/tree/setup.ts';
@@ -12,17 +13,23 @@ const { values, fail } = command({
   name: 'integrity-check',
   summary:
     "a read-only check of a run's worktree against its latest checkpoint and the git notes mirror; " +
-    'each finding is printed.',
-  usage: ['-- --workspace W --run R [--remote] [--json]'],
+    'each finding is printed. With --repair-notes, the missing or wrong notes of checkpoint commits still on ' +
+    "the run's branch are rewritten from Postgres (the commits no longer on it are reported); the worktree is " +
+    'never touched.',
+  usage: ['-- --workspace W --run R [--remote] [--repair-notes] [--json]'],
   flags: {
     workspace: { type: 'string', value: 'W', help: 'the workspace of the run' },
     run: { type: 'string', value: 'R', help: 'the run to check (agentRunId)' },
     remote: { type: 'boolean', help: 'also compare the rows with the commits and notes on WORKER_CHECKPOINT_REMOTE' },
+    'repair-notes': {
+      type: 'boolean',
+      help: "rewrite missing or wrong notes from Postgres for checkpoint commits still on the run's branch",
+    },
     json: { type: 'boolean', help: 'print the report as JSON' },
   },
   exitCodes: {
-    0: 'intact',
-    1: 'drift found (each finding printed)',
+    0: 'intact (with --repair-notes: repaired and intact)',
+    1: 'drift found, or left after the repair (each finding printed)',
     2: 'bad arguments, the run not found in that workspace, or (--remote) no remote set or reachable',
   },
   env: [...DATABASE_ENV, 'WORKER_NOTES_REF', 'WORKER_CHECKPOINT_REMOTE'],
@@ -44,7 +51,10 @@ const db = await openDatabase(config, { migrate: false }).catch((err) => {
   process.exit(2);
 });
 try {
-  const report = await checkRunIntegrity(db, config, workspaceId, agentRunId, { remote: values.remote ?? false });
+  const report = await checkRunIntegrity(db, config, workspaceId, agentRunId, {
+    remote: values.remote ?? false,
+    repairNotes: values['repair-notes'] ?? false,
+  });
   if (!report) {
     process.stderr.write(`run ${agentRunId} not found in workspace ${workspaceId}\n`);
   } else {
@@ -54,6 +64,14 @@ try {
       process.stdout.write(
         `run ${report.agentRunId} (${report.status}) in ${report.workspaceId}: ${report.checkpoints} checkpoint(s), latest seq ${report.latestSeq ?? '-'} at ${report.commitOid?.slice(0, 12) ?? '-'}, ${report.manifest.length} file(s) in the manifest\n`,
       );
+      const repair = report.notesRepair;
+      if (repair) {
+        const list = (seqs: number[]) => (seqs.length ? seqs.join(', ') : 'none');
+        process.stdout.write(
+          `notes rewritten from Postgres for checkpoint(s) ${list(repair.rewritten)}; ` +
+            `no longer on the branch: ${list(repair.offBranch)}\n`,
+        );
+      }
       for (const f of report.findings) process.stdout.write(`  DRIFT ${f.kind}: ${f.detail}\n`);
       if (report.remote)
         process.stdout.write(

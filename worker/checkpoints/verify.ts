@@ -19,6 +19,7 @@ export type FindingKind =
   | 'wrong_branch'
   | 'branch_moved'
   | 'commit_unreachable'
+  | 'commit_off_branch' // a checkpoint commit no longer on the run's branch (notes-audit.ts)
   | 'note_missing'
   | 'note_mismatch'
   | 'file_changed'

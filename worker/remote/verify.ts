@@ -8,7 +8,7 @@ import { EchodoError } from '../../core/errors.ts';
 import { redactString } from '../../core/redact.ts';
 import type { CheckpointRow } from '../../store/checkpoints.ts';
 import { gitErrorDetail, runGit } from '../git/run-git.ts';
-import { noteOfRow, type CheckpointNote } from '../checkpoints/notes.ts';
+import { noteClaims, notesIn, parseNote, reachableSince, readBlobs, rowClaims } from '../checkpoints/note-claims.ts';
 import { lsRemote, runNotesRef, runRemoteGit } from './push.ts';
 
 export type RemoteFindingKind =
@@ -43,70 +43,6 @@ export class RemoteVerifyError extends EchodoError {
     super('transient', redactString(message), options);
     this.name = 'RemoteVerifyError';
   }
-}
-
-/** The note's claims, reduced to what a row vouches for (files as a sorted path → sha256 list). */
-function claims(n: Pick<CheckpointNote, 'workspaceId' | 'agentRunId' | 'checkpointSeq' | 'hash' | 'files'>): string {
-  const files = [...(n.files ?? [])].map((f) => `${f.path}\0${f.sha256 ?? ''}`).sort();
-  return JSON.stringify([n.workspaceId, n.agentRunId, n.checkpointSeq, n.hash, files]);
-}
-
-function rowClaims(row: CheckpointRow): string {
-  return claims(noteOfRow(row));
-}
-
-/** Blob oid of every note in a notes tree, by the annotated object (the fanout's slashes removed). */
-async function notesIn(repoPath: string, notesCommit: string): Promise<Map<string, string>> {
-  const r = await runGit(repoPath, ['ls-tree', '-r', notesCommit]);
-  const notes = new Map<string, string>();
-  for (const line of r.stdout.split('\n').filter(Boolean)) {
-    const [meta, name] = line.split('\t');
-    const [, type, oid] = meta!.split(' ');
-    if (type === 'blob') notes.set(name!.replaceAll('/', ''), oid!);
-  }
-  return notes;
-}
-
-/** The contents of many blobs in one `git cat-file --batch`. */
-async function readBlobs(repoPath: string, oids: string[]): Promise<Map<string, string>> {
-  const out = new Map<string, string>();
-  if (!oids.length) return out;
-  const r = await runGit(repoPath, ['cat-file', '--batch'], { input: `${oids.join('\n')}\n` });
-  const buf = Buffer.from(r.stdout, 'utf8');
-  let at = 0;
-  for (const oid of oids) {
-    const eol = buf.indexOf(0x0a, at);
-    const header = buf.subarray(at, eol).toString('utf8').split(' ');
-    if (header[1] === 'missing') {
-      at = eol + 1;
-      continue;
-    }
-    const size = Number(header[2]);
-    out.set(oid, buf.subarray(eol + 1, eol + 1 + size).toString('utf8'));
-    at = eol + 1 + size + 1;
-  }
-  return out;
-}
-
-/**
- * The commits reachable from `tip` down to the oldest row's commit (present locally): a row's commit
- * is on the remote branch iff it is in this set. Bounded by the run's own history, not the repo's.
- */
-async function reachableSince(repoPath: string, tip: string, rows: CheckpointRow[]): Promise<Set<string>> {
-  const oids = rows.map((r) => r.commit_oid!);
-  const check = await runGit(repoPath, ['cat-file', '--batch-check=%(objectname) %(objecttype)'], {
-    input: `${oids.join('\n')}\n`,
-  });
-  const present = new Set(
-    check.stdout
-      .split('\n')
-      .filter((l) => l.endsWith(' commit'))
-      .map((l) => l.split(' ')[0]!),
-  );
-  const oldest = oids.find((oid) => present.has(oid));
-  if (!oldest) return new Set();
-  const r = await runGit(repoPath, ['rev-list', tip, '--not', `${oldest}^@`]);
-  return new Set(r.stdout.split('\n').filter(Boolean));
 }
 
 const seqList = (rows: CheckpointRow[]) => rows.map((r) => r.checkpoint_seq).join(', ');
@@ -236,7 +172,7 @@ async function compareNotes(
       continue;
     }
     const note = parseNote(text);
-    if (!note || claims(note) !== rowClaims(row)) {
+    if (!note || noteClaims(note) !== rowClaims(row)) {
       const says = note
         ? `seq ${note.checkpointSeq} hash ${String(note.hash).slice(0, 12)}, ${note.files?.length ?? 0} file(s)`
         : 'not a checkpoint note';
@@ -251,14 +187,6 @@ async function compareNotes(
   if (wrong.length) {
     const detail = `the remote note differs from the row (paths, sha256, seq or hash) for ${wrong.join('; ')}`;
     inspection.findings.push({ kind: 'remote_note_mismatch', detail });
-  }
-}
-
-function parseNote(text: string): CheckpointNote | undefined {
-  try {
-    return JSON.parse(text) as CheckpointNote;
-  } catch {
-    return undefined;
   }
 }
 

@@ -1,0 +1,122 @@
+// `integrity-check --repair-notes`: the notes come back from Postgres. A real run (the real
+// checkpoint writer, a real worktree) loses its notes ref, has a note overwritten, has its branch
+// rebased; the check reports each as drift (exit 1), and the repair rewrites the notes of the
+// checkpoint commits still on the branch from their rows, reports those no longer on it, and leaves
+// the worktree byte-identical.
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { lstat, readdir, readFile, readlink } from 'node:fs/promises';
+import path from 'node:path';
+import { after, before, test } from 'node:test';
+import { checkRunIntegrity } from '../operator/integrity.ts';
+import { checkpointChain, type CheckpointRow } from '../store/checkpoints.ts';
+import { createWorkspace } from '../store/runs.ts';
+import { withWorkspace } from '../store/workspace.ts';
+import { noteOfRow, readCheckpointNote } from '../worker/checkpoints/notes.ts';
+import { createTestDatabase, type TestDatabase } from '../testbed/db.ts';
+import { spawnNode } from './support/child.ts';
+import { startDrivenRun, type DrivenRun } from './support/checkpoint-run.ts';
+import { git, makeRepo } from './support/git.ts';
+
+const WS = 'acme';
+let t: TestDatabase;
+
+before(async () => {
+  t = await createTestDatabase();
+  await withWorkspace(t.db.app, WS, (tx) => createWorkspace(tx));
+});
+after(async () => {
+  await t?.drop();
+});
+
+/** A run with three checkpoints, each a commit on its branch with its note. */
+async function runOfThree(): Promise<{ repo: string; r: DrivenRun; chain: CheckpointRow[] }> {
+  const repo = await makeRepo({ 'src/a.ts': 'export const a = 0;\n' });
+  const r = await startDrivenRun({ db: t.db, config: t.config, workspaceId: WS, repo });
+  for (let i = 1; i <= 3; i++) await r.round({ 'src/a.ts': `export const a = ${i};\n`, [`src/f${i}.ts`]: `${i}\n` });
+  await r.writer.settleNotes();
+  const chain = await withWorkspace(t.db.app, WS, (tx) => checkpointChain(tx, r.run.id));
+  assert.equal(chain.length, 3);
+  return { repo, r, chain };
+}
+
+/** Every entry under `dir` (the worktree's .git file included): path → type and content hash. */
+async function snapshot(dir: string, into = new Map<string, string>(), rel = ''): Promise<Map<string, string>> {
+  for (const name of (await readdir(path.join(dir, rel))).sort()) {
+    const p = path.join(rel, name);
+    const full = path.join(dir, p);
+    const st = await lstat(full);
+    if (st.isDirectory()) {
+      into.set(p, `dir ${st.mode}`);
+      await snapshot(dir, into, p);
+    } else if (st.isSymbolicLink()) into.set(p, `link ${await readlink(full)}`);
+    else
+      into.set(
+        p,
+        `file ${st.mode} ${createHash('sha256')
+          .update(await readFile(full))
+          .digest('hex')}`,
+      );
+  }
+  return into;
+}
+
+async function integrityCheck(runId: string, ...flags: string[]): Promise<{ code: number | null; out: string }> {
+  const c = spawnNode('scripts/integrity-check.ts', ['--workspace', WS, '--run', runId, ...flags], { env: t.env });
+  return { code: (await c.exited).code, out: c.output() };
+}
+
+test('notes ref deleted and a note overwritten: reported (exit 1), then rewritten from Postgres (exit 0)', async () => {
+  const { repo, r, chain } = await runOfThree();
+  const notesRef = t.config.WORKER_NOTES_REF;
+  await git(repo, 'update-ref', '-d', notesRef);
+  await git(repo, 'notes', `--ref=${notesRef}`, 'add', '-m', '{"agentRunId":"someone else"}', chain[1]!.commit_oid!);
+  const before = await snapshot(r.worktree);
+
+  const report = await integrityCheck(r.run.id);
+  assert.equal(report.code, 1, report.out);
+  assert.match(report.out, /DRIFT note_missing: no note under \S+ for checkpoint\(s\) 1, 3/);
+  assert.match(report.out, /DRIFT note_mismatch: the note of checkpoint\(s\) 2 /);
+
+  const repaired = await integrityCheck(r.run.id, '--repair-notes');
+  assert.equal(repaired.code, 0, repaired.out);
+  assert.match(
+    repaired.out,
+    /notes rewritten from Postgres for checkpoint\(s\) 1, 2, 3; no longer on the branch: none/,
+  );
+  for (const row of chain) {
+    const note = await readCheckpointNote(repo, notesRef, row.commit_oid!);
+    assert.deepEqual(note, JSON.parse(JSON.stringify(noteOfRow(row))), `checkpoint ${row.checkpoint_seq}'s note`);
+  }
+  assert.deepEqual(await snapshot(r.worktree), before, 'the worktree is byte-identical');
+  assert.equal((await integrityCheck(r.run.id)).code, 0, 'intact afterwards');
+});
+
+test('a rebased branch: the note of the commit still on it is rewritten, the rewritten commits are reported', async () => {
+  const { repo, r, chain } = await runOfThree();
+  const notesRef = t.config.WORKER_NOTES_REF;
+  const [c1, c2, c3] = chain.map((row) => row.commit_oid!);
+  // An operator rebases the run's branch (every commit after the first rewritten) and loses the notes.
+  await git(r.worktree, '-c', 'user.name=op', '-c', 'user.email=op@x', 'rebase', '-q', '--force-rebase', c1!);
+  const tip = await git(repo, 'rev-parse', `refs/heads/${r.branch}`);
+  assert.notEqual(tip, c3, 'the branch was rewritten');
+  await git(repo, 'update-ref', '-d', notesRef);
+  const before = await snapshot(r.worktree);
+
+  const report = await checkRunIntegrity(t.db, t.config, WS, r.run.id);
+  assert.equal(report?.intact, false);
+  const kinds = report!.findings.map((f) => f.kind);
+  assert.ok(kinds.includes('note_missing') && kinds.includes('branch_moved'), kinds.join(', '));
+  const off = report!.findings.find((f) => f.kind === 'commit_off_branch');
+  assert.match(off?.detail ?? '', new RegExp(`checkpoint\\(s\\) 2 at ${c2!.slice(0, 12)}, 3 at ${c3!.slice(0, 12)}`));
+
+  const repaired = await checkRunIntegrity(t.db, t.config, WS, r.run.id, { repairNotes: true });
+  assert.deepEqual(repaired?.notesRepair, { rewritten: [1], offBranch: [2, 3] });
+  assert.equal(repaired?.intact, false, 'drift is left: the rebased commits');
+  const left = repaired!.findings.map((f) => f.kind);
+  assert.ok(left.includes('commit_off_branch') && !left.includes('note_missing'), left.join(', '));
+  assert.deepEqual(await readCheckpointNote(repo, notesRef, c1!), JSON.parse(JSON.stringify(noteOfRow(chain[0]!))));
+  for (const oid of [c2!, c3!]) assert.equal(await readCheckpointNote(repo, notesRef, oid), undefined);
+  assert.deepEqual(await snapshot(r.worktree), before, 'the worktree is byte-identical');
+  assert.equal(await git(repo, 'rev-parse', `refs/heads/${r.branch}`), tip, 'the branch is where the operator put it');
+});
