@@ -41,9 +41,18 @@ export class LeaseLostError extends EchodoError {
   }
 }
 
-/** A tool call the harness refuses: reported to the model as a tool error, the run goes on. */
+/** Which confinement rule refused a tool call (a bounded set: a metrics label). */
+export type ConfinementRule = 'command' | 'path' | 'revision' | 'sandbox';
+
+/**
+ * A tool call the harness refuses: reported to the model as a tool error, the run goes on. `rule`:
+ * the confinement refused it (not, say, a file that does not exist).
+ */
 export class ToolRefusedError extends EchodoError {
-  constructor(message: string) {
+  constructor(
+    message: string,
+    readonly rule?: ConfinementRule,
+  ) {
     super('tool_refused', message);
     this.name = 'ToolRefusedError';
   }

@@ -1,13 +1,13 @@
 // GET /metrics: Prometheus text for the fleet (runs by status, queue depth and the age of the oldest
-// queued job, tokens and cost by workspace and model), computed from Postgres at each scrape. Mission control
+// queued job, stall re-dispatches, tokens and cost by workspace and model), computed from Postgres at each scrape. Mission control
 // listens on 127.0.0.1, so a remote client reaches it only through a proxy: without
 // MISSION_CONTROL_METRICS_TOKEN a scrape is served only to a loopback peer that no proxy forwarded
 // (no Forwarded / X-Forwarded-For); with it, only to a bearer of that token.
 import { timingSafeEqual } from 'node:crypto';
 import type { Hono } from 'hono';
-import { Gauge, Registry } from 'prom-client';
+import { Counter, Gauge, Registry } from 'prom-client';
 import type { Database } from '../store/connection.ts';
-import { fleetCost, fleetQueue, fleetRunCounts, fleetTokens } from '../store/fleet-metrics.ts';
+import { fleetCost, fleetQueue, fleetRunCounts, fleetStallSweeps, fleetTokens } from '../store/fleet-metrics.ts';
 import { modelLabel } from '../worker/metrics.ts';
 import type { McEnv } from './context.ts';
 
@@ -36,28 +36,37 @@ async function scrape(db: Database): Promise<Registry> {
   });
   const tokens = new Gauge({
     name: 'echodo_tokens',
-    help: 'Tokens recorded on checkpoint rows, by kind',
+    help: 'Tokens recorded (checkpoint rows and final answers), by kind',
     labelNames: ['workspace', 'model', 'kind'],
     registers: [registry],
   });
   const cost = new Gauge({
     name: 'echodo_cost_usd',
-    help: 'Priced cost of the checkpoint rows (USD)',
+    help: 'Priced cost of the usage records (USD)',
     labelNames: ['workspace', 'model'],
     registers: [registry],
   });
   const unpriced = new Gauge({
     name: 'echodo_unpriced_checkpoints',
-    help: 'Checkpoint rows without a price or usage',
+    help: 'Usage records (checkpoint rows and final answers) without a price or usage',
     labelNames: ['workspace', 'model'],
     registers: [registry],
   });
-  const [counts, queue, usage, costs] = await Promise.all([
+  // Counted from the events the stall detector records (it is a process of its own).
+  const sweeps = new Counter({
+    name: 'echodo_stall_redispatches_total',
+    help: 'Runs the stall detector re-dispatched (kind "redispatched": a lease expired) or re-enqueued (queued too long)',
+    labelNames: ['workspace', 'kind'],
+    registers: [registry],
+  });
+  const [counts, queue, usage, costs, stalls] = await Promise.all([
     fleetRunCounts(db.app),
     fleetQueue(db.app),
     fleetTokens(db.app),
     fleetCost(db.app),
+    fleetStallSweeps(db.app),
   ]);
+  for (const r of stalls) sweeps.inc({ workspace: r.workspace_id, kind: r.kind }, r.runs);
   for (const r of costs) {
     const labels = { workspace: r.workspace_id, model: modelLabel(r.model_id) };
     cost.inc(labels, r.cost_usd);

@@ -1,6 +1,7 @@
 // Prometheus metrics, scraped and parsed with a real Prometheus text parser: the worker's own
-// /metrics (WORKER_METRICS_PORT) moves by exactly what a known run causes, and mission control's
-// /metrics shows the fleet; a scrape a proxy forwarded, or one without the metrics token, is refused.
+// /metrics (WORKER_METRICS_PORT) moves by exactly what a known run causes (its rounds, refusals, the
+// budget stop and the resume of its retry), and mission control's /metrics shows the fleet (a stall
+// sweep included); a scrape a proxy forwarded, or one without the metrics token, is refused.
 import assert from 'node:assert/strict';
 import { createServer } from 'node:net';
 import { after, before, test } from 'node:test';
@@ -9,13 +10,26 @@ import { waitFor, type Child } from './support/child.ts';
 import { createScenario, type Scenario, type TranscriptStep } from './support/scenario.ts';
 import { createMissionControl, type RunningMissionControl } from '../mission-control/server.ts';
 import { createLogger } from '../worker/log.ts';
+import { retryRun } from '../operator/dispatch.ts';
+import { sweepStalledRuns } from '../operator/stall-detector.ts';
 
 const ROUNDS = 3;
+const write = (i: number) => ({
+  toolName: 'write_file',
+  input: { path: `src/m${i}.ts`, content: `export const m = ${i};\n` },
+});
 const STEPS = [
-  ...Array.from({ length: ROUNDS }, (_, i) => ({
-    toolCalls: [{ toolName: 'write_file', input: { path: `src/m${i}.ts`, content: `export const m = ${i};\n` } }],
-    usage: { inputTokens: 100 * (i + 1), outputTokens: 10 },
-  })),
+  { toolCalls: [write(0)], usage: { inputTokens: 100, outputTokens: 10 } },
+  {
+    // Refused twice: by the confinement (a path out of the worktree), and for a file that is not there.
+    toolCalls: [
+      write(1),
+      { toolName: 'write_file', input: { path: '../outside.ts', content: 'x' } },
+      { toolName: 'read_file', input: { path: 'src/missing.ts' } },
+    ],
+    usage: { inputTokens: 200, outputTokens: 10 },
+  },
+  { toolCalls: [write(2)], usage: { inputTokens: 300, outputTokens: 10 } },
   // The final answer has no checkpoint; its usage is kept on the run, and counted.
   { text: 'Done.', usage: { inputTokens: 50, outputTokens: 5 } },
 ] as unknown as TranscriptStep[];
@@ -43,7 +57,10 @@ before(async () => {
   port = await freePort();
   worker = s.spawnWorker({ WORKER_METRICS_PORT: String(port) });
   await worker.waitForLine(/"worker started"/);
-  ({ agentRunId } = await s.dispatch());
+  // 110 then 210 tokens: the third round would pass 250, so the run stops at checkpoint 2; its retry resumes it.
+  ({ agentRunId } = await s.dispatch({ maxTokens: 250 }));
+  await s.waitForStatus(agentRunId, 'budget_exhausted', 40_000);
+  await retryRun(s.t.db, s.queue, { workspaceId: s.workspaceId, agentRunId, maxTokens: 10_000 });
   await waitFor(async () => ((await s.run(agentRunId)).status === 'completed' ? true : undefined), {
     timeoutMs: 40_000,
     what: 'the run to complete',
@@ -55,7 +72,7 @@ after(async () => {
   await s?.close();
 });
 
-test("the worker's /metrics counts the checkpoints, tokens and runs a known run caused", async () => {
+test("the worker's /metrics counts what a known run caused: rounds, refusals, its budget stop and resume", async () => {
   const text = await waitFor(
     async () => {
       const body = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
@@ -63,30 +80,41 @@ test("the worker's /metrics counts the checkpoints, tokens and runs a known run 
     },
     { timeoutMs: 10_000, what: 'the run to be counted' },
   );
-  assert.equal(sample(text, 'echodo_checkpoints_written_total', { workspace: 'metered' })?.value, String(ROUNDS));
-  assert.equal(sample(text, 'echodo_worker_runs_finished_total', { outcome: 'completed' })?.value, '1');
-  assert.equal(sample(text, 'echodo_tool_calls_total', { tool: 'write_file', outcome: 'ok' })?.value, String(ROUNDS));
-  assert.equal(
-    sample(text, 'echodo_tokens_total', { workspace: 'metered', model: 'replay', kind: 'input' })?.value,
-    '650',
-  );
-  assert.equal(sample(text, 'echodo_tokens_total', { kind: 'output' })?.value, '35');
-  assert.equal(
-    sample(text, 'echodo_tokens_total', { kind: 'cache_read' }),
-    undefined,
-    'unreported kinds are not counted',
-  );
+  const value = (name: string, labels?: Record<string, string>) => sample(text, name, labels)?.value;
+  assert.equal(value('echodo_checkpoints_written_total', { workspace: 'metered' }), String(ROUNDS));
+  // The budget stop hands the run back (released); its retry completes it.
+  assert.equal(value('echodo_worker_runs_finished_total', { outcome: 'released' }), '1');
+  assert.equal(value('echodo_worker_runs_finished_total', { outcome: 'completed' }), '1');
+  assert.equal(value('echodo_resumes_total', { kind: 'same_host' }), '1');
+  assert.equal(value('echodo_resumes_total', { kind: 'remote' }), undefined);
+  assert.equal(value('echodo_lease_losses_total'), '0');
+  assert.equal(value('echodo_tool_calls_total', { tool: 'write_file', outcome: 'ok' }), String(ROUNDS));
+  assert.equal(value('echodo_tool_calls_total', { tool: 'write_file', outcome: 'refused' }), '1');
+  assert.equal(value('echodo_tool_calls_total', { tool: 'read_file', outcome: 'refused' }), '1');
+  // Only the confinement's refusal is a sandbox refusal; a missing file is not.
+  assert.equal(value('echodo_sandbox_refusals_total', { rule: 'path' }), '1');
+  assert.equal(parse(text).find((f) => f.name === 'echodo_sandbox_refusals_total')?.metrics.length, 1);
+  assert.equal(value('echodo_tokens_total', { workspace: 'metered', model: 'replay', kind: 'input' }), '650');
+  assert.equal(value('echodo_tokens_total', { kind: 'output' }), '35');
+  assert.equal(value('echodo_tokens_total', { kind: 'cache_read' }), undefined, 'unreported kinds are not counted');
   // The parser folds a labelled histogram's series into one, so its counts are read from the text.
   assert.ok(parse(text).some((f) => f.name === 'echodo_checkpoint_write_seconds' && f.type === 'HISTOGRAM'));
-  for (const phase of ['row', 'total']) {
-    assert.match(text, new RegExp(`^echodo_checkpoint_write_seconds_count\\{phase="${phase}"\\} ${ROUNDS}$`, 'm'));
-  }
+  const count = (phase: string) =>
+    Number(text.match(new RegExp(`^echodo_checkpoint_write_seconds_count\\{phase="${phase}"\\} (\\d+)$`, 'm'))?.[1]);
+  for (const phase of ['commit', 'row', 'total']) assert.equal(count(phase), ROUNDS, phase);
+  // Notes are written behind the loop, several at a time when they queue up.
+  assert.ok(count('note') >= 1 && count('note') <= ROUNDS, `note: ${count('note')}`);
   assert.ok(!text.includes(agentRunId) && !text.includes(s.transcriptPath), 'no run id or path in any label');
   assert.equal((await fetch(`http://127.0.0.1:${port}/other`)).status, 404);
 });
 
 test('mission control /metrics: the fleet to a loopback scrape; refused when proxied or without the token', async (t) => {
   const log = createLogger({ level: 'silent' });
+  // A run nobody takes (the worker is gone), re-enqueued by a sweep: a stall sweep the fleet counts.
+  await worker.stop('SIGTERM', 5000);
+  const { agentRunId: waiting } = await s.dispatch({ briefId: 'brief-2', jobId: 'job-2' });
+  const swept = await sweepStalledRuns({ config: s.config, db: s.t.db, queue: s.queue, log, queuedMs: 0 });
+  assert.deepEqual(swept.reenqueued, [waiting]);
   const open: RunningMissionControl = await createMissionControl({ db: s.t.db, config: s.config, logger: log }).start(
     0,
   );
@@ -95,7 +123,13 @@ test('mission control /metrics: the fleet to a loopback scrape; refused when pro
   assert.equal(res.status, 200);
   const text = await res.text();
   assert.equal(sample(text, 'echodo_runs', { workspace: 'metered', status: 'completed' })?.value, '1');
-  assert.equal(sample(text, 'echodo_queue_depth')?.value, '0');
+  assert.equal(sample(text, 'echodo_queue_depth')?.value, '1');
+  assert.equal(
+    sample(text, 'echodo_stall_redispatches_total', { workspace: 'metered', kind: 'reenqueued' })?.value,
+    '1',
+  );
+  // The retry was a re-dispatch an operator asked for, not a stall.
+  assert.equal(sample(text, 'echodo_stall_redispatches_total', { kind: 'redispatched' }), undefined);
   assert.equal(sample(text, 'echodo_tokens', { workspace: 'metered', model: 'replay', kind: 'input' })?.value, '650');
   assert.equal(sample(text, 'echodo_cost_usd', { workspace: 'metered', model: 'replay' })?.value, '0');
   assert.equal(

@@ -7,6 +7,8 @@ import { Counter, Histogram, Registry } from 'prom-client';
 
 export const workerRegistry = new Registry();
 
+export type ResumeKind = 'same_host' | 'spare' | 'remote' | 'repaired';
+
 export const workerMetrics = {
   runsFinished: new Counter({
     name: 'echodo_worker_runs_finished_total',
@@ -22,7 +24,9 @@ export const workerMetrics = {
   }),
   checkpointSeconds: new Histogram({
     name: 'echodo_checkpoint_write_seconds',
-    help: 'Time to write a checkpoint: phase "total" from the start of the write to its row, "row" the fenced insert',
+    help:
+      'Time to write a checkpoint, by phase: "commit" the git commit of the touched files, "row" the fenced insert, ' +
+      '"note" the git note mirror (behind the next round), "total" from the start of the write to its row',
     labelNames: ['phase'] as const,
     buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
     registers: [workerRegistry],
@@ -35,8 +39,22 @@ export const workerMetrics = {
   }),
   toolCalls: new Counter({
     name: 'echodo_tool_calls_total',
-    help: 'Tool calls of the model, by tool and outcome (ok, or error: refused or failed)',
+    help: 'Tool calls of the model, by tool and outcome (ok, refused by the harness, or failed)',
     labelNames: ['tool', 'outcome'] as const,
+    registers: [workerRegistry],
+  }),
+  sandboxRefusals: new Counter({
+    name: 'echodo_sandbox_refusals_total',
+    help: 'Tool calls the confinement refused, by rule (command, path, revision, sandbox)',
+    labelNames: ['rule'] as const,
+    registers: [workerRegistry],
+  }),
+  resumes: new Counter({
+    name: 'echodo_resumes_total',
+    help:
+      'Runs this worker resumed from a checkpoint, by kind: same_host, spare (a standby spare worktree), ' +
+      'remote (fetched from the checkpoint remote), repaired (same host, repaired first)',
+    labelNames: ['kind'] as const,
     registers: [workerRegistry],
   }),
   leaseLosses: new Counter({

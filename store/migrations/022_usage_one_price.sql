@@ -94,3 +94,19 @@ language sql stable security definer set search_path = public as $$
 $$;
 revoke all on function echodo_fleet_spend(jsonb, timestamptz) from public;
 grant execute on function echodo_fleet_spend(jsonb, timestamptz) to echodo_app;
+
+-- The stall detector's sweeps, for /metrics: runs it re-dispatched (a lease expired while running)
+-- and re-enqueued (queued too long), counted from their events, by workspace.
+create index convoy_events_stall_sweeps on convoy_events (workspace_id, type)
+  where type in ('run_redispatched', 'run_reenqueued') and metadata->>'reason' is distinct from 'requested';
+
+create function echodo_fleet_stall_sweeps()
+returns table (workspace_id text, kind text, runs bigint)
+language sql stable security definer set search_path = public as $$
+  select e.workspace_id, case e.type when 'run_redispatched' then 'redispatched' else 'reenqueued' end, count(*)
+    from convoy_events e
+   where e.type in ('run_redispatched', 'run_reenqueued') and e.metadata->>'reason' is distinct from 'requested'
+   group by 1, 2
+$$;
+revoke all on function echodo_fleet_stall_sweeps() from public;
+grant execute on function echodo_fleet_stall_sweeps() to echodo_app;

@@ -119,6 +119,8 @@ export class CheckpointWriter {
        * and notes also go to the run's own notes ref (pushed with the next commit, and at the end).
        */
       remote?: { pusher: RemotePusher; notesRef: string };
+      /** A remote agent's thread and state, read at each checkpoint and kept on its row. */
+      agentState?: () => object | undefined;
     },
     readonly state: CheckpointState,
   ) {
@@ -175,6 +177,7 @@ export class CheckpointWriter {
 
     let commit: ContentCommit | null = null;
     if (tree.git) {
+      const commitStarted = performance.now();
       commit = await commitTouchedPaths({
         worktree: tree.root,
         branch: tree.git.branch,
@@ -184,6 +187,7 @@ export class CheckpointWriter {
         // change in the same second would otherwise make one commit, whose note each overwrites.
         message: `echodo checkpoint ${seq} (run ${run.agentRunId} of workspace ${run.workspaceId})`,
       });
+      workerMetrics.checkpointSeconds.observe({ phase: 'commit' }, (performance.now() - commitStarted) / 1000);
       faultPoint('after-content-commit');
     }
     const commitOid = commit?.commitOid ?? null;
@@ -235,6 +239,7 @@ export class CheckpointWriter {
       prevHash,
       hash,
       usage: this.pendingUsage,
+      agentState: this.deps.agentState?.(),
     };
     this.pendingUsage = undefined;
     const counted = this.count({ row, payload, commit, changed, digest, manifest, started });
@@ -375,12 +380,14 @@ export class CheckpointWriter {
     if (!batch.length) return;
     try {
       this.deps.lease.assertFresh();
+      const started = performance.now();
       await writeCheckpointNotes(this.deps.tree.root, this.deps.notesRef, batch);
       if (this.deps.remote) {
         // The run's own notes ref: what the remote receives (one ref per run never conflicts across hosts).
         await writeCheckpointNotes(this.deps.tree.root, this.deps.remote.notesRef, batch);
         this.deps.remote.pusher.notesWritten();
       }
+      workerMetrics.checkpointSeconds.observe({ phase: 'note' }, (performance.now() - started) / 1000);
       faultPoint('after-note');
     } catch (err) {
       // Kept for the next checkpoint; resume rewrites whatever is still missing from Postgres.

@@ -15,6 +15,7 @@ import { assertOwnBranch, chooseBranch, vetBaseRef, type ClaimBranch } from '../
 import { gitStatus, type PrefetchedStatus } from '../checkpoints/verify.ts';
 import type { WorkingTree } from '../checkpoints/writer.ts';
 import { faultPoint } from '../faults.ts';
+import { workerMetrics, type ResumeKind } from '../metrics.ts';
 import type { Harness } from './harnesses.ts';
 import type { Logger } from '../log.ts';
 import {
@@ -81,6 +82,7 @@ export async function prepareTree(
   const scoped = inWorkspace(db.app, run.workspace_id, log);
   const job = run.job;
   let resumed: ResumeEvent | undefined;
+  let resumeKind: ResumeKind = 'same_host';
   let mirroring: NotesMirror | undefined;
   let notesOnRemote = false;
   if (!harness.needsWorktree) {
@@ -105,7 +107,8 @@ export async function prepareTree(
         [],
       );
     }
-    await recordWorkspace(deps, run, harness.alias, null, resumed);
+    await recordWorkspace(deps, run, harness, null, resumed);
+    if (resumed) workerMetrics.resumes.inc({ kind: 'same_host' });
     return { tree: { root, git: null }, baseOid: null };
   }
 
@@ -176,6 +179,13 @@ export async function prepareTree(
       report.repairs,
       fetched,
     );
+    resumeKind = worktree.spareAimed
+      ? 'spare'
+      : fromRemote?.fetched
+        ? 'remote'
+        : report.repairs.length
+          ? 'repaired'
+          : 'same_host';
   } else {
     const knownBaseOid =
       run.base_oid ??
@@ -216,7 +226,8 @@ export async function prepareTree(
     }
   }
   faultPoint('before-branch-recorded');
-  await recordWorkspace(deps, run, harness.alias, worktree, resumed);
+  await recordWorkspace(deps, run, harness, worktree, resumed);
+  if (resumed) workerMetrics.resumes.inc({ kind: resumeKind });
   return {
     tree: { root: worktree.path, git: { branch: worktree.branch, worktreePath: worktree.path } },
     baseOid: run.base_oid ?? worktree.baseOid,
@@ -238,13 +249,13 @@ function resumeEvent(
 }
 
 /**
- * The run's worktree (branch, path, base, host) and, on a resume, its run_resumed event: one
- * transaction, fenced on the lease epoch (the event is recorded only by the lease holder).
+ * The run's harness and adapter, its worktree (branch, path, base, host) and, on a resume, its
+ * run_resumed event: one transaction, fenced on the lease epoch (recorded only by the lease holder).
  */
 async function recordWorkspace(
   deps: TreeDeps,
   run: RunRow,
-  harnessAlias: string,
+  harness: Pick<Harness, 'alias' | 'adapter'>,
   worktree: PreparedWorktree | null,
   resumed?: ResumeEvent,
 ): Promise<void> {
@@ -252,7 +263,8 @@ async function recordWorkspace(
     const set = await setRunWorkspace(tx, {
       agentRunId: run.id,
       leaseEpoch: run.lease_epoch,
-      harnessAlias,
+      harnessAlias: harness.alias,
+      adapter: harness.adapter,
       branch: worktree?.branch ?? null,
       worktreePath: worktree?.path ?? null,
       baseOid: worktree?.baseOid ?? null,

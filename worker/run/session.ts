@@ -2,7 +2,7 @@
 // across attempts), what the model has seen (the rounds in CheckpointState.history), and which
 // files changed (the tracker, drained into each checkpoint). After every Nth round a checkpoint.
 import { generateText, stepCountIs, tool, type LanguageModel, type StepResult, type ToolSet } from 'ai';
-import { EchodoError, errorMessage, LeaseLostError } from '../../core/errors.ts';
+import { EchodoError, errorMessage, LeaseLostError, ToolRefusedError } from '../../core/errors.ts';
 
 const FATAL_IO_CODES = new Set(['ENOSPC', 'EDQUOT', 'EROFS', 'EIO']);
 import { faultPoint } from '../faults.ts';
@@ -201,7 +201,10 @@ export async function runSession(d: SessionDeps): Promise<SessionOutcome> {
     for (const part of calls) {
       // A name the model made up is not a label (it could be anything, any number of times).
       const tool = Object.hasOwn(tools, part.toolName) ? part.toolName : 'unknown';
-      workerMetrics.toolCalls.inc({ tool, outcome: part.type === 'tool-result' ? 'ok' : 'error' });
+      const refused = part.type === 'tool-error' && part.error instanceof ToolRefusedError ? part.error : undefined;
+      const outcome = part.type === 'tool-result' ? 'ok' : refused ? 'refused' : 'failed';
+      workerMetrics.toolCalls.inc({ tool, outcome });
+      if (refused?.rule) workerMetrics.sandboxRefusals.inc({ rule: refused.rule });
       state.history.push(
         part.type === 'tool-result'
           ? recordToolCall({ round, tool: part.toolName, input: part.input, output: part.output })

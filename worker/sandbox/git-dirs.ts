@@ -17,7 +17,10 @@ export async function gitLayout(root: string): Promise<GitLayout> {
   if (!st) return { kind: 'none' };
   if (st.isDirectory()) return { kind: 'repo', dotGit };
   if (!st.isFile())
-    throw new ToolRefusedError("the worktree's .git is neither a file nor a folder; git commands cannot run here");
+    throw new ToolRefusedError(
+      "the worktree's .git is neither a file nor a folder; git commands cannot run here",
+      'sandbox',
+    );
   try {
     const pointer = (await readFile(dotGit, 'utf8')).trim();
     const adminDir = await realpath(path.resolve(root, pointer.replace(/^gitdir:\s*/, '')));
@@ -28,6 +31,7 @@ export async function gitLayout(root: string): Promise<GitLayout> {
   } catch (err) {
     throw new ToolRefusedError(
       `the worktree's .git file does not point at a usable git dir (${(err as Error).message})`,
+      'sandbox',
     );
   }
 }

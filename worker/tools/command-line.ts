@@ -321,5 +321,5 @@ function checkScriptRest(prefix: string, rest: readonly string[]): void {
 }
 
 function refuse(message: string): ToolRefusedError {
-  return new ToolRefusedError(message);
+  return new ToolRefusedError(message, 'command');
 }

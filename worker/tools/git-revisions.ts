@@ -84,5 +84,6 @@ function refuse(operand: string, why: string): ToolRefusedError {
   return new ToolRefusedError(
     `argument ${JSON.stringify(operand)} is refused: ${why}. git arguments may name only this run's own history ` +
       "(HEAD, its branch, its base, their ancestors such as HEAD~2, and paths); other branches, refs/notes and other runs' commits are off limits",
+    'revision',
   );
 }

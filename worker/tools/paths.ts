@@ -147,7 +147,7 @@ function underPrefix(rel: string, prefix: string): boolean {
 }
 
 function refuse(relPath: unknown, problem: string): ToolRefusedError {
-  return new ToolRefusedError(`path ${displayPath(relPath)} ${problem}`);
+  return new ToolRefusedError(`path ${displayPath(relPath)} ${problem}`, 'path');
 }
 
 /** Shown to the model: JSON-quoted (NUL and controls escaped) and shortened. */

@@ -68,9 +68,9 @@ export async function runCommand(ctx: ToolContext, input: RunCommandInput): Prom
   if (argv[0] === 'git')
     await vetGitRevisions({ root: ctx.root, baseOid: ctx.baseOid ?? null }, argv.slice(entry.split(' ').length));
   const sandbox = ctx.sandbox;
-  if (!sandbox) throw new ToolRefusedError('run_command is refused: no sandbox is configured for this run');
+  if (!sandbox) throw new ToolRefusedError('run_command is refused: no sandbox is configured for this run', 'sandbox');
   if (sandbox.mode === 'bwrap' && !sandbox.usable)
-    throw new ToolRefusedError(`run_command is refused: ${sandbox.reason}`);
+    throw new ToolRefusedError(`run_command is refused: ${sandbox.reason}`, 'sandbox');
   await ctx.beforeTouch();
   ctx.signal?.throwIfAborted();
   if (sandbox.mode === 'bwrap') {
