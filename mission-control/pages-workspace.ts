@@ -155,6 +155,8 @@ export interface RunPageView {
   verdict: ChainVerdict;
   /** The `before` seq this page was asked for; null on the newest page. */
   before: number | null;
+  /** A doc-writer run's files and review (pages-doc-review.ts), under the facts. */
+  review?: SafeHtml;
 }
 
 function verdictCard(verdict: ChainVerdict): SafeHtml {
@@ -255,7 +257,7 @@ export function runTimelineContent(view: RunPageView, actions?: ActionView, now 
       </div>
       ${verdictCard(verdict)}
     </section>
-    ${runFacts(run, now)}
+    ${runFacts(run, now)}${view.review ?? ''}
     <h2>Timeline <span class="muted">newest first</span></h2>
     ${
       items.length

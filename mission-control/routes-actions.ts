@@ -26,6 +26,11 @@ import { checkpointDiff, loadDiffSource } from './checkpoint-diff.ts';
 import { sendPage } from './layout.ts';
 import { messageContent } from './pages-admin.ts';
 import { diffPageContent, forkPreviewContent } from './pages-actions.ts';
+import { noteProblem, publishRun, sendBackRun } from '../operator/publish.ts';
+import { docReview } from '../store/doc-review.ts';
+import { FILES_IN_EVENT } from '../worker/run/doc-review.ts';
+import { reviewFilesList } from './pages-doc-review.ts';
+import { html } from './html.ts';
 
 const MAX_BODY_BYTES = 64 * 1024;
 const NOT_FOUND = { error: 'not_found', message: 'run not found' } as const;
@@ -74,7 +79,7 @@ function sameText(a: string, b: string): boolean {
 export function mayWrite(surface: 'api' | 'html'): MiddlewareHandler<McEnv> {
   return async (c, next) => {
     const deny = (message: string) => c.json({ error: 'forbidden', message }, 403);
-    if (isReadOnly(c.get('principal'))) return deny('this token is read-only: it cannot fork, retry or cancel');
+    if (isReadOnly(c.get('principal'))) return deny('this token is read-only: it cannot act on runs');
     if (c.req.header('authorization')) return next(); // a bearer token is not sent by a browser on its own
     const origin = c.req.header('origin');
     const site = c.req.header('sec-fetch-site');
@@ -93,7 +98,8 @@ export function mayWrite(surface: 'api' | 'html'): MiddlewareHandler<McEnv> {
   };
 }
 
-type ActionName = 'fork' | 'retry' | 'cancel';
+const ACTIONS = ['fork', 'retry', 'cancel', 'publish', 'send-back'] as const;
+type ActionName = (typeof ACTIONS)[number];
 type Outcome = { status: 200 | 400 | 404 | 409 | 503; body: Record<string, unknown> };
 
 /** Input of a fork, from JSON or a form: unknown fields and bad types are refused by name. */
@@ -164,6 +170,18 @@ export function mountActionRoutes(app: Hono<McEnv>, deps: ActionDeps): { close()
         });
         return { status: 200, body: { ...answer } };
       }
+      if (action === 'publish')
+        return { status: 200, body: { ...(await publishRun(db, { workspaceId, agentRunId, by })) } };
+      if (action === 'send-back') {
+        const unknown = Object.keys(body).filter((k) => k !== 'note' && k !== '_csrf');
+        const problem = unknown.length ? `unknown field(s): ${unknown.join(', ')}` : noteProblem(body.note);
+        if (problem) return { status: 400, body: { error: 'bad_request', message: problem } };
+        const answer = await sendBackRun(db, queueOf(), { workspaceId, agentRunId, note: String(body.note), by });
+        return {
+          status: 200,
+          body: { agentRunId: answer.agentRunId, jobId: answer.jobId, outcome: answer.outcome, status: 'queued' },
+        };
+      }
       if (action === 'retry') {
         const answer = await retryRun(db, queueOf(), { workspaceId, agentRunId });
         return {
@@ -184,7 +202,7 @@ export function mountActionRoutes(app: Hono<McEnv>, deps: ActionDeps): { close()
   }
 
   // ------------------------------------------------------------------ JSON
-  for (const action of ['fork', 'retry', 'cancel'] as const) {
+  for (const action of ACTIONS) {
     app.post(`/api/runs/:agentRunId/${action}`, api, mayWrite('api'), async (c) => {
       let body: Record<string, unknown> = {};
       const length = Number(c.req.header('content-length') ?? 0);
@@ -232,9 +250,8 @@ export function mountActionRoutes(app: Hono<McEnv>, deps: ActionDeps): { close()
   });
 
   app.post('/runs/:agentRunId/actions/:action', pages, mayWrite('html'), async (c) => {
-    const action = c.req.param('action');
-    if (action !== 'fork' && action !== 'retry' && action !== 'cancel')
-      return c.json({ error: 'not_found', message: 'no such action' }, 404);
+    const action = ACTIONS.find((a) => a === c.req.param('action'));
+    if (!action) return c.json({ error: 'not_found', message: 'no such action' }, 404);
     const form = (await c.req.parseBody()) as Record<string, unknown>;
     const runId = c.req.param('agentRunId');
     if (action === 'cancel' && !isConfirmed(form)) {
@@ -250,6 +267,10 @@ export function mountActionRoutes(app: Hono<McEnv>, deps: ActionDeps): { close()
     }
     if (action === 'fork' && !isConfirmed(form)) {
       const preview = await previewFork(c, runId, form);
+      if (preview) return preview;
+    }
+    if ((action === 'publish' || action === 'send-back') && !isConfirmed(form)) {
+      const preview = await previewReview(c, runId, action, form);
       if (preview) return preview;
     }
     // The confirmation's own field is not the action's: a fork refuses fields it does not know.
@@ -294,6 +315,33 @@ export function mountActionRoutes(app: Hono<McEnv>, deps: ActionDeps): { close()
       back: `/runs/${encodeURIComponent(runId)}`,
       button: 'Yes, fork',
       fields,
+    });
+  }
+
+  /** Publish's and Send back's confirmation: the files as they stand; undefined when the action itself answers. */
+  async function previewReview(
+    c: McContext,
+    runId: string,
+    action: 'publish' | 'send-back',
+    form: Record<string, unknown>,
+  ): Promise<Response | undefined> {
+    if (action === 'send-back' && noteProblem(form.note)) return undefined; // refused with the reason
+    const review = await withWorkspace(db.app, workspaceOf(c), (tx) => docReview(tx, runId, FILES_IN_EVENT));
+    if (review?.brief.status !== 'doc_review') return undefined;
+    const publish = action === 'publish';
+    const note = publish ? '' : html`<p>Note: <q class="brief" data-testid="confirm-note">${String(form.note)}</q></p>`;
+    return sendConfirmation(c, `workspace ${workspaceOf(c)}`, {
+      title: publish ? `Publish the docs of run ${runId}?` : `Send run ${runId} back?`,
+      consequence: publish
+        ? `Brief ${review.brief.briefId} becomes published with these ${review.total} file(s) as they are now.`
+        : `The note is appended to the brief and the run is retried from its last checkpoint to work on it; ` +
+          `brief ${review.brief.briefId} comes back to review when it finishes.`,
+      details: html`${note}${reviewFilesList(review.files, review.total, 'confirm-files')}`,
+      action: `/runs/${encodeURIComponent(runId)}/actions/${action}`,
+      csrf: pageCsrfToken(c) ?? '',
+      back: `/runs/${encodeURIComponent(runId)}`,
+      button: publish ? 'Yes, publish' : 'Yes, send it back',
+      fields: publish ? {} : { note: String(form.note) },
     });
   }
 

@@ -23,6 +23,9 @@ import { convoyUsageContent, runUsageContent, spendTodayContent } from './pages-
 import { html } from './html.ts';
 import { isReadOnly, pageCsrfToken } from './routes-actions.ts';
 import type { ChangeHub } from './sse-hub.ts';
+import { docReview } from '../store/doc-review.ts';
+import { endsInReview, FILES_IN_EVENT } from '../worker/run/doc-review.ts';
+import { docReviewContent } from './pages-doc-review.ts';
 
 const NOT_FOUND = {
   convoy: { error: 'not_found', message: 'convoy not found' },
@@ -51,6 +54,11 @@ async function runPageView(
   const to = before !== null ? await checkpointTime(tx, agentRunId, before) : null;
   const events = await runEventsBetween(tx, agentRunId, from, to);
   return { run, page, events, verdict: await chainVerdict(tx, agentRunId), before };
+}
+
+/** A doc-writer run's brief and files; undefined for any other run. */
+function docReviewOf(tx: WorkspaceTx, run: { agentRunId: string; harnessAlias: string | null }) {
+  return endsInReview({ alias: run.harnessAlias ?? '' }) ? docReview(tx, run.agentRunId, FILES_IN_EVENT) : undefined;
 }
 
 /** A run's usage totals and cost for GET /api/runs/:id; costUsd null when any checkpoint is unpriced. */
@@ -88,10 +96,23 @@ export function mountWorkspaceRoutes(app: Hono<McEnv>, db: Database, hub: Change
     const found = await read(c, async (tx) => {
       const run = await runOverview(tx, c.req.param('agentRunId'));
       if (!run) return undefined;
-      return { run, verdict: await chainVerdict(tx, run.agentRunId), cost: await runCost(tx, run.agentRunId) };
+      const verdict = await chainVerdict(tx, run.agentRunId);
+      return { run, verdict, cost: await runCost(tx, run.agentRunId), review: await docReviewOf(tx, run) };
     });
     if (!found) return c.json(NOT_FOUND.run, 404);
-    return c.json({ ...runOverviewJson(found.run, found.verdict), ...usageJson(found.cost) });
+    const { review } = found;
+    const docReviewJson = review && {
+      briefStatus: review.brief.status,
+      publishedAt: review.brief.publishedAt?.toISOString() ?? null,
+      publishedBy: review.brief.publishedBy,
+      fileCount: review.total,
+      files: review.files,
+    };
+    return c.json({
+      ...runOverviewJson(found.run, found.verdict),
+      ...usageJson(found.cost),
+      docReview: docReviewJson ?? null,
+    });
   });
 
   app.get('/api/convoys/:convoyId', api, async (c) => {
@@ -150,7 +171,13 @@ export function mountWorkspaceRoutes(app: Hono<McEnv>, db: Database, hub: Change
   app.get('/runs/:agentRunId', pages, async (c) => {
     const beforeText = c.req.query('before');
     const before = beforeText && /^[1-9][0-9]{0,9}$/.test(beforeText) ? Number(beforeText) : null;
-    const view = await read(c, (tx) => runPageView(tx, c.req.param('agentRunId'), before));
+    const view = await read(c, async (tx) => {
+      const found = await runPageView(tx, c.req.param('agentRunId'), before);
+      const review = found && (await docReviewOf(tx, found.run));
+      return found && review
+        ? { ...found, review: docReviewContent(found.run.agentRunId, review, actionView(c)) }
+        : found;
+    });
     if (!view)
       return sendPage(
         c,

@@ -38,6 +38,7 @@ import { acquireTree } from '../tree/registry.ts';
 import { sandboxFor, sandboxOptionsFromConfig } from '../sandbox/index.ts';
 import { finishCancelledRun } from './cancelled.ts';
 import { forkStartState } from './fork-start.ts';
+import { endsInReview, enterDocReview } from './doc-review.ts';
 import { CheckpointRemoteError, RemotePusher, runNotesRef } from '../remote/push.ts';
 import { discardPrefetch, finishMirror, prefetchRun, type PrefetchedRun } from '../remote/resume.ts';
 
@@ -357,6 +358,7 @@ async function executeRun(
               branch: tree.git?.branch ?? null,
             },
           });
+          if (endsInReview(harness)) await enterDocReview(tx, run);
         });
         log.info({ steps: state.step, checkpoints: state.seq, reason: outcome.reason }, 'run completed');
         return 'completed';
