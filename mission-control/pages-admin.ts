@@ -1,6 +1,8 @@
 // Sign-in, the admin fleet rollup, and plain message pages (403, 404).
+import type { FleetSpend } from '../store/fleet-metrics.ts';
 import type { FleetWorkspace } from '../store/mission-control.ts';
 import { html, timeCell, type SafeHtml } from './html.ts';
+import { formatUsd } from './pages-usage.ts';
 
 /** `next`: the page asked for before sign-in, returned to after it. */
 export function loginContent(error?: string, next?: string): SafeHtml {
@@ -22,7 +24,16 @@ export function messageContent(title: string, text: string): SafeHtml {
     <div class="empty">${text}</div>`;
 }
 
-export function fleetContent(workspaces: FleetWorkspace[]): SafeHtml {
+/** A workspace's spend today (UTC): priced cost, with its unpriced records named, against its cap. */
+function spendCell(s: FleetSpend | undefined): SafeHtml {
+  if (!s) return html`<span class="muted">—</span>`;
+  const unpriced = s.unpriced ? html` <span class="muted">(+${s.unpriced} unpriced)</span>` : '';
+  const cap = s.daily_usd === null ? '' : html` of ${formatUsd(s.daily_usd)}`;
+  return html`${formatUsd(s.cost_usd)}${cap}${unpriced}`;
+}
+
+export function fleetContent(workspaces: FleetWorkspace[], spend: FleetSpend[] = []): SafeHtml {
+  const spendOf = new Map(spend.map((s) => [s.workspace_id, s]));
   const total = (key: 'queued' | 'running' | 'stalled' | 'checkpointsLastMinute') =>
     workspaces.reduce((n, w) => n + w[key], 0);
   return html`<h1>Fleet</h1>
@@ -57,6 +68,9 @@ export function fleetContent(workspaces: FleetWorkspace[]): SafeHtml {
                 <th>Stalled</th>
                 <th>Completed 24 h</th>
                 <th>Failed 24 h</th>
+                <th>Tokens today</th>
+                <th>Spent today</th>
+                <th>Budget stops today</th>
                 <th>Workers (last heartbeat)</th>
               </tr>
             </thead>
@@ -71,6 +85,11 @@ export function fleetContent(workspaces: FleetWorkspace[]): SafeHtml {
                     <td class="num">${w.stalled ? html`<span class="badge stalled">${w.stalled}</span>` : '0'}</td>
                     <td class="num">${w.completedLastDay}</td>
                     <td class="num">${w.failedLastDay}</td>
+                    <td class="num" data-tokens-today>
+                      ${(spendOf.get(w.workspaceId)?.tokens ?? 0).toLocaleString('en-US')}
+                    </td>
+                    <td class="num" data-spend-today>${spendCell(spendOf.get(w.workspaceId))}</td>
+                    <td class="num" data-budget-stops>${spendOf.get(w.workspaceId)?.budget_exhausted ?? 0}</td>
                     <td>
                       ${w.workers.length ? w.workers.map((k) => html`<div><span class="mono">${k.workerId}</span> ${timeCell(k.lastHeartbeatAt ? new Date(k.lastHeartbeatAt) : null)}</div>`) : html`<span class="muted">none in 24 h</span>`}
                     </td>

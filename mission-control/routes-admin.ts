@@ -1,6 +1,7 @@
 // Sign-in and out, and the admin fleet rollup (page, JSON, live feed of every workspace).
 import type { Hono } from 'hono';
 import type { Database } from '../store/connection.ts';
+import { fleetSpendToday } from '../store/fleet-metrics.ts';
 import { fleetSummary } from '../store/mission-control.ts';
 import { lookupToken } from '../store/tokens.ts';
 import { clearSessionCookie, requirePrincipal, safeReturnPath, setSessionCookie } from './auth.ts';
@@ -40,14 +41,31 @@ export function mountAdminRoutes(app: Hono<McEnv>, db: Database, hub: ChangeHub)
   const api = requirePrincipal(db.admin, { surface: 'api', need: 'admin' });
   const pages = requirePrincipal(db.admin, { surface: 'html', need: 'admin', forbiddenPage });
 
-  app.get('/api/fleet', api, async (c) => c.json({ workspaces: await fleetSummary(db.admin) }));
+  app.get('/api/fleet', api, async (c) => {
+    const [workspaces, spend] = await Promise.all([fleetSummary(db.admin), fleetSpendToday(db.admin)]);
+    const spendOf = new Map(spend.map((s) => [s.workspace_id, s]));
+    return c.json({
+      workspaces: workspaces.map((w) => {
+        const s = spendOf.get(w.workspaceId);
+        // Today (UTC): tokens, the priced cost and the records without a price, the cap, runs a budget stopped.
+        const today = s && {
+          tokens: s.tokens,
+          pricedUsd: s.cost_usd,
+          unpriced: s.unpriced,
+          dailyCapUsd: s.daily_usd,
+          budgetExhausted: s.budget_exhausted,
+        };
+        return { ...w, today: today ?? null };
+      }),
+    });
+  });
   app.get('/api/fleet/events', api, (c) => changeFeed(c, hub, null));
   app.get('/fleet', pages, async (c) =>
     sendPage(c, {
       title: 'Fleet',
       who: 'admin',
       live: { events: '/api/fleet/events' },
-      content: fleetContent(await fleetSummary(db.admin)),
+      content: fleetContent(...(await Promise.all([fleetSummary(db.admin), fleetSpendToday(db.admin)]))),
     }),
   );
 }

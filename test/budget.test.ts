@@ -10,7 +10,7 @@ import { withWorkspace } from '../store/workspace.ts';
 import { createWorkspace } from '../store/runs.ts';
 import { parseJob } from '../core/job.ts';
 import { createMissionControl } from '../mission-control/server.ts';
-import { createWorkspaceToken } from '../store/tokens.ts';
+import { createAdminToken, createWorkspaceToken } from '../store/tokens.ts';
 import { createLogger } from '../worker/log.ts';
 
 const ROUNDS = 5;
@@ -170,4 +170,40 @@ test("a workspace daily cap stops that workspace's next run; another workspace i
   const free = await ended(other.agentRunId);
   assert.equal(free.status, 'completed', `${free.failure_reason}\n${worker.output()}`);
   assert.equal((await s.checkpoints(other.agentRunId)).length, ROUNDS);
+
+  // The fleet (admin): each workspace's tokens and spend today against its cap, and the runs a budget stopped.
+  const server = await createMissionControl({
+    db: s.t.db,
+    config: s.config,
+    logger: createLogger({ level: 'silent' }),
+  }).start(0);
+  try {
+    const admin = await createAdminToken(s.t.db.admin);
+    const fleet = (await (
+      await fetch(`${server.url}/api/fleet`, { headers: { authorization: `Bearer ${admin}` } })
+    ).json()) as { workspaces: { workspaceId: string; today: Record<string, number | null> }[] };
+    const today = Object.fromEntries(fleet.workspaces.map((w) => [w.workspaceId, w.today]));
+    // The final answers ("Done.") report no usage: one unpriced record per completed run.
+    assert.deepEqual(today.spender, {
+      tokens: 5_000_000,
+      pricedUsd: 5,
+      unpriced: 1,
+      dailyCapUsd: 4,
+      budgetExhausted: 1,
+    });
+    assert.deepEqual(today.thrifty, {
+      tokens: 5_000_000,
+      pricedUsd: 5,
+      unpriced: 1,
+      dailyCapUsd: null,
+      budgetExhausted: 0,
+    });
+    const page = await (await fetch(`${server.url}/fleet`, { headers: { cookie: `emc_token=${admin}` } })).text();
+    const row = page.match(/<tr data-workspace-id="spender">.*?<\/tr>/s)?.[0] ?? '';
+    assert.match(row, /data-tokens-today>\s*5,000,000\s*</);
+    assert.match(row, /data-spend-today>\$5\.00 of \$4\.00 <span class="muted">\(\+1 unpriced\)<\/span></);
+    assert.match(row, /data-budget-stops>1</);
+  } finally {
+    await server.close();
+  }
 });
