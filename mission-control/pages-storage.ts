@@ -59,8 +59,11 @@ function policyCard(p: StoragePolicy): SafeHtml {
     <div data-testid="storage-quota">
       quota:
       ${p.quotaBytes === null ? 'none' : formatBytes(p.quotaBytes)}${
-        over ? html` <span class="badge stalled" data-testid="over-quota">over quota: new runs refused</span>` : ''
+        over ? html` <span class="badge stalled" data-testid="over-quota">over quota: no run starts</span>` : ''
       }
+    </div>
+    <div data-testid="storage-used" data-bytes="${p.usedBytes ?? ''}" data-git-bytes="${p.gitBytes ?? ''}">
+      used: ${formatBytes(p.usedBytes)}${p.gitBytes === null ? '' : ` (git ${formatBytes(p.gitBytes)})`}
     </div>
     <div class="muted">
       last measured ${timeCell(p.measuredAt)} · set with <code>npm run workspace -- retention set</code> /

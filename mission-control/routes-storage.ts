@@ -6,10 +6,10 @@ import { convoyBytes, largestRuns, storagePolicy, workspacePostgresBytes } from 
 import { withWorkspace } from '../store/workspace.ts';
 import { requirePrincipal, workspaceOf } from './auth.ts';
 import type { McEnv } from './context.ts';
-import { runGitBytes } from './git-bytes.ts';
+import { runGitBytes } from '../worker/git/git-bytes.ts';
 import { sendPage } from './layout.ts';
 import { storageContent, type StorageView } from './pages-storage.ts';
-import { applyStoragePolicy } from '../operator/storage-sweep.ts';
+import { applyStoragePolicy, type StorageSweepDeps } from '../operator/storage-sweep.ts';
 import { retentionPreview } from '../store/retention.ts';
 import { isConfirmed, sendConfirmation } from './confirm.ts';
 import { isReadOnly, mayWrite, pageCsrfToken } from './routes-actions.ts';
@@ -19,7 +19,10 @@ import { formatBytes } from './pages-storage.ts';
 /** Runs listed (and measured in git) per request: the largest, which are what an operator prunes. */
 const RUNS_SHOWN = 50;
 
-export function mountStorageRoutes(app: Hono<McEnv>, deps: { db: Database; repoRoot?: string }): void {
+export function mountStorageRoutes(
+  app: Hono<McEnv>,
+  deps: { db: Database; repoRoot?: string; sweep: Omit<StorageSweepDeps, 'db'> },
+): void {
   const api = requirePrincipal(deps.db.admin, { surface: 'api', need: 'workspace' });
   const pages = requirePrincipal(deps.db.admin, { surface: 'html', need: 'workspace' });
 
@@ -92,7 +95,7 @@ export function mountStorageRoutes(app: Hono<McEnv>, deps: { db: Database; repoR
         button: 'Yes, prune',
       });
     }
-    await withWorkspace(deps.db.app, workspaceId, applyStoragePolicy);
+    await applyStoragePolicy({ db: deps.db, ...deps.sweep }, workspaceId);
     return c.redirect('/storage', 303);
   });
 

@@ -8,7 +8,7 @@ import { serve } from '@hono/node-server';
 import { Hono } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import type { Database } from '../store/connection.ts';
-import type { Config } from '../core/config.ts';
+import { PROJECT_ROOT, type Config } from '../core/config.ts';
 import type { JobQueue } from '../worker/queue/types.ts';
 import { createLogger, type Logger } from '../worker/log.ts';
 import type { McEnv } from './context.ts';
@@ -99,7 +99,17 @@ export function createMissionControl({ db, config, logger, queue }: MissionContr
     log,
   });
   mountSettingsRoutes(app, { db, config });
-  mountStorageRoutes(app, { db, repoRoot: config.WORKER_REPO_ROOT });
+  mountStorageRoutes(app, {
+    db,
+    repoRoot: config.WORKER_REPO_ROOT,
+    // Prune now applies the policy as the stall detector's sweep does (its notes and remote refs too).
+    sweep: {
+      log,
+      repoRoot: config.WORKER_REPO_ROOT ?? PROJECT_ROOT,
+      notesRef: config.WORKER_NOTES_REF ?? 'refs/notes/echodo-checkpoints',
+      remote: config.WORKER_CHECKPOINT_REMOTE,
+    },
+  });
   const agUi = mountAgUiRoutes(app, { db, config, queue, log });
 
   const wantsJson = (path: string) => path.startsWith('/api/');

@@ -13,7 +13,7 @@ import { parseJob, type Job } from '../core/job.ts';
 import type { JobQueue } from '../worker/queue/types.ts';
 import { admitJob, admitRacing, type Admission } from '../worker/run/admission.ts';
 import { assertRepoGranted, repoNeedingGrant } from '../worker/run/repo-access.ts';
-import { refuseOverQuota } from './quota.ts';
+import { refuseOverQuota, startsRun } from '../worker/run/quota.ts';
 
 export interface DispatchResult {
   jobId: string;
@@ -61,12 +61,14 @@ export async function dispatchJob(
         `workspaceId: workspace "${job.workspaceId}" does not exist (create it with: npm run workspace -- create ${job.workspaceId})`,
       );
     if (repoReal !== null) await assertRepoGranted(tx, job.repoPath!, repoReal);
-    if (!parsed.agentRunIdGiven) await refuseOverQuota(tx);
-    return admitJob(tx, job, {
+    const admitted = await admitJob(tx, job, {
       entry: 'request',
       agentRunIdGiven: parsed.agentRunIdGiven,
       defaultRepoPath: options.defaultRepoPath,
     });
+    // Over the quota, nothing starts: the new run or the re-dispatch is rolled back with the refusal.
+    if (startsRun(admitted)) await refuseOverQuota(tx);
+    return admitted;
   });
   return ring(queue, admission);
 }
@@ -91,7 +93,9 @@ export async function retryRun(
       ...(args.maxTokens === undefined ? {} : { maxTokens: args.maxTokens }),
     };
     const job: Job = { ...run.job, ...limits, agentRunId: run.id, resumeFromCheckpoint: true };
-    return admitJob(tx, job, { entry: 'request', agentRunIdGiven: true });
+    const admitted = await admitJob(tx, job, { entry: 'request', agentRunIdGiven: true });
+    if (startsRun(admitted)) await refuseOverQuota(tx);
+    return admitted;
   });
   return ring(queue, admission);
 }

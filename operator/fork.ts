@@ -14,6 +14,7 @@ import { appendEvent, getRun, recordRun, type RunRow } from '../store/runs.ts';
 import { modelProvider } from '../store/settings-lookup.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { requestCancel, type CancelAnswer } from './cancel.ts';
+import { refuseOverQuota } from '../worker/run/quota.ts';
 import { actorLabel } from '../worker/run/cancelled.ts';
 import type { ForkSeed } from '../worker/run/fork-start.ts';
 import { verifyChain } from '../core/checkpoint-hash.ts';
@@ -72,6 +73,7 @@ export async function forkRun(
   const source = await withWorkspace(db.app, req.workspaceId, async (tx) => {
     const run = await getRun(tx, req.agentRunId);
     if (!run) throw noSuchCheckpoint(req);
+    await refuseOverQuota(tx); // a fork is a new run
     const row = await checkpointAt(tx, run.id, req.at);
     if (!row) {
       const keptFrom = await prunedBelow(tx, run.id);

@@ -227,7 +227,7 @@ async function pruneRemote(
     remote: options.remote!,
     notesRef,
     branch: plan.run.branch!,
-    kept: plan.kept,
+    kept: plan.kept ? [plan.kept] : [],
     rewriteNotes: plan.toDelete > 0,
     deleteBranch: !!options.deleteBranches && !plan.worktreeKept,
     present: remote.present,
@@ -260,7 +260,8 @@ function describeDryRun(plan: Omit<RemotePrunePlan, 'repoPath' | 'remote' | 'kep
     : [];
 }
 
-async function setLocalRef(repoPath: string, ref: string, oid: string): Promise<void> {
+/** Moves this host's copy of a ref, when it has one, to `oid`. */
+export async function setLocalRef(repoPath: string, ref: string, oid: string): Promise<void> {
   const exists = await runGit(repoPath, ['rev-parse', '--verify', '--quiet', ref], { allowExitCodes: [1] });
   if (exists.exitCode === 0) await runGit(repoPath, ['update-ref', ref, oid]);
 }

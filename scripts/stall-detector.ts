@@ -66,7 +66,13 @@ do {
     // Each workspace's retention policy and quota (operator/storage-sweep.ts), on their own period.
     if (values.once || Date.now() - lastStorageSweep >= config.WORKER_RETENTION_SWEEP_MS) {
       lastStorageSweep = Date.now();
-      await sweepStoragePolicies(db, log);
+      await sweepStoragePolicies({
+        db,
+        log,
+        repoRoot: config.WORKER_REPO_ROOT,
+        notesRef: config.WORKER_NOTES_REF,
+        remote: config.WORKER_CHECKPOINT_REMOTE,
+      });
     }
     if (config.WORKER_CHECKPOINT_RETENTION_DAYS && Date.now() - lastPrune > PRUNE_EVERY_MS) {
       lastPrune = Date.now();

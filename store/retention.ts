@@ -82,6 +82,21 @@ export async function pruneRunToLast(tx: WorkspaceTx, agentRunId: string, keepLa
   return deleted.count;
 }
 
+/**
+ * The commits of the rows pruneRunToLast deletes (all but the last `keepLast`), none that a kept
+ * row also names: their git notes go before the rows do (operator/storage-sweep.ts).
+ */
+export async function commitsPrunedToLast(tx: WorkspaceTx, agentRunId: string, keepLast: number): Promise<string[]> {
+  const rows = await tx<{ commit_oid: string }[]>`
+    with ranked as (
+      select commit_oid, row_number() over (order by checkpoint_seq desc) as rank from worker_checkpoints
+       where workspace_id = ${tx.workspaceId} and agent_run_id = ${agentRunId})
+    select distinct p.commit_oid from ranked p
+     where p.rank > ${keepLast} and p.commit_oid is not null
+       and not exists (select 1 from ranked k where k.rank <= ${keepLast} and k.commit_oid = p.commit_oid)`;
+  return rows.map((r) => r.commit_oid);
+}
+
 export interface RetentionPreview {
   runs: number;
   rows: number;

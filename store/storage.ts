@@ -1,6 +1,6 @@
 // What a workspace holds in Postgres, and its storage policy (retention and quota). Bytes are
 // pg_column_size of whole rows (their stored, possibly compressed, size): checkpoint rows and
-// events per run. Git bytes are measured apart (mission-control/git-bytes.ts).
+// events per run. Git bytes are measured apart (worker/git/git-bytes.ts); the quota counts both.
 import type { WorkspaceTx } from './workspace.ts';
 
 export interface RunBytes {
@@ -22,7 +22,10 @@ export interface StoragePolicy {
   keepLast: number | null;
   keepDays: number | null;
   quotaBytes: number | null;
+  /** What the storage sweep last measured: Postgres and git together. */
   usedBytes: number | null;
+  /** The git part of usedBytes. */
+  gitBytes: number | null;
   measuredAt: Date | null;
 }
 
@@ -78,6 +81,19 @@ export async function workspacePostgresBytes(tx: WorkspaceTx): Promise<PostgresB
   return { checkpoints, events, runs, total: checkpoints + events + runs };
 }
 
+const RUN_BRANCHES_SQL = `
+select coalesce(r.job->>'repoPath', $2) as repo_path, r.branch, r.base_oid
+  from agent_runs r where r.workspace_id = $1 and r.branch is not null`;
+
+/** Where the workspace's runs keep their git bytes: repository, branch and the commit it started from. */
+export async function runBranches(
+  tx: WorkspaceTx,
+  defaultRepoPath: string,
+): Promise<{ repoPath: string; branch: string; baseOid: string | null }[]> {
+  const rows = await tx.unsafe(RUN_BRANCHES_SQL, [tx.workspaceId, defaultRepoPath]);
+  return rows.map((r) => ({ repoPath: r.repo_path, branch: r.branch, baseOid: r.base_oid }));
+}
+
 const CONVOY_BYTES_SQL = `
 select c.convoy_id, count(*)::int as rows, sum(pg_column_size(c.*))::bigint as bytes
   from worker_checkpoints c
@@ -99,7 +115,7 @@ export async function convoyBytes(tx: WorkspaceTx, limit = 100): Promise<ConvoyB
 }
 
 const STORAGE_POLICY_SQL = `
-select p.keep_last, p.keep_days, p.quota_bytes, p.used_bytes, p.measured_at
+select p.keep_last, p.keep_days, p.quota_bytes, p.used_bytes, p.git_bytes, p.measured_at
   from workspace_storage_policies p where p.workspace_id = $1`;
 
 /** The workspace's policy; every field null when none was set. */
@@ -111,6 +127,7 @@ export async function storagePolicy(tx: WorkspaceTx): Promise<StoragePolicy> {
     keepDays: num(row?.keep_days),
     quotaBytes: num(row?.quota_bytes),
     usedBytes: num(row?.used_bytes),
+    gitBytes: num(row?.git_bytes),
     measuredAt: row?.measured_at ?? null,
   };
 }
@@ -134,19 +151,33 @@ export async function setQuota(tx: WorkspaceTx, bytes: number | null): Promise<v
 }
 
 const RECORD_USAGE_SQL = `
-update workspace_storage_policies set used_bytes = $2, measured_at = now() where workspace_id = $1`;
+update workspace_storage_policies set used_bytes = $2, git_bytes = $3, measured_at = now() where workspace_id = $1`;
 
-/** What the sweep measured: dispatch compares it with the quota. */
-export async function recordUsage(tx: WorkspaceTx, bytes: number): Promise<void> {
-  await tx.unsafe(RECORD_USAGE_SQL, [tx.workspaceId, bytes]);
+/** What the sweep measured (Postgres and git together, and the git part): runs start only under the quota. */
+export async function recordUsage(tx: WorkspaceTx, usedBytes: number, gitBytes: number): Promise<void> {
+  await tx.unsafe(RECORD_USAGE_SQL, [tx.workspaceId, usedBytes, gitBytes]);
+}
+
+export interface OverQuota {
+  usedBytes: number;
+  quotaBytes: number;
+  gitBytes: number | null;
+  measuredAt: Date | null;
 }
 
 const OVER_QUOTA_SQL = `
-select p.used_bytes, p.quota_bytes, p.measured_at from workspace_storage_policies p
+select p.used_bytes, p.quota_bytes, p.git_bytes, p.measured_at from workspace_storage_policies p
  where p.workspace_id = $1 and p.quota_bytes is not null and p.used_bytes > p.quota_bytes`;
 
-/** Set when the last measure was over the quota: new runs are refused until a prune brings it under. */
-export async function overQuota(tx: WorkspaceTx): Promise<{ usedBytes: number; quotaBytes: number } | undefined> {
+/** Set when the last measure was over the quota: no run starts until a prune brings it under. */
+export async function overQuota(tx: WorkspaceTx): Promise<OverQuota | undefined> {
   const [row] = await tx.unsafe(OVER_QUOTA_SQL, [tx.workspaceId]);
-  return row && { usedBytes: Number(row.used_bytes), quotaBytes: Number(row.quota_bytes) };
+  return (
+    row && {
+      usedBytes: Number(row.used_bytes),
+      quotaBytes: Number(row.quota_bytes),
+      gitBytes: row.git_bytes === null ? null : Number(row.git_bytes),
+      measuredAt: row.measured_at ?? null,
+    }
+  );
 }

@@ -36,6 +36,13 @@ let server: RunningMissionControl;
 let browser: Browser;
 let token = '';
 let repo = '';
+const sweep = () =>
+  sweepStoragePolicies({
+    db: t.db,
+    log: createLogger({ level: 'silent', name: 'test' }),
+    repoRoot: repo,
+    notesRef: t.config.WORKER_NOTES_REF,
+  });
 const git = (...args: string[]) => execFileSync('git', ['-C', repo, ...args], { encoding: 'utf8' }).trim();
 
 /** A finished run with `count` chained checkpoints on `branch` of the test repository. */
@@ -159,7 +166,7 @@ test('retention set (CLI) is applied by the storage sweep: the run keeps its las
   });
   assert.equal((await bad.exited).code, 2, 'a bad number is a usage error');
 
-  const swept = await sweepStoragePolicies(t.db, createLogger({ level: 'silent', name: 'test' }));
+  const swept = await sweep();
   assert.deepEqual(
     swept.workspaces.map((w) => [w.workspaceId, w.rowsPruned]),
     [[WS, 9]],
@@ -183,7 +190,7 @@ test('a workspace over its quota: dispatch refuses a new run with the reason', a
     env: { ...t.env, LOG_LEVEL: 'warn' },
   });
   assert.equal((await cli.exited).code, 0, cli.output());
-  await sweepStoragePolicies(t.db, createLogger({ level: 'silent', name: 'test' }));
+  await sweep();
   const queue = { enqueue: async () => {} } as unknown as JobQueue;
   const job = {
     workspaceId: WS,
@@ -197,11 +204,11 @@ test('a workspace over its quota: dispatch refuses a new run with the reason', a
   };
   await assert.rejects(dispatchJob(t.db, queue, job), (err: Error & { code?: string }) => {
     assert.equal(err.code, 'action_refused');
-    assert.match(err.message, /over its storage quota \(\d+ of 1000 bytes\)/);
+    assert.match(err.message, /over its storage quota: \d+ bytes used \(\d+ in Postgres, \d+ in git\) of 1000 allowed/);
     return true;
   });
   await withWorkspace(t.db.app, WS, (tx) => tx`update workspace_storage_policies set quota_bytes = 1e12`);
-  await sweepStoragePolicies(t.db, createLogger({ level: 'silent', name: 'test' }));
+  await sweep();
   const admitted = await dispatchJob(t.db, queue, job);
   assert.ok(admitted.agentRunId, 'under the quota again, the run is admitted');
 });

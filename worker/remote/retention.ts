@@ -1,7 +1,7 @@
 // Retention on the checkpoint remote (docs/checkpoints.md "Retention on the remote"): what
-// `npm run prune` does to a pruned run's refs on WORKER_CHECKPOINT_REMOTE. The run's notes ref
-// is replaced by a fresh, parentless notes commit holding only the note of the checkpoint prune
-// keeps (its row stays, so its note must stay): the pruned checkpoints' notes, their notes commits
+// `npm run prune` and the storage sweep do to a pruned run's refs on WORKER_CHECKPOINT_REMOTE. The
+// run's notes ref is replaced by a fresh, parentless notes commit holding only the notes of the
+// checkpoints retention keeps (their rows stay, so their notes must stay): the pruned checkpoints' notes, their notes commits
 // and blobs, become unreachable and the remote's own `git gc` deletes them. With branch removal
 // asked for, the branch and the notes ref are deleted instead. One `git push` per run.
 import { EchodoError } from '../../core/errors.ts';
@@ -27,16 +27,21 @@ export async function remoteRefs(cwd: string, remote: string, names: string[]): 
 }
 
 /**
- * A notes commit with no parent holding one note: the kept checkpoint's, from its row (Postgres is
+ * A notes commit with no parent holding the kept checkpoints' notes, from their rows (Postgres is
  * the truth; the same JSON the writer mirrors). Written into the local object store only; no ref.
  */
-async function keptNotesCommit(repoPath: string, row: CheckpointRow): Promise<string> {
-  const body = redactString(JSON.stringify(noteOfRow(row)));
-  const blob = (await runGit(repoPath, ['hash-object', '-w', '--stdin'], { input: body })).stdout.trim();
-  const tree = (
-    await runGit(repoPath, ['mktree'], { input: `100644 blob ${blob}\t${row.commit_oid}\n` })
-  ).stdout.trim();
-  const message = `echodo: notes of checkpoint ${row.checkpoint_seq} kept by prune; earlier checkpoints' notes dropped`;
+async function keptNotesCommit(repoPath: string, rows: CheckpointRow[]): Promise<string> {
+  // One note per commit: a later row on the same commit is the note the writer left there.
+  const byCommit = new Map(rows.filter((r) => r.commit_oid).map((r) => [r.commit_oid!, r]));
+  const entries: string[] = [];
+  for (const [commit, row] of byCommit) {
+    const body = redactString(JSON.stringify(noteOfRow(row)));
+    const blob = (await runGit(repoPath, ['hash-object', '-w', '--stdin'], { input: body })).stdout.trim();
+    entries.push(`100644 blob ${blob}\t${commit}\n`);
+  }
+  const tree = (await runGit(repoPath, ['mktree'], { input: entries.join('') })).stdout.trim();
+  const seqs = rows.map((r) => r.checkpoint_seq).join(', ');
+  const message = `echodo: notes of checkpoint(s) ${seqs} kept by retention; earlier checkpoints' notes dropped`;
   return (await runGit(repoPath, ['commit-tree', tree, '-m', message])).stdout.trim();
 }
 
@@ -45,8 +50,8 @@ export interface RemotePrunePlan {
   remote: string;
   notesRef: string;
   branch: string;
-  /** The checkpoint prune keeps: its note is the only one left on the remote (undefined: none to keep). */
-  kept: CheckpointRow | undefined;
+  /** The checkpoints retention keeps: their notes are the only ones left on the remote. */
+  kept: CheckpointRow[];
   /** Rewrite the notes ref (rows of the run are being pruned and the ref is on the remote). */
   rewriteNotes: boolean;
   /** Delete the branch and the notes ref (the operator asked for branch removal). */
@@ -75,7 +80,7 @@ export async function pruneRemoteRefs(plan: RemotePrunePlan): Promise<RemotePrun
         updated.push(`${ref} -> deleted`);
       }
     }
-  } else if (plan.rewriteNotes && plan.present.has(plan.notesRef) && plan.kept?.commit_oid) {
+  } else if (plan.rewriteNotes && plan.present.has(plan.notesRef) && plan.kept.some((r) => r.commit_oid)) {
     notesCommit = await keptNotesCommit(plan.repoPath, plan.kept);
     // Forced: the new notes commit shares no history with the old one (that is what frees the space).
     // Safe: the run is finished, so no lease holder writes this ref any more.
