@@ -1,0 +1,72 @@
+// The storage sweep prunes git as well as Postgres: a finished run of six real checkpoints (the real
+// writer, each a commit with its note) under a keep-last-2 policy loses the four older rows and their
+// notes, keeps the notes of the two it keeps (and every other run's), its chain and notes still
+// verify, and the workspace's git bytes, as the sweep measures them for the quota, fall.
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import type { Sql } from 'postgres';
+import { checkRunIntegrity } from '../operator/integrity.ts';
+import { sweepStoragePolicies } from '../operator/storage-sweep.ts';
+import { checkpointChain } from '../store/checkpoints.ts';
+import { createWorkspace } from '../store/runs.ts';
+import { setQuota, setRetention } from '../store/storage.ts';
+import { withWorkspace } from '../store/workspace.ts';
+import { notedCommits } from '../worker/checkpoints/notes.ts';
+import { createTestDatabase, superuserSql, type TestDatabase } from '../testbed/db.ts';
+import { silentLog, startDrivenRun, type DrivenRun } from './support/checkpoint-run.ts';
+import { makeRepo } from './support/git.ts';
+
+const WS = 'keep';
+let t: TestDatabase;
+let su: Sql;
+
+before(async () => {
+  t = await createTestDatabase();
+  su = superuserSql(t.url);
+  await withWorkspace(t.db.app, WS, (tx) => createWorkspace(tx));
+});
+after(async () => {
+  await su?.end();
+  await t?.drop();
+});
+
+async function finishedRun(repo: string, rounds: number): Promise<DrivenRun> {
+  const r = await startDrivenRun({ db: t.db, config: t.config, workspaceId: WS, repo });
+  for (let i = 1; i <= rounds; i++) await r.round({ [`src/f${i}.ts`]: `export const f = ${i};\n`.repeat(50) });
+  await r.writer.settleNotes();
+  await su`update agent_runs set status = 'completed', finished_at = now() - interval '1 day' where id = ${r.run.id}`;
+  return r;
+}
+
+test("the sweep removes the pruned checkpoints' notes with their rows; git bytes fall", async () => {
+  const repo = await makeRepo({ 'README.md': 'hello\n' });
+  const big = await finishedRun(repo, 6);
+  const small = await finishedRun(repo, 2);
+  const sweep = () =>
+    sweepStoragePolicies({ db: t.db, log: silentLog, repoRoot: repo, notesRef: t.config.WORKER_NOTES_REF });
+  const commitsOf = async (r: DrivenRun) =>
+    (await withWorkspace(t.db.app, WS, (tx) => checkpointChain(tx, r.run.id))).map((row) => row.commit_oid!);
+  const bigCommits = await commitsOf(big);
+  const smallCommits = await commitsOf(small);
+  assert.equal(bigCommits.length, 6);
+
+  // A quota alone: the sweep measures, prunes nothing.
+  await withWorkspace(t.db.app, WS, (tx) => setQuota(tx, 1e12));
+  const [measured] = (await sweep()).workspaces;
+  assert.equal(measured!.rowsPruned, 0);
+  assert.ok(measured!.gitBytes > 0, 'the branches and notes are counted');
+
+  await withWorkspace(t.db.app, WS, (tx) => setRetention(tx, 2, 0));
+  const [pruned] = (await sweep()).workspaces;
+  assert.equal(pruned!.rowsPruned, 4);
+  assert.equal(pruned!.notesRemoved, 4);
+  assert.deepEqual(pruned!.pending, []);
+  assert.ok(pruned!.gitBytes < measured!.gitBytes, `git bytes fell: ${measured!.gitBytes} -> ${pruned!.gitBytes}`);
+
+  const noted = await notedCommits(repo, t.config.WORKER_NOTES_REF);
+  for (const oid of bigCommits.slice(0, 4)) assert.ok(!noted.has(oid), `pruned ${oid.slice(0, 8)} lost its note`);
+  for (const oid of [...bigCommits.slice(4), ...smallCommits]) assert.ok(noted.has(oid), `kept ${oid.slice(0, 8)}`);
+  const report = await checkRunIntegrity(t.db, t.config, WS, big.run.id, { repairNotes: true });
+  assert.equal(report?.intact, true, JSON.stringify(report?.findings));
+  assert.deepEqual(report?.notesRepair, { rewritten: [], offBranch: [] }, 'every kept checkpoint had its note');
+});
