@@ -110,8 +110,7 @@ export function runOverviewJson(run: RunOverview, verdict: ChainVerdict, now = D
     brief: run.brief,
     harness: run.harnessAlias,
     adapter: run.adapter,
-    // A remote agent's AG-UI thread is the run itself (worker/adapters/).
-    threadId: run.adapter === 'minimal' ? null : run.agentRunId,
+    threadId: run.threadId,
     model: run.model,
     host: run.hostId,
     worktree: run.worktreePath,

@@ -195,7 +195,7 @@ function runFacts(run: RunOverview, now: number): SafeHtml {
   return html`<dl class="facts" data-testid="run-facts">
     ${fact('Brief', html`<div class="brief">${run.brief ?? '—'}</div>`, 'run-brief')}
     ${fact('Harness', run.harnessAlias ?? '—', 'run-harness')}
-    ${fact('Adapter', run.adapter === 'minimal' ? run.adapter : `${run.adapter} · thread ${run.agentRunId}`, 'run-adapter')}
+    ${fact('Adapter', run.threadId ? `${run.adapter} · thread ${run.threadId}` : run.adapter, 'run-adapter')}
     ${fact('Model', run.model ?? '—', 'run-model')}
     ${fact('Duration', `${formatDuration(duration)}${run.finishedAt ? '' : ' so far'}`, 'run-duration')}
     ${fact('Attempts', String(run.attempt), 'run-attempts')}

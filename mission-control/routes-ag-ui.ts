@@ -3,7 +3,8 @@
 // harnessAlias, model, repoPath, baseRef. The run is dispatched (the role `ag-ui`, so an operator
 // may route it to a harness; `code` otherwise) and streamed as AG-UI events until it ends. The run's
 // id is derived from the workspace, threadId and runId: posting the same input again (a reconnect)
-// streams the same run from its start, never a second run.
+// streams the same run, never a second run; every event carries an SSE id, and a reconnect naming
+// the last one it got (Last-Event-ID, or forwardedProps.lastEventId) goes on right after it.
 import { createHash } from 'node:crypto';
 import type { Hono } from 'hono';
 import { stream } from 'hono/streaming';
@@ -29,6 +30,25 @@ const POLL_MS = 250;
 const MAX_STREAM_MS = 30 * 60_000;
 const PROPS = ['convoyId', 'harnessAlias', 'model', 'repoPath', 'baseRef'] as const;
 const TERMINAL = new Set(['completed', 'failed', 'cancelled', 'budget_exhausted']);
+
+/**
+ * Where a stream is, as each event's SSE id: the checkpoint whose events are being sent (`seq`),
+ * how many of them were sent (`sent`, 0 once all were), the last lifecycle event sent, and `ended`
+ * after the final event. An id names a position in the run's own record, so it means the same on
+ * any connection: a reconnect goes on right after it.
+ */
+interface StreamCursor {
+  seq: number;
+  sent: number;
+  eventId: string;
+  ended?: boolean;
+}
+const START: StreamCursor = { seq: 0, sent: 0, eventId: '0' };
+const formatCursor = (c: StreamCursor) => `${c.seq}.${c.sent}.${c.eventId}${c.ended ? '.end' : ''}`;
+function parseCursor(id: string): StreamCursor | undefined {
+  const m = /^(\d{1,9})\.(\d{1,6})\.(\d{1,18})(\.end)?$/.exec(id.trim());
+  return m ? { seq: Number(m[1]), sent: Number(m[2]), eventId: m[3]!, ended: Boolean(m[4]) } : undefined;
+}
 
 const digest = (...parts: string[]) => createHash('sha256').update(parts.join('\0')).digest('hex');
 
@@ -108,6 +128,19 @@ export function mountAgUiRoutes(
         throw err;
       }
     }
+    // Where a reconnecting client stopped: the SSE Last-Event-ID header (a plain SSE reconnect: the
+    // stream goes on after that event, RUN_STARTED not repeated), or forwardedProps.lastEventId (an
+    // AG-UI client's new request: RUN_STARTED first, as its client expects, then after that event).
+    const fromHeader = c.req.header('last-event-id');
+    const fromProps = props.lastEventId;
+    const resumeFrom = fromHeader ?? (typeof fromProps === 'string' ? fromProps : undefined);
+    let cursor: StreamCursor = START;
+    if (resumeFrom !== undefined) {
+      const parsedCursor = parseCursor(resumeFrom);
+      if (!parsedCursor)
+        return c.json(bad('Last-Event-ID / forwardedProps.lastEventId: not an id this stream sent'), 400);
+      cursor = parsedCursor;
+    }
     // Always SSE: the protobuf framing a client may also accept is not spoken here.
     const encoder = new EventEncoder();
     c.header('content-type', encoder.getContentType());
@@ -115,30 +148,48 @@ export function mountAgUiRoutes(
     return stream(
       c,
       async (out) => {
-        const send = (event: BaseEvent & Record<string, unknown>) => out.write(encoder.encodeSSE(event as BaseEvent));
+        const write = (event: BaseEvent & Record<string, unknown>, id?: string) =>
+          out.write(`${id === undefined ? '' : `id: ${id}\n`}${encoder.encodeSSE(event as BaseEvent)}`);
         const { threadId, runId } = input;
-        await send({ type: EventType.RUN_STARTED, threadId, runId });
-        let seq = 0;
-        let eventId = '0';
+        if (cursor.ended) return;
+        if (fromHeader === undefined)
+          await write({ type: EventType.RUN_STARTED, threadId, runId }, formatCursor(START));
+        let { seq, sent, eventId } = cursor;
         const deadline = Date.now() + MAX_STREAM_MS;
         while (!out.aborted && !out.closed) {
+          // The checkpoint part-sent when the client left is read again: its events are the same.
           const { run, rows, events } = await withWorkspace(deps.db.app, workspaceId, async (tx) => ({
             run: await progressRun(tx, agentRunId),
-            rows: await checkpointsAfter(tx, agentRunId, seq),
+            rows: await checkpointsAfter(tx, agentRunId, sent > 0 ? seq - 1 : seq),
             events: await lifecycleEventsAfter(tx, agentRunId, eventId),
           }));
-          for (const e of events) (await send(lifecycleEvent(e)), (eventId = e.id));
+          for (const e of events) {
+            eventId = e.id;
+            await write(lifecycleEvent(e), formatCursor({ seq, sent, eventId }));
+          }
           for (const row of rows) {
-            for (const e of checkpointEvents(agentRunId, row)) await send(e);
+            const all = checkpointEvents(agentRunId, row);
+            const from = row.checkpoint_seq === seq ? sent : 0;
             seq = row.checkpoint_seq;
+            for (let i = from; i < all.length; i++) {
+              sent = i + 1 === all.length ? 0 : i + 1;
+              await write(all[i]!, formatCursor({ seq, sent, eventId }));
+            }
           }
           // Finished only once every checkpoint was sent (a page of rows may still be pending).
           if (run && TERMINAL.has(run.status) && rows.length < 50) {
+            const end = formatCursor({ seq, sent, eventId, ended: true });
             if (run.status === 'completed') {
-              await send({ type: EventType.RUN_FINISHED, threadId, runId, result: { agentRunId, checkpoints: seq } });
+              await write(
+                { type: EventType.RUN_FINISHED, threadId, runId, result: { agentRunId, checkpoints: seq } },
+                end,
+              );
             } else {
               const reason = redactString(run.failure_reason ?? run.status).slice(0, 500);
-              await send({ type: EventType.RUN_ERROR, message: `run ${run.status}: ${reason}`, code: run.status });
+              await write(
+                { type: EventType.RUN_ERROR, message: `run ${run.status}: ${reason}`, code: run.status },
+                end,
+              );
             }
             break;
           }

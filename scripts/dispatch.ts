@@ -6,6 +6,7 @@ import { openDatabase, type Database } from '../store/connection.ts';
 import { workspaceExists } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { modelProvider } from '../store/settings-lookup.ts';
+import { resolveHarnessForJob } from '../worker/run/harnesses.ts';
 import { dispatchJob } from '../operator/dispatch.ts';
 import { EchodoError, errorMessage } from '../core/errors.ts';
 import { createQueue } from '../worker/queue/index.ts';
@@ -48,11 +49,23 @@ if (!checked.ok) {
   process.exit(2);
 }
 
-/** A model alias the workspace does not have would only fail once a worker took the job. */
+/**
+ * A model alias the workspace does not have, or no model for a harness run by the worker's own
+ * loop (a remote adapter's agent needs none), would only fail once a worker took the job.
+ */
 async function unknownModel(db: Database, job: Job): Promise<string | undefined> {
-  if (!job.model || job.model.startsWith('replay:')) return undefined;
+  if (job.model?.startsWith('replay:')) return undefined;
   return withWorkspace(db.app, job.workspaceId, async (tx) => {
     if (!(await workspaceExists(tx))) return undefined; // dispatchJob names the workspace
+    if (!job.model) {
+      // An unknown harness is left to the worker, which fails the run naming it.
+      const harness = await resolveHarnessForJob(tx, job, config).catch(() => undefined);
+      if (harness?.adapter !== 'minimal') return undefined;
+      return (
+        `model: the job names no model, and harness ${harness.alias} runs the worker's own loop ` +
+        `(name a model alias, or a harness whose adapter is a remote agent)`
+      );
+    }
     if (await modelProvider(tx, job.model!)) return undefined;
     return (
       `model: "${job.model}" is not a model alias of workspace "${job.workspaceId}" ` +

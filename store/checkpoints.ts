@@ -10,6 +10,8 @@ export interface CheckpointRow extends ChainRow {
   attempt: number;
   lease_epoch: number;
   occurred_at: Date;
+  /** A remote agent's thread and state as of this checkpoint (worker/adapters/); null otherwise. */
+  agent_state?: Record<string, unknown> | null;
 }
 
 export interface NewCheckpoint {
@@ -33,6 +35,8 @@ export interface NewCheckpoint {
   hash: string;
   /** The usage of this checkpoint's rounds as reported (null counts: not reported); absent: none known. */
   usage?: CheckpointUsage;
+  /** A remote agent's thread and state (bounded, redacted by the adapter); absent for the minimal loop. */
+  agentState?: object;
 }
 
 /** Token counts of a checkpoint's rounds; null where the provider did not report one. */
@@ -79,12 +83,13 @@ export async function appendCheckpoint(
                                       lease_epoch, tool_history, files_touched, branch, worktree_path, commit_oid,
                                       payload_format, tree_oid, manifest_digest, manifest_count, prev_hash, hash,
                                       model_id, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens,
-                                      reasoning_tokens)
+                                      reasoning_tokens, agent_state)
       select ${tx.workspaceId}, lease.id, ${cp.convoyId}, ${cp.briefId}, ${cp.checkpointSeq}, ${cp.step}, ${cp.attempt},
              ${lease.leaseEpoch}, ${tx.json(cp.toolHistory as never)}, ${tx.json(cp.filesTouched as never)}, ${cp.branch},
              ${cp.worktreePath}, ${cp.commitOid}, 3, ${cp.treeOid}, ${cp.manifestDigest}, ${cp.manifestCount},
              ${cp.prevHash}, ${cp.hash}, ${u?.modelId ?? null}, ${u?.inputTokens ?? null}, ${u?.outputTokens ?? null},
-             ${u?.cacheReadTokens ?? null}, ${u?.cacheWriteTokens ?? null}, ${u?.reasoningTokens ?? null}
+             ${u?.cacheReadTokens ?? null}, ${u?.cacheWriteTokens ?? null}, ${u?.reasoningTokens ?? null},
+             ${cp.agentState ? tx.json(cp.agentState as never) : null}
         from lease
       returning id, occurred_at
     ), manifest as (

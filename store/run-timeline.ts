@@ -12,8 +12,10 @@ export interface RunOverview {
   brief: string | null;
   model: string | null;
   harnessAlias: string | null;
-  /** The adapter its harness names now (minimal for the built-in harnesses). */
+  /** The adapter the run was claimed with; before its first claim, the one its harness names now. */
   adapter: string;
+  /** A remote agent's AG-UI thread (the one the last checkpoint recorded, else the run's id); null for minimal. */
+  threadId: string | null;
   status: RunStatus;
   /** Running with its lease expired: the stall detector has not re-dispatched it yet. */
   stalled: boolean;
@@ -67,8 +69,10 @@ export interface TimelinePage {
 const RUN_OVERVIEW_SQL = `
 select r.id as agent_run_id, r.convoy_id, r.brief_id, r.job->>'brief' as brief, r.job->>'model' as model,
        r.harness_alias, r.status, (r.status = 'running' and r.lease_expires_at < now()) as stalled,
-       coalesce((select h.adapter from harness_providers h
-                  where h.workspace_id = r.workspace_id and h.alias = r.harness_alias), 'minimal') as adapter,
+       coalesce(r.adapter,
+                (select h.adapter from harness_providers h where h.workspace_id = r.workspace_id
+                    and h.alias = coalesce(r.harness_alias, r.job->>'harnessAlias')),
+                'minimal') as adapter, last.agent_state->>'threadId' as thread_id,
        r.attempt, r.step, r.worker_id, r.host_id, r.heartbeat_at, r.lease_expires_at, r.branch, r.worktree_path,
        r.failure_reason, r.created_at, r.started_at, r.finished_at,
        (select count(*)::int from worker_checkpoints c
@@ -77,7 +81,7 @@ select r.id as agent_run_id, r.convoy_id, r.brief_id, r.job->>'brief' as brief, 
        last.checkpoint_seq as last_seq
   from agent_runs r
   left join lateral (
-    select c.occurred_at, c.commit_oid, c.checkpoint_seq from worker_checkpoints c
+    select c.occurred_at, c.commit_oid, c.checkpoint_seq, c.agent_state from worker_checkpoints c
      where c.workspace_id = r.workspace_id and c.agent_run_id = r.id
      order by c.checkpoint_seq desc limit 1) last on true
  where r.workspace_id = $1 and r.id = $2`;
@@ -94,6 +98,7 @@ export async function runOverview(tx: WorkspaceTx, agentRunId: string): Promise<
     model: row.model,
     harnessAlias: row.harness_alias,
     adapter: row.adapter,
+    threadId: row.adapter === 'minimal' ? null : (row.thread_id ?? row.agent_run_id),
     status: row.status,
     stalled: row.stalled,
     attempt: row.attempt,

@@ -127,6 +127,8 @@ export async function setRunWorkspace(
     agentRunId: string;
     leaseEpoch: number;
     harnessAlias: string;
+    /** The harness's adapter as the run was claimed with it (the run page shows this one). */
+    adapter?: string;
     branch: string | null;
     worktreePath: string | null;
     baseOid: string | null;
@@ -135,7 +137,8 @@ export async function setRunWorkspace(
 ): Promise<boolean> {
   // The host goes with the path (migration 012): a worktree path means something only on its host.
   const rows = await tx`
-    update agent_runs set harness_alias = ${args.harnessAlias}, branch = ${args.branch},
+    update agent_runs set harness_alias = ${args.harnessAlias}, adapter = coalesce(${args.adapter ?? null}, adapter),
+           branch = ${args.branch},
            worktree_path = ${args.worktreePath}, base_oid = coalesce(base_oid, ${args.baseOid}),
            host_id = ${args.hostId ?? null}
      where id = ${args.agentRunId} and lease_epoch = ${args.leaseEpoch} and status = 'running'

@@ -26,6 +26,20 @@ before(async () => {
     if (req.url === '/silent')
       return void res.writeHead(200, { 'content-type': 'text/event-stream' }).write(': waiting\n\n');
     if (req.url === '/redirect') return void res.writeHead(307, { location: 'http://example.invalid/' }).end();
+    if (req.url === '/state') {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      return void res.end(
+        frame({ type: EventType.RUN_STARTED, threadId: 't', runId: 'r' }) +
+          frame({ type: EventType.STATE_DELTA, delta: [{ op: 'add', path: '/steps/-', value: 'plan' }] }) +
+          frame({ type: EventType.STATE_DELTA, delta: [{ op: 'add', path: '/__proto__/polluted', value: true }] }) +
+          frame({ type: EventType.STATE_DELTA, delta: [{ op: 'remove', path: '/missing' }] }) +
+          frame({
+            type: EventType.STATE_DELTA,
+            delta: [{ op: 'replace', path: '/note', value: 'sk-' + 'x'.repeat(40) }],
+          }) +
+          frame({ type: EventType.RUN_FINISHED, threadId: 't', runId: 'r' }),
+      );
+    }
     res.writeHead(200, { 'content-type': 'text/event-stream' });
     res.end(
       frame({ type: EventType.RUN_STARTED, threadId: 't', runId: 'r' }) +
@@ -42,7 +56,7 @@ before(async () => {
 });
 after(() => new Promise<void>((resolve) => (server.closeAllConnections(), server.close(() => resolve()))));
 
-test('a silent agent times out; a redirect is refused; junk events are ignored and an unfinished call dropped', async () => {
+test('a silent agent times out, a redirect is refused, junk events are ignored, an unended call dropped', async () => {
   await assert.rejects(runAgUi({ url: `${base}/silent`, input, timeoutMs: 300 }), /did not finish within/);
   await assert.rejects(runAgUi({ url: `${base}/redirect`, input, timeoutMs: 2000 }), /could not be reached/);
   const result = await runAgUi({ url: `${base}/ok`, input, timeoutMs: 2000 });
@@ -67,4 +81,16 @@ test('a header key goes only to a granted host', () => {
   assert.ok(
     remoteAgentModel(harness, { ...args, keyGrant: { variable: 'AGENT_API_KEY', hosts: ['127.0.0.1'] } }).model,
   );
+});
+
+test('STATE_DELTA is a JSON Patch on the state; one that fails or reaches a prototype is dropped', async () => {
+  const result = await runAgUi({
+    url: `${base}/state`,
+    input: { ...input, state: { steps: ['read'], note: 'n' } },
+    timeoutMs: 2000,
+  });
+  assert.deepEqual(result.state, { steps: ['read', 'plan'], note: '[redacted:sk]' }, 'applied in order, redacted');
+  assert.equal(({} as Record<string, unknown>).polluted, undefined);
+  const none = await runAgUi({ url: `${base}/ok`, input, timeoutMs: 2000 });
+  assert.equal(none.state, undefined, 'no state event: no state to record');
 });

@@ -38,7 +38,7 @@ after(async () => {
   await t?.drop();
 });
 
-test('Settings → Harnesses: add a remote-ag-ui harness; Test shows ok, then the error against a dead port', async () => {
+test('Settings → Harnesses: add a remote harness; Test shows ok, then the error of a dead port', async () => {
   const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
   await page.goto(`${server.url}/login`);
   await page.fill('#token', token);

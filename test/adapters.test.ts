@@ -3,9 +3,12 @@
 // tool calls in the run's worktree, checkpoints every round, sends the results back; hostile
 // agents end their runs as documented while the daemon lives on.
 import assert from 'node:assert/strict';
+import { writeFile } from 'node:fs/promises';
+import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { EventType } from '@ag-ui/core';
 import { upsertHarness } from '../store/settings-edit.ts';
+import { redactString } from '../core/redact.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { harnessInput } from '../operator/settings.ts';
 import { createScenario, type Scenario } from './support/scenario.ts';
@@ -19,6 +22,7 @@ import { createMissionControl, type RunningMissionControl } from '../mission-con
 import { createWorkspaceToken } from '../store/tokens.ts';
 import { createLogger } from '../worker/log.ts';
 import { grantKey } from './support/grants.ts';
+import { registerStartupSecrets } from '../worker/secrets.ts';
 
 const KEY_VAR = 'AGENT_TEST_API_KEY';
 const KEY = 'sk-agent-test-5d41402abc4b2a76b9719d911017c592';
@@ -61,8 +65,17 @@ const scripts: Record<string, AgentEntry[]> = {
   ],
   http500: [{ status: 500, body: 'internal error' }],
   slow: [
-    { toolCalls: [{ name: 'write_file', args: JSON.stringify({ path: 'a.txt', content: 'a\n' }) }] },
-    { toolCalls: [{ name: 'write_file', args: JSON.stringify({ path: 'b.txt', content: 'b\n' }) }] },
+    {
+      toolCalls: [{ name: 'write_file', args: JSON.stringify({ path: 'a.txt', content: 'a\n' }) }],
+      snapshot: { files: ['a.txt'], token: KEY },
+    },
+    {
+      toolCalls: [{ name: 'write_file', args: JSON.stringify({ path: 'b.txt', content: 'b\n' }) }],
+      delta: [
+        { op: 'add', path: '/files/-', value: 'b.txt' },
+        { op: 'add', path: '/round', value: 2 },
+      ],
+    },
     { toolCalls: [{ name: 'write_file', args: JSON.stringify({ path: 'c.txt', content: 'c\n' }) }], delayMs: 4000 },
     { text: 'Done.' },
   ],
@@ -90,7 +103,7 @@ after(async () => {
   await agent?.close();
 });
 
-test("remote-ag-ui: the agent's tool calls run in the worktree, a checkpoint per round, every result goes back", async () => {
+test("remote-ag-ui: the agent's calls run in the worktree, a checkpoint per round, each result goes back", async () => {
   const w = s.spawnWorker();
   const { agentRunId } = await s.dispatch({ harnessAlias: 'good', model: undefined });
   const run = await s.waitForStatus(agentRunId, 'completed');
@@ -118,7 +131,7 @@ test("remote-ag-ui: the agent's tool calls run in the worktree, a checkpoint per
   await w.stop('SIGTERM');
 });
 
-test('hostile agents: an unknown tool or bad arguments go back as errors; RUN_ERROR, a cut stream, a flood, HTTP 500 fail the run; the daemon lives', async () => {
+test('hostile agents: bad calls go back as errors; RUN_ERROR, cut, flood, HTTP 500 fail; daemon lives', async () => {
   const w = s.spawnWorker();
   const ids: Record<string, string> = {};
   for (const name of ['unknownTool', 'badArgs', 'runError', 'cut', 'flood', 'http500']) {
@@ -155,7 +168,7 @@ async function cli(args: string[]) {
   return { code, out: child.stdout.join('\n'), err: child.stderr.join('\n') };
 }
 
-test('harness add --adapter --url --key-env, list shows the adapter, test probes the endpoint; bad input refused', async () => {
+test('harness add --adapter --url --key-env; list shows the adapter; test probes; bad input refused', async () => {
   const W = ['--workspace', s.workspaceId];
   for (const [args, reason] of [
     [['harness', 'add', ...W, 'remote', '--adapter', 'remote-ag-ui'], /needs the agent's AG-UI endpoint/],
@@ -217,7 +230,7 @@ test('harness add --adapter --url --key-env, list shows the adapter, test probes
   assert.equal((await cli(['harness', 'test', ...W, 'nope'])).code, 2);
 });
 
-test('resume: a worker SIGKILLed mid-brief, the stall detector, a second worker: the same thread continues, no round runs twice', async () => {
+test('resume after SIGKILL: the same thread and state continue, no round runs twice', async () => {
   const first = s.spawnWorker();
   const { agentRunId } = await s.dispatch({ harnessAlias: 'slow', model: undefined });
   await waitFor(async () => ((agent.inputs.get('slow')?.length ?? 0) >= 3 ? true : undefined), {
@@ -258,23 +271,79 @@ test('resume: a worker SIGKILLed mid-brief, the stall detector, a second worker:
   const replayed = resumedInput.messages.filter((m) => m.role === 'tool');
   assert.equal(replayed.length, 2, 'the two checkpointed rounds were re-sent with their results');
   assert.ok((await s.events(agentRunId, 'run_resumed')).length >= 1, 'run_resumed recorded');
+  // The flow's state (a snapshot, then a JSON Patch) is kept on each checkpoint, redacted, and sent back on resume.
+  const recorded = (await s.checkpoints(agentRunId)).map((r) => r.agent_state);
+  const expected = { files: ['a.txt', 'b.txt'], token: redactString(KEY), round: 2 };
+  assert.notEqual(expected.token, KEY);
+  assert.deepEqual(recorded[1], { threadId: agentRunId, state: expected }, 'the last checkpoint before the kill');
+  assert.deepEqual(resumedInput.state, expected, 'the state the agent got after the resume');
   for (const f of ['a.txt', 'b.txt', 'c.txt']) assert.ok(await git(run.worktree_path, 'show', `HEAD:${f}`));
   await second.stop('SIGTERM');
 });
 
-async function postAgUi(body: unknown, token?: string) {
+test("a harness's key variable is redacted from start-up like a model key: never in a row or a log", async () => {
+  // A name no pattern flags (a row written by hand, or under wider WORKER_PROVIDER_KEY_VARS elsewhere).
+  const VAR = 'AGENT_HDR_CRED';
+  const value = `hdr${Math.random().toString(36).slice(2)}${Date.now().toString(36)}`;
+  await s.su`insert into harness_providers (workspace_id, alias, needs_worktree, adapter, endpoint_url, key_env_var)
+             values (${s.workspaceId}, 'hdr', true, 'remote-ag-ui', ${agent.url('good')}, ${VAR})`;
+  const file = path.join(s.repo, '..', 'hdr-job.json');
+  const job = { workspaceId: s.workspaceId, convoyId: 'c', briefId: 'hdr', roleId: 'coder', baseRef: 'main' };
+  await writeFile(file, JSON.stringify({ ...job, harnessAlias: 'hdr', brief: `use ${value} as the header` }));
+  const child = spawnNode('scripts/dispatch.ts', ['--job', file], { env: { ...s.env, [VAR]: value } });
+  const { code } = await child.exited;
+  assert.equal(code, 0, child.stderr.join('\n'));
+  const { agentRunId } = JSON.parse(child.stdout.join(''));
+  const [row] = await s.su`select job->>'brief' as brief from agent_runs where id = ${agentRunId}`;
+  assert.equal(row!.brief, `use [redacted:${VAR}] as the header`, 'the stored brief');
+  await s.su`update agent_runs set status = 'cancelled', finished_at = now() where id = ${agentRunId}`;
+  // In this process too: the start-up registration reads every workspace's harness key names.
+  const lines: string[] = [];
+  const log = createLogger({ level: 'info', destination: { write: (l: string) => void lines.push(l) } });
+  log.info({ header: value }, `sending ${value}`);
+  assert.ok(lines.join('').includes(value), 'not registered before start-up');
+  await registerStartupSecrets(s.config, s.t.db, { [VAR]: value });
+  lines.length = 0;
+  log.info({ header: value }, `sending ${value}`);
+  assert.ok(!lines.join('').includes(value) && lines.join('').includes(`[redacted:${VAR}]`), lines.join(''));
+});
+
+async function postAgUi(body: unknown, token?: string, headers: Record<string, string> = {}) {
   return fetch(`${mc.url}/api/ag-ui`, {
     method: 'POST',
     headers: {
       'content-type': 'application/json',
       accept: 'text/event-stream',
       ...(token ? { authorization: `Bearer ${token}` } : {}),
+      ...headers,
     },
     body: JSON.stringify(body),
   });
 }
 
-test('POST /api/ag-ui: HttpAgent dispatches a run and receives it as AG-UI events matching its checkpoints; a repost resumes the stream', async () => {
+/** An SSE body's events (`id` and `data`), the first `max` only: then the connection is dropped. */
+async function readSse(res: Response, max = Infinity): Promise<{ id?: string; data: string }[]> {
+  assert.equal(res.status, 200);
+  const events: { id?: string; data: string }[] = [];
+  const reader = res.body!.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = '';
+  while (events.length < max) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buffer += value;
+    let end: number;
+    while ((end = buffer.indexOf('\n\n')) >= 0 && events.length < max) {
+      const lines = buffer.slice(0, end).split('\n');
+      buffer = buffer.slice(end + 2);
+      const id = lines.find((l) => l.startsWith('id: '))?.slice(4);
+      events.push({ ...(id === undefined ? {} : { id }), data: lines.find((l) => l.startsWith('data: '))!.slice(6) });
+    }
+  }
+  await reader.cancel();
+  return events;
+}
+
+test("POST /api/ag-ui: HttpAgent gets a run's checkpoints as events; a reconnect resumes after its last", async () => {
   mc = await createMissionControl({
     db: s.t.db,
     config: s.config,
@@ -320,15 +389,33 @@ test('POST /api/ag-ui: HttpAgent dispatches a run and receives it as AG-UI event
   );
   assert.equal(types.filter((t) => t === EventType.TOOL_CALL_RESULT).length, started.length);
 
-  // The same threadId and runId again: the same run's events, no second run.
-  const again = await postAgUi(
-    { threadId: 'thread-1', runId: 'run-1', messages: [{ id: 'u1', role: 'user', content: brief }] },
-    token,
+  // The same threadId and runId again: the same run's events, each with an SSE id, no second run.
+  const input = { threadId: 'thread-1', runId: 'run-1', messages: [{ id: 'u1', role: 'user', content: brief }] };
+  const whole = await readSse(await postAgUi(input, token));
+  assert.deepEqual(
+    whole.map((e) => JSON.parse(e.data).type),
+    types,
   );
-  assert.equal(again.status, 200);
-  const text = await again.text();
-  assert.equal((text.match(/"type":"STATE_SNAPSHOT"/g) ?? []).length, rows.length);
-  assert.match(text, /"type":"RUN_FINISHED"/);
+  assert.equal(new Set(whole.map((e) => e.id)).size, whole.length, 'every event has its own id');
+  // A client that read some events and dropped, then reconnected with Last-Event-ID: the next
+  // event is the one after, nothing twice (cut inside a checkpoint's events, and between two).
+  const firstSnapshot = whole.findIndex((e) => e.data.includes('"STATE_SNAPSHOT"'));
+  for (const n of [3, firstSnapshot + 1]) {
+    const head = await readSse(await postAgUi(input, token), n);
+    assert.deepEqual(head, whole.slice(0, n));
+    const tail = await readSse(await postAgUi(input, token, { 'last-event-id': head.at(-1)!.id! }));
+    assert.deepEqual(tail, whole.slice(n), `reconnected after event ${n}: the rest, once`);
+  }
+  // An AG-UI client's repost names it in forwardedProps: RUN_STARTED again (its client expects it), then the rest.
+  const reposted = await readSse(
+    await postAgUi({ ...input, forwardedProps: { lastEventId: whole[firstSnapshot]!.id } }, token),
+  );
+  assert.deepEqual(
+    reposted.map((e) => e.data),
+    [whole[0]!.data, ...whole.slice(firstSnapshot + 1).map((e) => e.data)],
+  );
+  const bogus = await postAgUi(input, token, { 'last-event-id': 'nope' });
+  assert.equal(bogus.status, 400);
   assert.equal(
     (await s.su`select count(*)::int as n from agent_runs where job->>'brief' = ${brief}`)[0]!.n,
     1,
@@ -338,10 +425,22 @@ test('POST /api/ag-ui: HttpAgent dispatches a run and receives it as AG-UI event
     await fetch(`${mc.url}/api/runs/${run!.id}`, { headers: { authorization: `Bearer ${token}` } })
   ).json()) as { adapter: string; threadId: string };
   assert.deepEqual([shown.adapter, shown.threadId], ['remote-ag-ui', run!.id], 'the run shows its adapter and thread');
+  // What the run was claimed with, not what its harness says today.
+  const setAdapter = (adapter: string) =>
+    s.su`update harness_providers set adapter = ${adapter} where workspace_id = ${s.workspaceId} and alias = 'good'`;
+  await setAdapter('langgraph');
+  try {
+    const later = (await (
+      await fetch(`${mc.url}/api/runs/${run!.id}`, { headers: { authorization: `Bearer ${token}` } })
+    ).json()) as { adapter: string };
+    assert.equal(later.adapter, 'remote-ag-ui', 'the adapter recorded at the claim');
+  } finally {
+    await setAdapter('remote-ag-ui');
+  }
   await w.stop('SIGTERM');
 });
 
-test('POST /api/ag-ui: 401 without a token, 403 read-only, 400 for a body that is not a RunAgentInput or has no brief', async () => {
+test('POST /api/ag-ui: 401 without a token, 403 read-only, 400 for a bad RunAgentInput or no brief', async () => {
   const input = { threadId: 't', runId: 'r', messages: [{ id: 'u', role: 'user', content: 'hi' }] };
   assert.equal((await postAgUi(input)).status, 401);
   assert.equal((await postAgUi(input, 'not-a-token')).status, 401);
@@ -358,7 +457,19 @@ test('POST /api/ag-ui: 401 without a token, 403 read-only, 400 for a body that i
   assert.equal(big.status, 413, 'bodies are capped');
 });
 
-test('a job without a model on a minimal harness fails with the reason', async () => {
+test('no model on a minimal harness: npm run dispatch refuses the job (exit 2), a worker fails it', async () => {
+  const job = { workspaceId: s.workspaceId, convoyId: 'c', briefId: 'b', roleId: 'coder', baseRef: 'main' };
+  const file = path.join(s.repo, '..', 'no-model-job.json');
+  const dispatch = async (harnessAlias: string) => {
+    await writeFile(file, JSON.stringify({ ...job, harnessAlias, brief: `brief for ${harnessAlias}` }));
+    const child = spawnNode('scripts/dispatch.ts', ['--job', file], { env: s.env });
+    return { code: (await child.exited).code, err: child.stderr.join('\n') };
+  };
+  const refused = await dispatch('code');
+  assert.equal(refused.code, 2, refused.err);
+  assert.match(refused.err, /model: the job names no model, and harness code runs the worker's own loop/);
+  assert.equal((await dispatch('unknownTool')).code, 0, 'a remote adapter needs no model');
+  // A job put on the queue past dispatch (as an orchestrator may) is failed by the worker with the reason.
   const w = s.spawnWorker();
   const { agentRunId } = await s.dispatch({ harnessAlias: 'code', model: undefined });
   const run = await s.waitForStatus(agentRunId, 'failed');

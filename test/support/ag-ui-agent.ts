@@ -8,9 +8,15 @@ import type { AddressInfo } from 'node:net';
 import { EventType, type BaseEvent, type RunAgentInput } from '@ag-ui/core';
 import { EventEncoder } from '@ag-ui/encoder';
 
+/** The agent's state events of a round, sent before its tool calls (a CrewAI flow's way). */
+interface StateEvents {
+  snapshot?: Record<string, unknown>;
+  delta?: Record<string, unknown>[];
+}
+
 export type AgentEntry =
-  | { toolCalls: { name: string; args: string }[]; delayMs?: number }
-  | { text: string; delayMs?: number }
+  | ({ toolCalls: { name: string; args: string }[]; delayMs?: number } & StateEvents)
+  | ({ text: string; delayMs?: number } & StateEvents)
   | { raw: string }
   | { status: number; body: string };
 
@@ -50,6 +56,8 @@ export async function startAgUiAgent(scripts: Record<string, AgentEntry[]>): Pro
       if (entry.delayMs) await new Promise((r) => setTimeout(r, entry.delayMs));
       const send = (e: BaseEvent & Record<string, unknown>) => res.write(encoder.encodeSSE(e as BaseEvent));
       send({ type: EventType.RUN_STARTED, threadId: input.threadId, runId: input.runId });
+      if (entry.snapshot) send({ type: EventType.STATE_SNAPSHOT, snapshot: entry.snapshot });
+      if (entry.delta) send({ type: EventType.STATE_DELTA, delta: entry.delta });
       if ('toolCalls' in entry) {
         roundsPlayed.set(name, [...(roundsPlayed.get(name) ?? []), index]);
         entry.toolCalls.forEach((call, i) => {

@@ -5,7 +5,8 @@
 // whose message is redacted and bounded: it may end up in a run's failure reason.
 import { EventType, type RunAgentInput } from '@ag-ui/core';
 import { EventSchemas } from '@ag-ui/core/schemas';
-import { redactString } from '../../core/redact.ts';
+import { redactOrDrop, redactString } from '../../core/redact.ts';
+import { applyJsonPatch } from './json-patch.ts';
 import { errorWithCauses } from '../../core/errors.ts';
 import { DEFAULT_SSE_LIMITS, readSseJson, RemoteAgentError, type SseLimits } from './sse.ts';
 
@@ -22,7 +23,10 @@ export interface AgUiRunResult {
   /** RUN_STARTED's ids, as the agent reported them. */
   threadId?: string;
   runId?: string;
-  /** The last STATE_SNAPSHOT (a framework's own state, e.g. a CrewAI flow's), bounded. */
+  /**
+   * The agent's state after its STATE_SNAPSHOT and STATE_DELTA events (a framework's own state, e.g.
+   * a CrewAI flow's), redacted and bounded; undefined when the run sent neither.
+   */
   state?: unknown;
 }
 
@@ -41,6 +45,13 @@ export interface AgUiRequest {
 const MAX_TOOL_CALLS = 32;
 const MAX_TEXT_CHARS = 64 * 1024;
 const MAX_STATE_CHARS = 16 * 1024;
+
+/** A state safe to store and to send back: redacted, and replaced by a marker when too large. */
+export function boundedState(state: unknown): unknown {
+  const safe = redactOrDrop(state ?? null);
+  const text = JSON.stringify(safe);
+  return text.length <= MAX_STATE_CHARS ? safe : { dropped: 'state too large' };
+}
 
 /** A reason safe to store: redacted first, then cut. */
 export const safeReason = (text: string): string => redactString(text).slice(0, 500);
@@ -79,6 +90,9 @@ async function foldEvents(body: ReadableStream<Uint8Array>, req: AgUiRequest): P
   const open = new Map<string, AgUiToolCall>();
   const maxArgs = (req.limits ?? DEFAULT_SSE_LIMITS).maxEventChars;
   let finished = false;
+  // The agent's state: the input's, then each snapshot or delta on top of it (deltas build on it).
+  let state: unknown = req.input.state ?? {};
+  let stateChanged = false;
   for await (const raw of readSseJson(body, req.limits)) {
     const parsed = EventSchemas.safeParse(raw);
     if (!parsed.success) continue; // not an AG-UI event the schemas know: ignored
@@ -117,11 +131,18 @@ async function foldEvents(body: ReadableStream<Uint8Array>, req: AgUiRequest): P
         }
         break;
       }
-      case EventType.STATE_SNAPSHOT: {
-        const text = JSON.stringify(event.snapshot ?? null);
-        result.state = text.length <= MAX_STATE_CHARS ? JSON.parse(text) : { dropped: 'state too large' };
+      case EventType.STATE_SNAPSHOT:
+        state = event.snapshot ?? null;
+        stateChanged = true;
         break;
-      }
+      case EventType.STATE_DELTA:
+        try {
+          state = applyJsonPatch(state, event.delta);
+          stateChanged = true;
+        } catch {
+          // A patch that does not apply to the state it was meant for: the state stays as it was.
+        }
+        break;
       case EventType.RUN_ERROR:
         throw new RemoteAgentError(
           safeReason(`the agent reported an error: ${event.message}${event.code ? ` (${event.code})` : ''}`),
@@ -135,6 +156,7 @@ async function foldEvents(body: ReadableStream<Uint8Array>, req: AgUiRequest): P
     if (finished) break;
   }
   if (!finished) throw new RemoteAgentError("the agent's stream ended without RUN_FINISHED");
+  if (stateChanged) result.state = boundedState(state);
   // A call started but never ended is dropped: its arguments may be incomplete.
   return result;
 }

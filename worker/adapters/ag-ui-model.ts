@@ -15,7 +15,14 @@ import type {
 } from '@ai-sdk/provider';
 import { runAgUi, type AgUiRunResult } from './ag-ui-client.ts';
 import { promptAsMessages } from './conversation.ts';
+import { redactString } from '../../core/redact.ts';
 import type { SseLimits } from './sse.ts';
+
+/** A remote agent's own part of a checkpoint (worker_checkpoints.agent_state). */
+export interface RemoteAgentState {
+  threadId?: string;
+  state?: unknown;
+}
 
 const NO_USAGE: LanguageModelV3Usage = {
   inputTokens: { total: undefined, noCache: undefined, cacheRead: undefined, cacheWrite: undefined },
@@ -34,7 +41,9 @@ export interface AgUiModelOptions {
   /** One AG-UI run (one model call) at most this long. */
   timeoutMs: number;
   /** What the adapter adds to every input (a framework's conventions, worker/adapters/index.ts). */
-  forwardedProps?: Record<string, unknown>;
+  forwardedProps?: (threadId: string) => Record<string, unknown>;
+  /** The agent's thread and state as the last checkpoint recorded them (a resume goes on from there). */
+  resumed?: RemoteAgentState;
   limits?: SseLimits;
   /** The adapter's name, as the model's provider. */
   adapter: string;
@@ -46,20 +55,27 @@ export class AgUiModel implements LanguageModelV3 {
   readonly modelId: string;
   readonly supportedUrls: Record<string, RegExp[]> = {};
   private calls = 0;
-  /** The agent's last STATE_SNAPSHOT, handed back as the next run's state (CrewAI flows keep theirs there). */
-  private state: unknown = {};
-  /** The thread id the agent reported (a framework may name its own). */
-  remoteThreadId: string | undefined;
+  /** The agent's state after its last run, handed back as the next run's state (CrewAI flows keep theirs there). */
+  private state: unknown;
+  /** The thread the runs go to: the agent's own once it named one in RUN_STARTED (a framework may). */
+  private threadId: string;
 
   constructor(private readonly options: AgUiModelOptions) {
     this.provider = `ag-ui:${options.adapter}`;
     this.modelId = new URL(options.url).host;
+    this.state = options.resumed?.state ?? {};
+    this.threadId = options.resumed?.threadId ?? options.threadId;
+  }
+
+  /** What a checkpoint records for the agent: its thread and its state as of the last run. */
+  agentState(): RemoteAgentState {
+    return { threadId: this.threadId, state: this.state };
   }
 
   async doGenerate(call: LanguageModelV3CallOptions): Promise<LanguageModelV3GenerateResult> {
     const runId = `${this.options.threadId}:${this.options.attempt}:${this.calls++}`;
     const input: RunAgentInput = {
-      threadId: this.options.threadId,
+      threadId: this.threadId,
       runId,
       messages: promptAsMessages(call.prompt, this.options.prior),
       tools: (call.tools ?? []).flatMap((t): Tool[] =>
@@ -67,7 +83,7 @@ export class AgUiModel implements LanguageModelV3 {
       ),
       context: [],
       state: this.state,
-      forwardedProps: this.options.forwardedProps ?? {},
+      forwardedProps: this.options.forwardedProps?.(this.threadId) ?? {},
     };
     const result = await runAgUi({
       url: this.options.url,
@@ -78,7 +94,8 @@ export class AgUiModel implements LanguageModelV3 {
       limits: this.options.limits,
     });
     if (result.state !== undefined) this.state = result.state;
-    this.remoteThreadId = result.threadId ?? this.remoteThreadId;
+    // A thread id is hostile input too: kept only when it looks like an id.
+    if (result.threadId && /^[\w.:@-]{1,200}$/.test(result.threadId)) this.threadId = redactString(result.threadId);
     const content = contentOf(result);
     return {
       content,

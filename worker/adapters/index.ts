@@ -1,17 +1,18 @@
 // The agent of a harness whose adapter is not minimal: a remote AG-UI agent driven by the worker's
-// own loop (ag-ui-model.ts). The adapters differ only in the conventions they add to each input:
-//  - remote-ag-ui: none; the thread id is the run's id, the same on every attempt.
-//  - langgraph: LangGraph's AG-UI server keys its own checkpointer thread by the AG-UI threadId, so
-//    the run's id (stable across attempts) makes a resume continue LangGraph's own thread; the
-//    worker also forwards it as configurable.thread_id for servers that read the config.
-//  - crewai: a CrewAI flow's state travels as AG-UI state: the last STATE_SNAPSHOT is handed back
-//    on the next call (every adapter does this; it is what a flow needs).
+// own loop (ag-ui-model.ts). Every adapter keeps the agent's thread (the run's id, or the one the
+// agent named in RUN_STARTED) and its state (STATE_SNAPSHOT, STATE_DELTA) on each checkpoint, and a
+// resume sends both back. The adapters differ only in what they add to each input:
+//  - remote-ag-ui: nothing.
+//  - langgraph: LangGraph's AG-UI servers key the graph's own checkpointer by the AG-UI threadId;
+//    the thread also goes as forwardedProps.config.configurable.thread_id, for servers (the
+//    LangGraph Platform agent) that merge forwardedProps.config into the run's config.
+//  - crewai: nothing more: a flow's state is the AG-UI state every adapter keeps (a named alias).
 import { assertKeyGranted, type KeyGrant } from '../../core/key-grants.ts';
 import { assertKeyVarAllowed } from '../../core/key-vars.ts';
 import { EchodoError } from '../../core/errors.ts';
 import type { Harness } from '../run/harnesses.ts';
 import type { ToolCallRecord } from '../checkpoints/history.ts';
-import { AgUiModel } from './ag-ui-model.ts';
+import { AgUiModel, type RemoteAgentState } from './ag-ui-model.ts';
 import { priorRoundsAsMessages } from './conversation.ts';
 
 /** One AG-UI run (one round of the remote agent's thinking) at most this long. */
@@ -22,6 +23,8 @@ export interface RemoteAgentArgs {
   attempt: number;
   /** The checkpoint's rounds, read when the first call is made (the session has its state by then). */
   history: () => readonly ToolCallRecord[];
+  /** The agent's thread and state on the last checkpoint (worker_checkpoints.agent_state), if any. */
+  resumed?: unknown;
   keyGrant?: KeyGrant;
   keyVarGlobs?: readonly string[];
   env?: NodeJS.ProcessEnv;
@@ -41,8 +44,8 @@ export function remoteAgentModel(harness: Harness, args: RemoteAgentArgs): { mod
     bearer = (args.env ?? process.env)[harness.keyEnvVar];
     if (!bearer) throw new EchodoError('model_unknown', `harness ${harness.alias}: ${harness.keyEnvVar} is not set`);
   }
-  const forwardedProps =
-    harness.adapter === 'langgraph' ? { config: { configurable: { thread_id: args.agentRunId } } } : {};
+  const forwardedProps = (threadId: string) =>
+    harness.adapter === 'langgraph' ? { config: { configurable: { thread_id: threadId } } } : {};
   let prior: ReturnType<typeof priorRoundsAsMessages> | undefined;
   const model = new AgUiModel({
     url,
@@ -55,7 +58,18 @@ export function remoteAgentModel(harness: Harness, args: RemoteAgentArgs): { mod
     bearer,
     timeoutMs: args.timeoutMs ?? REMOTE_ROUND_TIMEOUT_MS,
     forwardedProps,
+    resumed: recordedAgentState(args.resumed),
     adapter: harness.adapter,
   });
   return { model, description: `${harness.adapter} agent at ${new URL(url).host}` };
+}
+
+/** A checkpoint's agent_state as the model takes it back (a row written by hand may hold anything). */
+function recordedAgentState(value: unknown): RemoteAgentState | undefined {
+  if (!value || typeof value !== 'object' || Array.isArray(value)) return undefined;
+  const { threadId, state } = value as Record<string, unknown>;
+  return {
+    ...(typeof threadId === 'string' && threadId ? { threadId } : {}),
+    ...(state === undefined ? {} : { state }),
+  };
 }

@@ -175,24 +175,28 @@ async function executeRun(
     );
   }
   let state: CheckpointState | undefined;
-  const { model, description } =
+  const remoteAgent =
     harness.adapter !== 'minimal'
       ? remoteAgentModel(harness, {
           agentRunId: run.id,
           attempt: run.attempt,
           history: () => state?.history ?? [],
+          resumed: chain.at(-1)?.agent_state,
           keyGrant: keyGrants.find((g) => g.variable === harness.keyEnvVar),
           keyVarGlobs: parseKeyVarGlobs(config.WORKER_PROVIDER_KEY_VARS),
         })
-      : await resolveModel({
-          model: job.model ?? '',
-          lookupProvider: async (alias) => (alias === job.model ? provider : scoped((tx) => modelProvider(tx, alias))),
-          startAt: chain.at(-1)?.step ?? run.fork_seed?.step ?? 0, // a fork continues after its source's step
-          signal: deps.shutdown,
-          keyVarGlobs: parseKeyVarGlobs(config.WORKER_PROVIDER_KEY_VARS),
-          replayDir: config.WORKER_REPLAY_DIR,
-          lookupKeyGrant: async (variable) => keyGrants.find((g) => g.variable === variable),
-        });
+      : undefined;
+  const { model, description } =
+    remoteAgent ??
+    (await resolveModel({
+      model: job.model ?? '',
+      lookupProvider: async (alias) => (alias === job.model ? provider : scoped((tx) => modelProvider(tx, alias))),
+      startAt: chain.at(-1)?.step ?? run.fork_seed?.step ?? 0, // a fork continues after its source's step
+      signal: deps.shutdown,
+      keyVarGlobs: parseKeyVarGlobs(config.WORKER_PROVIDER_KEY_VARS),
+      replayDir: config.WORKER_REPLAY_DIR,
+      lookupKeyGrant: async (variable) => keyGrants.find((g) => g.variable === variable),
+    }));
   if (run.cancel_requested_at) {
     // Asked while nobody could act on it (its worker died after the request): cancelled at once.
     await finishCancelledRun({
@@ -258,7 +262,16 @@ async function executeRun(
     };
     const writer = checkpointWriterFor(
       config,
-      { sql: db.app, run: identity, lease, tree, tracker, log, remote },
+      {
+        sql: db.app,
+        run: identity,
+        lease,
+        tree,
+        tracker,
+        log,
+        remote,
+        agentState: remoteAgent && (() => remoteAgent.model.agentState()),
+      },
       state,
     );
     // Notes a resume rewrote from Postgres (the latest one a kill kept off the remote) go out now;
