@@ -103,7 +103,7 @@ details.call[open] { display:block; }
 .confirm a { margin-left:12px; }
 label.field { display:inline-flex; flex-direction:column; gap:2px; font-size:12px; color:var(--muted); margin:4px 8px 4px 0; max-width:100%; }
 label.field input, label.field select { font:inherit; font-size:13px; color:var(--ink); padding:4px 7px; border:1px solid #cfd4dc; border-radius:6px; max-width:100%; }
-button.danger { background:var(--bad); color:#fff; border-color:var(--bad); }
+button.danger, form.action button.danger { background:var(--bad); color:#fff; border-color:var(--bad); }
 /* a doc-writer run's review (pages-doc-review.ts) */
 form.send-back { display:flex; flex-wrap:wrap; align-items:flex-end; gap:4px 8px; margin-top:8px; }
 label.field textarea { font:inherit; font-size:13px; color:var(--ink); padding:4px 7px; border:1px solid #cfd4dc;

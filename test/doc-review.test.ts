@@ -1,16 +1,18 @@
 // Doc runs end in review, with a real worker, Postgres and mission control over HTTP: a doc-writer
 // run's brief ends doc_review with the files it wrote and their sha256; `npm run publish` (a real
 // process) publishes it, and refuses what is not in review; `retry --note` sends it back (the same
-// run retried, the note in its brief); the panel's Publish and Send back confirm first, and a
-// read-only token may do neither.
+// run retried, the note in its brief); the panel's Publish and Send back (in Chromium) confirm first,
+// and a read-only token may do neither.
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { writeFile } from 'node:fs/promises';
+import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { createMissionControl, type RunningMissionControl } from '../mission-control/server.ts';
 import { csrfTokenFor } from '../mission-control/routes-actions.ts';
 import { createWorkspaceToken } from '../store/tokens.ts';
+import { chromium } from 'playwright-core';
+import { PROJECT_ROOT } from '../core/config.ts';
 import { spawnNode, waitFor, type Child } from './support/child.ts';
 import { createScenario, type Scenario, type TranscriptStep } from './support/scenario.ts';
 
@@ -129,21 +131,9 @@ test('a doc-writer run ends in doc_review with its files and hashes; publish and
   assert.equal((await cli('scripts/retry.ts', ['--run', docRun, '--note', 'Too late.'])).code, 3);
 });
 
-test('the panel: files and hashes on the run page; Send back and Publish confirm first; read-only tokens get 403', async () => {
+test('the panel, in Chromium at 390 px: the files and hashes; Send back and Publish each confirm first; read-only tokens get 403', async () => {
   const runId = (await s.dispatch({ harnessAlias: 'doc-writer', roleId: 'writer' })).agentRunId;
   await completed(runId);
-  const cookie = { cookie: `emc_token=${token}` };
-  const form = (action: string, fields: Record<string, string>, who = token) =>
-    fetch(`${server.url}/runs/${runId}/actions/${action}`, {
-      method: 'POST',
-      headers: {
-        cookie: `emc_token=${who}`,
-        origin: server.url,
-        'content-type': 'application/x-www-form-urlencoded',
-      },
-      body: new URLSearchParams({ _csrf: csrfTokenFor(who), ...fields }),
-      redirect: 'manual',
-    });
   const api = (action: string, body: unknown, who = token) =>
     fetch(`${server.url}/api/runs/${runId}/${action}`, {
       method: 'POST',
@@ -151,10 +141,6 @@ test('the panel: files and hashes on the run page; Send back and Publish confirm
       body: JSON.stringify(body),
     });
 
-  const page = await (await fetch(`${server.url}/runs/${runId}`, { headers: cookie })).text();
-  assert.match(page, /data-testid="doc-files"[\s\S]*docs\/x\.md/);
-  assert.ok(page.includes(sha256(DOC)), 'the full sha256 of the file');
-  assert.ok(page.includes('data-testid="publish"') && page.includes('data-testid="send-back"'));
   const readOnlyPage = await (
     await fetch(`${server.url}/runs/${runId}`, { headers: { cookie: `emc_token=${readOnlyToken}` } })
   ).text();
@@ -165,39 +151,67 @@ test('the panel: files and hashes on the run page; Send back and Publish confirm
   ).json();
   assert.equal(json.docReview.briefStatus, 'doc_review');
   assert.deepEqual(json.docReview.files, [{ path: 'docs/x.md', sha256: sha256(DOC) }]);
-
   for (const action of ['publish', 'send-back']) {
     assert.equal((await api(action, { note: 'x' }, readOnlyToken)).status, 403, `${action}, read-only API`);
-    assert.equal((await form(action, { note: 'x', confirmed: 'yes' }, readOnlyToken)).status, 403, `${action}, form`);
+    const form = await fetch(`${server.url}/runs/${runId}/actions/${action}`, {
+      method: 'POST',
+      headers: {
+        cookie: `emc_token=${readOnlyToken}`,
+        origin: server.url,
+        'content-type': 'application/x-www-form-urlencoded',
+      },
+      body: new URLSearchParams({ _csrf: csrfTokenFor(readOnlyToken), note: 'x', confirmed: 'yes' }),
+      redirect: 'manual',
+    });
+    assert.equal(form.status, 403, `${action}, read-only form`);
   }
   assert.equal((await api('send-back', { note: '' })).status, 400, 'an empty note');
   assert.equal((await api('send-back', { note: 'x', extra: 1 })).status, 400, 'an unknown field');
+  assert.equal((await briefOf(runId)).status, 'doc_review', 'nothing refused changed the brief');
 
-  // Send back: the confirmation shows the note and the files; confirmed, the run is retried with it.
-  const asked = await form('send-back', { note: 'Say more about x.' });
-  assert.equal(asked.status, 200);
-  const confirmation = await asked.text();
-  assert.match(confirmation, /data-testid="confirm-note">Say more about x\.</);
-  assert.ok(confirmation.includes(sha256(DOC)));
-  assert.equal((await s.run(runId)).attempt, 1, 'the confirmation changes nothing');
-  const sent = await form('send-back', { note: 'Say more about x.', confirmed: 'yes' });
-  assert.equal(sent.status, 303);
-  assert.equal(sent.headers.get('location'), `/runs/${runId}`);
-  const resumed = await completed(runId, 2);
-  assert.match(resumed.job.brief, /: Say more about x\.$/);
-  assert.match((await s.events(runId, 'doc_sent_back'))[0]?.metadata.by, /^panel:/);
+  const browser = await chromium.launch({
+    executablePath: '/usr/bin/chromium',
+    args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-sync'],
+  });
+  try {
+    const page = await browser.newPage({ viewport: { width: 390, height: 844 } });
+    await page.goto(`${server.url}/login`);
+    await page.fill('#token', token);
+    await Promise.all([page.waitForURL(`${server.url}/`), page.click('button[type=submit]')]);
+    await page.goto(`${server.url}/runs/${runId}`);
+    const files = await page.locator('[data-testid="doc-files"]').innerText();
+    assert.ok(files.includes('docs/x.md') && files.includes(sha256(DOC)), files);
+    const fits = () => page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth);
+    assert.ok(await fits(), 'the run page fits 390 px');
+    const output = path.resolve(PROJECT_ROOT, process.env.ECHODO_TEST_OUTPUT ?? 'test-output', 'mission-control');
+    await mkdir(output, { recursive: true });
+    await page.screenshot({ path: path.join(output, 'doc-review.png'), fullPage: true });
 
-  // Publish: the confirmation first, then published with the event; again is refused.
-  const ask = await form('publish', {});
-  assert.equal(ask.status, 200);
-  assert.match(await ask.text(), /data-testid="confirm-files"[\s\S]*docs\/x\.md/);
-  assert.equal((await briefOf(runId)).status, 'doc_review', 'the confirmation publishes nothing');
-  const done = await form('publish', { confirmed: 'yes' });
-  assert.equal(done.status, 303);
-  assert.equal((await briefOf(runId)).status, 'published');
-  assert.match((await s.events(runId, 'doc_published'))[0]?.metadata.by, /^panel:/);
+    // Send back: the confirmation shows the note and the files and changes nothing; its Yes retries the run.
+    await page.fill('[data-testid="send-back-note"]', 'Say more about x.');
+    await page.click('[data-testid="send-back"]');
+    assert.equal(await page.locator('[data-testid="confirm-note"]').innerText(), 'Say more about x.');
+    assert.ok((await page.locator('[data-testid="confirm-files"]').innerText()).includes(sha256(DOC)));
+    assert.ok(await fits(), 'the confirmation fits 390 px');
+    await page.screenshot({ path: path.join(output, 'doc-review-send-back.png'), fullPage: true });
+    assert.equal((await s.run(runId)).attempt, 1, 'the confirmation changes nothing');
+    await Promise.all([page.waitForURL(`${server.url}/runs/${runId}`), page.click('[data-testid="confirm-yes"]')]);
+    const resumed = await completed(runId, 2);
+    assert.match(resumed.job.brief, /: Say more about x\.$/);
+    assert.match((await s.events(runId, 'doc_sent_back'))[0]?.metadata.by, /^panel:/);
+
+    // Publish: the confirmation first, then published with the event.
+    await page.goto(`${server.url}/runs/${runId}`);
+    await page.click('[data-testid="publish"]');
+    await page.waitForSelector('[data-testid="confirm-files"]');
+    assert.equal((await briefOf(runId)).status, 'doc_review', 'the confirmation publishes nothing');
+    await Promise.all([page.waitForURL(`${server.url}/runs/${runId}`), page.click('[data-testid="confirm-yes"]')]);
+    assert.equal((await briefOf(runId)).status, 'published');
+    assert.match((await s.events(runId, 'doc_published'))[0]?.metadata.by, /^panel:/);
+    assert.equal(await page.locator('[data-testid="brief-status"]').innerText(), 'published');
+    assert.equal(await page.locator('[data-testid="publish"]').count(), 0, 'no Publish once published');
+  } finally {
+    await browser.close();
+  }
   assert.equal((await api('publish', {})).status, 409, 'published already');
-  const shown = await (await fetch(`${server.url}/runs/${runId}`, { headers: cookie })).text();
-  assert.match(shown, /data-testid="brief-status">[\s\S]*published/);
-  assert.ok(!shown.includes('data-testid="publish"'), 'no Publish once published');
 });
