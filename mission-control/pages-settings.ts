@@ -1,5 +1,5 @@
-// The Settings page of a workspace: its model providers (each with a Test button), harnesses and
-// role → harness routes, with forms to add and remove them. Key variables are shown by name
+// The Settings page of a workspace: its model providers (each with a Test button), harnesses,
+// role → harness routes, and its prices and daily cap, with forms to add and remove them. Key variables are shown by name
 // only; their values are never read here. A read-only token sees the same tables, no forms.
 import type { HarnessRow, ModelProviderRow } from '../store/settings-lookup.ts';
 import type { RouteRow } from '../store/settings-edit.ts';
@@ -8,6 +8,8 @@ import type { HarnessTestResult, ModelTestResult } from '../operator/settings.ts
 import { html, type SafeHtml } from './html.ts';
 import type { ActionView } from './pages-actions.ts';
 import type { Harness } from '../worker/run/harnesses.ts';
+import { SHIPPED_PRICES, SHIPPED_PRICES_AS_OF, type ModelPrice } from '../core/prices.ts';
+import { formatUsd } from './pages-usage.ts';
 
 /** A form field with its own visible label: a placeholder alone disappears as soon as one types. */
 function field(label: string, input: SafeHtml): SafeHtml {
@@ -20,6 +22,10 @@ export interface SettingsView {
   routes: RouteRow[];
   /** The built-in harnesses: always listed, unless a row of the same alias overrides one. */
   builtins?: Harness[];
+  /** The workspace's own prices (over the shipped table), its daily cap and what it spent today (priced). */
+  prices?: ModelPrice[];
+  dailyCapUsd?: number | null;
+  spentTodayUsd?: number;
   /** The outcome of the last Test, or a refused form, shown at the top. */
   notice?: { alias?: string; test?: ModelTestResult | HarnessTestResult; error?: string };
 }
@@ -36,6 +42,94 @@ function post(action: string, view: ActionView, fields: SafeHtml, label: string,
 
 export function testResultText(r: ModelTestResult | HarnessTestResult): string {
   return r.ok ? `ok · ${r.latencyMs} ms` : `error: ${r.error}`;
+}
+
+const perMtok = (n: number | null) => (n === null ? html`<span class="muted">as input</span>` : `$${n}`);
+
+function priceRow(p: ModelPrice, action: SafeHtml | ''): SafeHtml {
+  return html`<tr data-price="${p.model}">
+    <td><code>${p.model}</code></td>
+    <td class="num">${perMtok(p.inputPerMtok)}</td>
+    <td class="num">${perMtok(p.outputPerMtok)}</td>
+    <td class="num">${perMtok(p.cacheReadPerMtok)}</td>
+    <td class="num">${perMtok(p.cacheWritePerMtok)}</td>
+    <td>${action}</td>
+  </tr>`;
+}
+
+/** Prices (USD per million tokens) and the daily cap: the workspace's own, then the shipped table. */
+function pricesContent(s: SettingsView, view: ActionView | undefined): SafeHtml {
+  const own = s.prices ?? [];
+  const head = html`<thead>
+    <tr>
+      <th>Model</th>
+      <th>Input</th>
+      <th>Output</th>
+      <th>Cache read</th>
+      <th>Cache write</th>
+      <th></th>
+    </tr>
+  </thead>`;
+  const rows = own.map((p) =>
+    priceRow(p, view ? post(`/settings/prices/${enc(p.model)}/rm`, view, html``, 'Remove', `rm-price-${p.model}`) : ''),
+  );
+  const overridden = new Set(own.map((p) => p.model));
+  const cap = s.dailyCapUsd ?? null;
+  const amount = (name: string, label: string, required = false) =>
+    field(
+      label,
+      required
+        ? html`<input name="${name}" inputmode="decimal" required />`
+        : html`<input name="${name}" inputmode="decimal" placeholder="as input" />`,
+    );
+  return html`<h2>Prices and budget</h2>
+    <p data-testid="daily-cap">
+      Daily cap: <strong>${cap === null ? 'none' : formatUsd(cap)}</strong>; spent today (UTC, priced):
+      ${formatUsd(s.spentTodayUsd ?? 0)}.
+    </p>
+    ${
+      view
+        ? post('/settings/budget', view, amount('dailyUsd', 'Daily cap (USD)', true), 'Set daily cap', 'set-daily-cap')
+        : ''
+    }
+    <p class="muted">
+      USD per million tokens. A workspace price overrides the shipped one of the same name; a model id matches a name it
+      equals or extends with "-" (a dated id).
+    </p>
+    ${
+      rows.length
+        ? html`<table data-testid="prices">
+            ${head}
+            <tbody>
+              ${rows}
+            </tbody>
+          </table>`
+        : html`<div class="empty" data-testid="prices">No prices of this workspace: the shipped table applies.</div>`
+    }
+    ${
+      view
+        ? post(
+            '/settings/prices',
+            view,
+            html`${field('Model', html`<input name="model" required />`)} ${amount('input', 'Input per million', true)}
+            ${amount('output', 'Output per million', true)} ${amount('cacheRead', 'Cache read per million')}
+            ${amount('cacheWrite', 'Cache write per million')} `,
+            'Set price',
+            'set-price',
+          )
+        : ''
+    }
+    <details>
+      <summary>Shipped prices (as of ${SHIPPED_PRICES_AS_OF})</summary>
+      <table data-testid="shipped-prices">
+        ${head}
+        <tbody>
+          ${SHIPPED_PRICES.map((p) =>
+            priceRow(p, overridden.has(p.model) ? html`<span class="muted">overridden</span>` : ''),
+          )}
+        </tbody>
+      </table>
+    </details>`;
 }
 
 export function settingsContent(s: SettingsView, view: ActionView | undefined): SafeHtml {
@@ -191,5 +285,6 @@ export function settingsContent(s: SettingsView, view: ActionView | undefined): 
     }
     <h2>Role → harness routes</h2>
     ${table(['Role', 'Harness', ''], routes, 'No routes: a job without harnessAlias uses code.', 'routes')}
-    ${view ? post('/settings/routes', view, html`${field('Role', html`<input name="role" required />`)} ${field('Harness', html`<input name="harness" required />`)} `, 'Add route', 'add-route') : ''}`;
+    ${view ? post('/settings/routes', view, html`${field('Role', html`<input name="role" required />`)} ${field('Harness', html`<input name="harness" required />`)} `, 'Add route', 'add-route') : ''}
+    ${pricesContent(s, view)}`;
 }

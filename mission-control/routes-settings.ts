@@ -37,6 +37,9 @@ import type { McContext, McEnv } from './context.ts';
 import { sendPage } from './layout.ts';
 import { isReadOnly, mayWrite, pageCsrfToken } from './routes-actions.ts';
 import { settingsContent, type SettingsView } from './pages-settings.ts';
+import { listPrices, removePrice, setDailyBudget, setPrice, workspaceDayCost } from '../store/cost.ts';
+import { dailyBudget } from '../store/budget.ts';
+import { priceInput, requiredAmount } from '../operator/price-input.ts';
 
 const lines = (v: unknown) =>
   typeof v === 'string'
@@ -58,6 +61,9 @@ export function mountSettingsRoutes(app: Hono<McEnv>, deps: { db: Database; conf
       models: await listModelProviders(tx),
       harnesses: await listHarnesses(tx),
       routes: await listRoutes(tx),
+      prices: await listPrices(tx),
+      dailyCapUsd: await dailyBudget(tx),
+      spentTodayUsd: (await workspaceDayCost(tx)).pricedUsd,
     }));
   const view = (c: McContext) => {
     const csrf = pageCsrfToken(c);
@@ -122,6 +128,8 @@ export function mountSettingsRoutes(app: Hono<McEnv>, deps: { db: Database; conf
         writePrefixes: h.write_prefixes,
       })),
       routes: s.routes.map((r) => ({ role: r.role_id, harness: r.harness_alias })),
+      prices: s.prices,
+      dailyCapUsd: s.dailyCapUsd,
     });
   });
 
@@ -184,6 +192,27 @@ export function mountSettingsRoutes(app: Hono<McEnv>, deps: { db: Database; conf
         } else if (kind === 'routes') {
           const route = routeInput({ role: str(form.role), harness: str(form.harness) });
           await inWs(c, (tx) => upsertRoute(tx, route));
+        } else if (kind === 'prices') {
+          const price = priceInput(
+            {
+              model: form.model,
+              input: form.input,
+              output: form.output,
+              cacheRead: form.cacheRead,
+              cacheWrite: form.cacheWrite,
+            },
+            {
+              model: 'Model',
+              input: 'Input per million',
+              output: 'Output per million',
+              cacheRead: 'Cache read per million',
+              cacheWrite: 'Cache write per million',
+            },
+          );
+          await inWs(c, (tx) => setPrice(tx, price));
+        } else if (kind === 'budget') {
+          const daily = requiredAmount(form.dailyUsd, 'Daily cap (USD)');
+          await inWs(c, (tx) => setDailyBudget(tx, daily));
         } else return render(c, { error: 'no such setting' }, 404);
       } else if (verb === 'rm') {
         if (!isConfirmed(form)) return confirmRemoval(c, kind, name);
@@ -194,7 +223,9 @@ export function mountSettingsRoutes(app: Hono<McEnv>, deps: { db: Database; conf
               ? removeHarness(tx, name)
               : kind === 'routes'
                 ? removeRoute(tx, name)
-                : Promise.resolve(false),
+                : kind === 'prices'
+                  ? removePrice(tx, name)
+                  : Promise.resolve(false),
         );
         if (!removed) return render(c, { error: `nothing to remove: ${kind} ${name}` }, 404);
       } else return render(c, { error: 'no such action' }, 404);
@@ -207,7 +238,10 @@ export function mountSettingsRoutes(app: Hono<McEnv>, deps: { db: Database; conf
   const confirmRemoval = (c: McContext, kind: string, name: string) =>
     sendConfirmation(c, `workspace ${workspaceOf(c)}`, {
       title: `Remove ${kind.replace(/s$/, '')} ${name}?`,
-      consequence: 'Runs already started keep what they had; new runs of this workspace no longer find it.',
+      consequence:
+        kind === 'prices'
+          ? "The shipped price of that name applies again (or the model's usage reads unpriced), past checkpoints too."
+          : 'Runs already started keep what they had; new runs of this workspace no longer find it.',
       action: `/settings/${encodeURIComponent(kind)}/${encodeURIComponent(name)}/rm`,
       csrf: pageCsrfToken(c) ?? '',
       back: '/settings',

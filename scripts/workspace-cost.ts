@@ -2,6 +2,7 @@
 // before any database is opened (SettingRefusedError, exit 2), then one workspace transaction of
 // the app role (store/cost.ts).
 import { SettingRefusedError } from '../operator/settings.ts';
+import { modelId, priceInput, requiredAmount } from '../operator/price-input.ts';
 import { SHIPPED_PRICES, SHIPPED_PRICES_AS_OF } from '../core/prices.ts';
 import { listPrices, removePrice, setDailyBudget, setPrice } from '../store/cost.ts';
 import type { WorkspaceTx } from '../store/workspace.ts';
@@ -25,31 +26,6 @@ export const COST_FLAGS = {
 } as const;
 
 type Values = Record<string, unknown>;
-const MODEL = /^[^\u0000-\u001f]{1,200}$/;
-
-/** A USD amount: a non-negative decimal; absent → undefined. */
-function usd(values: Values, flag: string): number | undefined {
-  const raw = values[flag];
-  if (raw === undefined) return undefined;
-  if (typeof raw !== 'string' || !/^[0-9]{1,9}(\.[0-9]{1,9})?$/.test(raw)) {
-    throw new SettingRefusedError(
-      `--${flag}: ${JSON.stringify(String(raw).slice(0, 40))} is not an amount (e.g. 3 or 0.3)`,
-    );
-  }
-  return Number(raw);
-}
-
-function needed<T>(value: T | undefined, flag: string): T {
-  if (value === undefined) throw new SettingRefusedError(`--${flag} is required`);
-  return value;
-}
-
-function model(values: Values): string {
-  const m = values.model;
-  if (typeof m !== 'string' || !MODEL.test(m))
-    throw new SettingRefusedError('--model: the model id (1-200 characters)');
-  return m;
-}
 
 /** The planned work of a cost command: checked input now, a transaction later. */
 export function planCostCommand(
@@ -59,13 +35,22 @@ export function planCostCommand(
 ): (tx: WorkspaceTx) => Promise<number> {
   switch (key) {
     case 'price set': {
-      const price = {
-        model: model(values),
-        inputPerMtok: needed(usd(values, 'input-per-mtok'), 'input-per-mtok'),
-        outputPerMtok: needed(usd(values, 'output-per-mtok'), 'output-per-mtok'),
-        cacheReadPerMtok: usd(values, 'cache-read-per-mtok') ?? null,
-        cacheWritePerMtok: usd(values, 'cache-write-per-mtok') ?? null,
-      };
+      const price = priceInput(
+        {
+          model: values.model,
+          input: values['input-per-mtok'],
+          output: values['output-per-mtok'],
+          cacheRead: values['cache-read-per-mtok'],
+          cacheWrite: values['cache-write-per-mtok'],
+        },
+        {
+          model: '--model',
+          input: '--input-per-mtok',
+          output: '--output-per-mtok',
+          cacheRead: '--cache-read-per-mtok',
+          cacheWrite: '--cache-write-per-mtok',
+        },
+      );
       return async (tx) => (await setPrice(tx, price), out(`price of ${price.model} set for ${tx.workspaceId}`), 0);
     }
     case 'price list':
@@ -79,14 +64,14 @@ export function planCostCommand(
         return 0;
       };
     case 'price rm': {
-      const m = model(values);
+      const m = modelId(values.model, '--model');
       return async (tx) => {
         if (await removePrice(tx, m)) return (out(`price of ${m} removed from ${tx.workspaceId}`), 0);
         throw new SettingRefusedError(`no price of ${m} in workspace ${tx.workspaceId} (shipped prices stay)`);
       };
     }
     case 'budget set': {
-      const daily = needed(usd(values, 'daily-usd'), 'daily-usd');
+      const daily = requiredAmount(values['daily-usd'], '--daily-usd');
       return async (tx) => (await setDailyBudget(tx, daily), out(`daily budget of ${tx.workspaceId}: ${daily} USD`), 0);
     }
   }

@@ -159,3 +159,61 @@ test('the Settings page: add a model, Test shows ok; server stopped, Test shows 
   for (const text of [api, apiTest, logs.join('')])
     assert.equal(text.includes(KEY), false, 'the key is not in the API or the logs');
 });
+
+test('the Settings page: set and remove a price, set the daily cap, with labelled fields; bad amounts refused', async () => {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  await page.goto(`${server.url}/login`);
+  await page.fill('#token', token);
+  await Promise.all([page.waitForURL(`${server.url}/`), page.click('button[type=submit]')]);
+  await page.goto(`${server.url}/settings`);
+  assert.match(await page.locator('[data-testid="daily-cap"]').innerText(), /Daily cap: none/);
+
+  const form = page.locator('form[action="/settings/prices"]');
+  const labels = await form.locator('label.field > span').allInnerTexts();
+  assert.deepEqual(labels, [
+    'Model',
+    'Input per million',
+    'Output per million',
+    'Cache read per million',
+    'Cache write per million',
+  ]);
+  await form.getByLabel('Model').fill('claude-sonnet-4-5');
+  await form.getByLabel('Input per million').fill('lots');
+  await form.getByLabel('Output per million').fill('12');
+  await form.locator('button').click();
+  assert.match(await page.locator('[data-testid="settings-error"]').innerText(), /Input per million: "lots" is not/);
+
+  await form.getByLabel('Model').fill('claude-sonnet-4-5');
+  await form.getByLabel('Input per million').fill('2');
+  await form.getByLabel('Output per million').fill('12');
+  await Promise.all([page.waitForURL(`${server.url}/settings`), form.locator('button').click()]);
+  const row = page.locator('[data-testid="prices"] tr[data-price="claude-sonnet-4-5"]');
+  assert.deepEqual((await row.locator('td').allInnerTexts()).slice(0, 5), [
+    'claude-sonnet-4-5',
+    '$2',
+    '$12',
+    'as input',
+    'as input',
+  ]);
+  assert.match(
+    (await page.locator('[data-testid="shipped-prices"] tr[data-price="claude-sonnet-4-5"]').textContent()) ?? '',
+    /overridden/,
+    'the shipped row it overrides says so (inside the closed details)',
+  );
+
+  const cap = page.locator('form[action="/settings/budget"]');
+  await cap.getByLabel('Daily cap (USD)').fill('7.5');
+  await Promise.all([page.waitForURL(`${server.url}/settings`), cap.locator('button').click()]);
+  assert.match(await page.locator('[data-testid="daily-cap"]').innerText(), /Daily cap: \$7\.50; spent today/);
+
+  await page.click('[data-testid="rm-price-claude-sonnet-4-5"]');
+  await page.waitForSelector('[data-testid="confirm"]');
+  await Promise.all([page.waitForURL(`${server.url}/settings`), page.click('[data-testid="confirm-yes"]')]);
+  assert.match(await page.locator('[data-testid="prices"]').innerText(), /No prices of this workspace/);
+
+  const api = (await (
+    await fetch(`${server.url}/api/settings`, { headers: { authorization: `Bearer ${token}` } })
+  ).json()) as { prices: unknown[]; dailyCapUsd: number };
+  assert.deepEqual([api.prices, api.dailyCapUsd], [[], 7.5]);
+  await page.close();
+});
