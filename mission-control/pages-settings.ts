@@ -1,6 +1,7 @@
 // The Settings page of a workspace: its model providers (each with a Test button), harnesses,
-// role → harness routes, and its prices and daily cap, with forms to add and remove them. Key variables are shown by name
-// only; their values are never read here. A read-only token sees the same tables, no forms.
+// role → harness routes, and its prices and daily cap, with forms to add and remove them. Key
+// variables are shown by name only; their values are never read here. A read-only token sees the
+// same tables, no forms.
 import type { HarnessRow, ModelProviderRow } from '../store/settings-lookup.ts';
 import type { RouteRow } from '../store/settings-edit.ts';
 import { redactString } from '../core/redact.ts';
