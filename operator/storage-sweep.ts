@@ -111,7 +111,7 @@ export async function applyStoragePolicy(deps: StorageSweepDeps, workspaceId: st
   return outcome;
 }
 
-/** The pruned checkpoints' notes leave the notes ref, one rewrite per repository; returns the runs whose rows may go. */
+/** The pruned checkpoints' notes leave the notes ref, one rewrite per repository; returns the runs ready to prune. */
 async function dropNotes(
   deps: StorageSweepDeps,
   plans: RunPlan[],

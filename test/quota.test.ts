@@ -123,7 +123,7 @@ test('a job recorded straight into the Postgres queue is failed at the claim, wi
   assert.match(String(dead?.reason), REASON);
 });
 
-test('jobs RPUSHed onto the Redis list are dead-lettered with the reason; a re-dispatch leaves its run as it was', async () => {
+test('jobs RPUSHed onto Redis are dead-lettered with the reason; a re-dispatch leaves its run alone', async () => {
   const orchestrator = new Redis(redis.url, { maxRetriesPerRequest: null });
   const queue = createRedisQueue({ url: redis.url, key: KEY, workerId: 'w-quota', db: t.db, livenessTtlMs: 5000 });
   try {

@@ -92,7 +92,7 @@ test('notes ref deleted and a note overwritten: reported (exit 1), then rewritte
   assert.equal((await integrityCheck(r.run.id)).code, 0, 'intact afterwards');
 });
 
-test('a rebased branch: the note of the commit still on it is rewritten, the rewritten commits are reported', async () => {
+test('a rebased branch: the note of the commit still on it is rewritten, the rewritten ones reported', async () => {
   const { repo, r, chain } = await runOfThree();
   const notesRef = t.config.WORKER_NOTES_REF;
   const [c1, c2, c3] = chain.map((row) => row.commit_oid!);

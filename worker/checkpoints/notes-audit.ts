@@ -70,15 +70,18 @@ export function auditFindings(audit: NotesAudit, notesRef: string): Finding[] {
   if (audit.wrong.length)
     findings.push({
       kind: 'note_mismatch',
-      detail: `the note of checkpoint(s) ${seqs(audit.wrong)} does not say what its row says (seq, hash, paths or sha256)`,
+      detail:
+        `the note of checkpoint(s) ${seqs(audit.wrong)} does not say what its row says ` +
+        '(seq, hash, paths or sha256)',
     });
   if (audit.offBranch.length) {
     const commits = audit.offBranch.map((r) => `${r.checkpoint_seq} at ${r.commit_oid!.slice(0, 12)}`);
+    const tip = audit.branchTip ? `tip ${audit.branchTip.slice(0, 12)}` : 'the branch is gone';
     findings.push({
       kind: 'commit_off_branch',
       detail:
         `checkpoint(s) ${commits.join(', ')} no longer on branch ${audit.branch} ` +
-        `(${audit.branchTip ? `tip ${audit.branchTip.slice(0, 12)}` : 'the branch is gone'}): rebased, squashed or reset`,
+        `(${tip}): rebased, squashed or reset`,
     });
   }
   return findings;
