@@ -1,9 +1,9 @@
 // JSON shapes of the mission control API (the contract's fields first, extras after).
 // Timestamps are ISO 8601 strings; absent ones are null.
-import type { ChainVerdict } from '../store/chain-verdict.ts';
-import type { ConvoyDetail, ConvoyPage, RunHistory, RunSummary } from '../store/mission-control.ts';
+import type { ChainPage, ChainVerdict } from '../store/chain-verdict.ts';
+import { toolsOfRound, type ConvoyDetail, type ConvoyPage, type RunSummary } from '../store/mission-control.ts';
 import type { RunListItem, RunPage } from '../store/run-search.ts';
-import type { RunOverview } from '../store/run-timeline.ts';
+import type { RunOverview, TimelineEvent } from '../store/run-timeline.ts';
 
 const iso = (date: Date | null): string | null => (date ? date.toISOString() : null);
 
@@ -48,27 +48,30 @@ export function convoysJson({ convoys, cursor }: ConvoyPage) {
   };
 }
 
-export function runCheckpointsJson(history: RunHistory) {
+/** A page of GET /api/runs/:id/checkpoints: newest first; `cursor` reads the next (older) page. */
+export function checkpointPageJson(run: RunOverview, verdict: ChainVerdict, page: ChainPage, events: TimelineEvent[]) {
+  const problems = verdict.state === 'broken' ? [verdict.problem] : page.problems;
   return {
-    agentRunId: history.run.agentRunId,
-    checkpoints: history.checkpoints.map((c) => ({
-      seq: c.seq,
+    agentRunId: run.agentRunId,
+    checkpoints: page.rows.map((c, i) => ({
+      seq: c.checkpoint_seq,
       step: c.step,
-      occurredAt: iso(c.occurredAt),
-      commitOid: c.commitOid,
+      occurredAt: iso(c.occurred_at),
+      commitOid: c.commit_oid,
       hash: c.hash,
-      files: c.files,
-      prevHash: c.prevHash,
+      files: c.files_touched.map((f) => ({ path: f.path, sha256: f.sha256, deleted: Boolean(f.deleted) })),
+      prevHash: c.prev_hash,
       attempt: c.attempt,
-      tools: c.tools,
-      filesTouchedCount: c.filesTouchedCount,
-      verified: c.verified,
+      tools: toolsOfRound(c.tool_history, c.step),
+      filesTouchedCount: c.files_touched.length,
+      verified: page.verified[i] ?? false,
     })),
-    convoyId: history.run.convoyId,
-    status: history.run.status,
-    attempt: history.run.attempt,
-    chain: history.chain,
-    events: history.events.map((e) => ({ type: e.type, occurredAt: iso(e.occurredAt), metadata: e.metadata })),
+    cursor: page.older === null ? null : String(page.older),
+    convoyId: run.convoyId,
+    status: run.status,
+    attempt: run.attempt,
+    chain: { ok: problems.length === 0 && verdict.state !== 'broken', problems, ...verdictJson(verdict) },
+    events: events.map((e) => ({ type: e.type, occurredAt: iso(e.occurredAt), metadata: e.metadata })),
   };
 }
 

@@ -37,6 +37,7 @@ export function fleetContent(workspaces: FleetWorkspace[], spend: FleetSpend[] =
   const total = (key: 'queued' | 'running' | 'stalled' | 'checkpointsLastMinute') =>
     workspaces.reduce((n, w) => n + w[key], 0);
   return html`<h1>Fleet</h1>
+    <p><a href="/fleet/storage" data-testid="fleet-storage-link">Storage across the fleet →</a></p>
     <section class="cards">
       <div class="card primary">
         <div class="label">Checkpoints / min</div>

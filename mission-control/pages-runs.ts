@@ -1,6 +1,6 @@
-// The run finder: a filter form (status incl. stalled, convoy, text, created range) over a
-// keyset-paged table of runs, newest first. The form is a plain GET, so a filtered page is a
-// link an operator can share, and "Older" keeps the filter.
+// The run finder: a filter form (status incl. stalled, convoy, text, worker, host, model, branch,
+// created and finished ranges) over a keyset-paged table of runs, newest first. The form is a
+// plain GET, so a filtered page is a link an operator can share, and "Older" keeps the filter.
 import type { RunFilter, RunListItem, RunPage } from '../store/run-search.ts';
 import { RUN_STATUS_FILTERS } from '../store/run-search.ts';
 import { html, statusBadge, timeCell, type SafeHtml } from './html.ts';
@@ -42,8 +42,24 @@ function filterForm(filter: RunFilter, error?: string): SafeHtml {
       >Search
       <input name="q" value="${filter.q ?? ''}" data-testid="filter-q" title="brief, branch, worker, host or run id"
     /></label>
+    <label>Worker <input name="worker" value="${filter.worker ?? ''}" data-testid="filter-worker" /></label>
+    <label>Host <input name="host" value="${filter.host ?? ''}" data-testid="filter-host" /></label>
+    <label>Model <input name="model" value="${filter.model ?? ''}" data-testid="filter-model" /></label>
+    <label>Branch <input name="branch" value="${filter.branch ?? ''}" data-testid="filter-branch" /></label>
     <label>Created from <input type="date" name="from" value="${dateValue(filter.createdFrom)}" /></label>
     <label>Created before <input type="date" name="to" value="${dateValue(filter.createdTo)}" /></label>
+    <label
+      >Finished from
+      <input
+        type="date"
+        name="finishedFrom"
+        value="${dateValue(filter.finishedFrom)}"
+        data-testid="filter-finished-from"
+    /></label>
+    <label
+      >Finished before
+      <input type="date" name="finishedTo" value="${dateValue(filter.finishedTo)}" data-testid="filter-finished-to"
+    /></label>
     <button type="submit" data-testid="filter-apply">Filter</button> <a href="/runs">clear</a>
   </form>`;
 }

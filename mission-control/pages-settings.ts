@@ -11,6 +11,8 @@ import type { ActionView } from './pages-actions.ts';
 import type { Harness } from '../worker/run/harnesses.ts';
 import { SHIPPED_PRICES, SHIPPED_PRICES_AS_OF, type ModelPrice } from '../core/prices.ts';
 import { formatUsd } from './pages-usage.ts';
+import type { StoragePolicy } from '../store/storage.ts';
+import { storagePolicySection } from './storage-policy-form.ts';
 
 /** A form field with its own visible label: a placeholder alone disappears as soon as one types. */
 function field(label: string, input: SafeHtml): SafeHtml {
@@ -23,6 +25,8 @@ export interface SettingsView {
   routes: RouteRow[];
   /** The built-in harnesses: always listed, unless a row of the same alias overrides one. */
   builtins?: Harness[];
+  /** The retention policy and quota, edited at the end of the page. */
+  storage?: StoragePolicy;
   /** The workspace's own prices (over the shipped table), its daily cap and what it spent today (priced). */
   prices?: ModelPrice[];
   dailyCapUsd?: number | null;
@@ -287,5 +291,5 @@ export function settingsContent(s: SettingsView, view: ActionView | undefined): 
     <h2>Role → harness routes</h2>
     ${table(['Role', 'Harness', ''], routes, 'No routes: a job without harnessAlias uses code.', 'routes')}
     ${view ? post('/settings/routes', view, html`${field('Role', html`<input name="role" required />`)} ${field('Harness', html`<input name="harness" required />`)} `, 'Add route', 'add-route') : ''}
-    ${pricesContent(s, view)}`;
+    ${pricesContent(s, view)} ${s.storage ? storagePolicySection(s.storage, view) : ''}`;
 }

@@ -40,6 +40,8 @@ import { settingsContent, type SettingsView } from './pages-settings.ts';
 import { listPrices, removePrice, setDailyBudget, setPrice, workspaceDayCost } from '../store/cost.ts';
 import { dailyBudget } from '../store/budget.ts';
 import { priceInput, requiredAmount } from '../operator/price-input.ts';
+import { setQuota, setRetention, storagePolicy } from '../store/storage.ts';
+import { storagePolicyInput } from './storage-policy-form.ts';
 
 const lines = (v: unknown) =>
   typeof v === 'string'
@@ -64,6 +66,7 @@ export function mountSettingsRoutes(app: Hono<McEnv>, deps: { db: Database; conf
       prices: await listPrices(tx),
       dailyCapUsd: await dailyBudget(tx),
       spentTodayUsd: (await workspaceDayCost(tx)).pricedUsd,
+      storage: await storagePolicy(tx),
     }));
   const view = (c: McContext) => {
     const csrf = pageCsrfToken(c);
@@ -192,6 +195,12 @@ export function mountSettingsRoutes(app: Hono<McEnv>, deps: { db: Database; conf
         } else if (kind === 'routes') {
           const route = routeInput({ role: str(form.role), harness: str(form.harness) });
           await inWs(c, (tx) => upsertRoute(tx, route));
+        } else if (kind === 'storage') {
+          const policy = storagePolicyInput(form);
+          await inWs(c, async (tx) => {
+            await setRetention(tx, policy.keepLast, policy.keepDays);
+            await setQuota(tx, policy.quotaBytes);
+          });
         } else if (kind === 'prices') {
           const price = priceInput(
             {

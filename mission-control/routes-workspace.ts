@@ -3,12 +3,12 @@
 // is simply not found, with the same 404 body as an id that never existed.
 import type { Hono } from 'hono';
 import type { Database } from '../store/connection.ts';
-import { convoyDetail, listConvoys, runHistory } from '../store/mission-control.ts';
-import { chainVerdict } from '../store/chain-verdict.ts';
+import { convoyDetail, listConvoys } from '../store/mission-control.ts';
+import { chainPage, chainVerdict } from '../store/chain-verdict.ts';
 import { MAX_PAGE, searchRuns } from '../store/run-search.ts';
 import { checkpointPage, checkpointTime, runEventsBetween, runOverview } from '../store/run-timeline.ts';
 import { withWorkspace, type WorkspaceTx } from '../store/workspace.ts';
-import { convoyJson, convoysJson, runCheckpointsJson, runOverviewJson, runPageJson } from './api-json.ts';
+import { checkpointPageJson, convoyJson, convoysJson, runOverviewJson, runPageJson } from './api-json.ts';
 import { requirePrincipal, workspaceOf } from './auth.ts';
 import type { McContext, McEnv } from './context.ts';
 import { changeFeed } from './feed.ts';
@@ -123,9 +123,27 @@ export function mountWorkspaceRoutes(app: Hono<McEnv>, db: Database, hub: Change
     return found ? c.json({ ...convoyJson(found.convoy), ...usageJson(found.cost) }) : c.json(NOT_FOUND.convoy, 404);
   });
 
+  // Newest first, a page at a time; the chain verdict is the stored one, carried forward over the
+  // rows written since, and the page's own rows are hashed again.
   app.get('/api/runs/:agentRunId/checkpoints', api, async (c) => {
-    const history = await read(c, (tx) => runHistory(tx, c.req.param('agentRunId')));
-    return history ? c.json(runCheckpointsJson(history)) : c.json(NOT_FOUND.run, 404);
+    const limit = Number(c.req.query('limit') ?? TIMELINE_PAGE);
+    if (!Number.isInteger(limit) || limit < 1 || limit > MAX_PAGE) return c.json(badLimit, 400);
+    const cursorText = c.req.query('cursor');
+    if (cursorText && !/^[1-9][0-9]{0,9}$/.test(cursorText)) {
+      return c.json({ error: 'bad_request', message: 'cursor must be the cursor of the page before' }, 400);
+    }
+    const before = cursorText ? Number(cursorText) : null;
+    const found = await read(c, async (tx) => {
+      const run = await runOverview(tx, c.req.param('agentRunId'));
+      if (!run) return undefined;
+      const verdict = await chainVerdict(tx, run.agentRunId);
+      const page = await chainPage(tx, run.agentRunId, verdict, before, limit);
+      const from = page.older !== null ? (page.rows.at(-1)?.occurred_at ?? null) : null;
+      const to = before !== null ? await checkpointTime(tx, run.agentRunId, before) : null;
+      return { run, verdict, page, events: await runEventsBetween(tx, run.agentRunId, from, to) };
+    });
+    if (!found) return c.json(NOT_FOUND.run, 404);
+    return c.json(checkpointPageJson(found.run, found.verdict, found.page, found.events));
   });
 
   app.get('/api/events', api, (c) => changeFeed(c, hub, workspaceOf(c)));

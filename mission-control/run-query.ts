@@ -1,6 +1,7 @@
 // The run filter as the page's form and the JSON API spell it in the query string:
-// status, convoy, q, from, to (ISO dates or times), limit, cursor. One parser for both, so the
-// HTML list and GET /api/runs always agree on what a filter means.
+// status, convoy, q, worker, host, model, branch, from and to (created), finishedFrom and finishedTo
+// (ISO dates or times), limit, cursor. One parser for both, so the HTML list and GET /api/runs
+// always agree on what a filter means.
 import { MAX_PAGE, RUN_STATUS_FILTERS, type RunFilter, type RunStatusFilter } from '../store/run-search.ts';
 
 export interface RunQuery {
@@ -39,8 +40,14 @@ export function parseRunQuery(get: (name: string) => string | undefined): Parsed
     status: status as RunStatusFilter | undefined,
     convoy: value('convoy'),
     q,
+    worker: value('worker'),
+    host: value('host'),
+    model: value('model'),
+    branch: value('branch'),
     createdFrom: instant(value('from'), 'from', problems),
     createdTo: instant(value('to'), 'to', problems),
+    finishedFrom: instant(value('finishedFrom'), 'finishedFrom', problems),
+    finishedTo: instant(value('finishedTo'), 'finishedTo', problems),
   };
   if (problems.length) return { ok: false, message: problems.join('; ') };
   return { ok: true, query: { filter, cursor: value('cursor') ?? null, limit } };
@@ -52,8 +59,14 @@ export function runQueryString(filter: RunFilter, cursor?: string | null): strin
   if (filter.status) params.set('status', filter.status);
   if (filter.convoy) params.set('convoy', filter.convoy);
   if (filter.q) params.set('q', filter.q);
+  for (const name of ['worker', 'host', 'model', 'branch'] as const) {
+    const text = filter[name];
+    if (text) params.set(name, text);
+  }
   if (filter.createdFrom) params.set('from', filter.createdFrom.toISOString());
   if (filter.createdTo) params.set('to', filter.createdTo.toISOString());
+  if (filter.finishedFrom) params.set('finishedFrom', filter.finishedFrom.toISOString());
+  if (filter.finishedTo) params.set('finishedTo', filter.finishedTo.toISOString());
   if (cursor) params.set('cursor', cursor);
   const text = params.toString();
   return text ? `?${text}` : '';

@@ -16,6 +16,7 @@ import { sendPage } from './layout.ts';
 import { messageContent } from './pages-admin.ts';
 import { mountActionRoutes } from './routes-actions.ts';
 import { mountAdminRoutes } from './routes-admin.ts';
+import { mountFleetStorageRoutes } from './routes-fleet-storage.ts';
 import { mountSettingsRoutes } from './routes-settings.ts';
 import { mountStorageRoutes } from './routes-storage.ts';
 import { mountAgUiRoutes } from './routes-ag-ui.ts';
@@ -91,6 +92,7 @@ export function createMissionControl({ db, config, logger, queue }: MissionContr
   app.get('/favicon.ico', (c) => c.body(null, 204));
   mountMetricsRoute(app, { db, token: config.MISSION_CONTROL_METRICS_TOKEN });
   mountAdminRoutes(app, db, hub);
+  mountFleetStorageRoutes(app, db);
   mountWorkspaceRoutes(app, db, hub);
   const actions = mountActionRoutes(app, {
     db,

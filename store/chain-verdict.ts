@@ -106,3 +106,61 @@ export async function chainVerdict(tx: WorkspaceTx, agentRunId: string): Promise
   });
   return { state: 'broken', brokenSeq, problem };
 }
+
+export interface ChainPageRow extends ChainRow {
+  attempt: number;
+  occurred_at: Date;
+}
+
+export interface ChainPage {
+  /** Newest first. */
+  rows: ChainPageRow[];
+  /** Per row: the stored verdict covers it and it verifies on this read (its hash, its link to the row before). */
+  verified: boolean[];
+  problems: string[];
+  /** The seq to pass back for the next (older) page; null when this page reaches the first row. */
+  older: number | null;
+}
+
+const CHAIN_PAGE_SQL = `
+select c.workspace_id, c.agent_run_id, c.checkpoint_seq, c.step, c.attempt, c.tool_history, c.files_touched, c.branch,
+       c.worktree_path, c.commit_oid, c.prev_hash, c.hash, c.payload_format, c.tree_oid, c.manifest_digest,
+       c.manifest_count, c.legacy_window, c.occurred_at
+  from worker_checkpoints c
+ where c.workspace_id = $1 and c.agent_run_id = $2 and ($3::int is null or c.checkpoint_seq < $3)
+ order by c.checkpoint_seq desc
+ limit $4`;
+
+/**
+ * One page of the run's rows older than `before`, newest first, checked against `verdict`. The
+ * page's own rows are hashed again (an edit to a shown row shows at once) and linked to the row
+ * just older than the page; nothing else of the chain is read. Rows in the migrated format 2
+ * need the rows before them to rebuild their payload: on such a page the stored verdict stands.
+ */
+export async function chainPage(
+  tx: WorkspaceTx,
+  agentRunId: string,
+  verdict: ChainVerdict,
+  before: number | null,
+  limit: number,
+): Promise<ChainPage> {
+  const fetched = (await tx.unsafe(CHAIN_PAGE_SQL, [
+    tx.workspaceId,
+    agentRunId,
+    before,
+    limit + 1,
+  ])) as unknown as ChainPageRow[];
+  const rows = fetched.slice(0, limit);
+  const covered = (seq: number) =>
+    verdict.state === 'verifies' ? seq <= verdict.verifiedSeq : verdict.state === 'broken' && seq < verdict.brokenSeq;
+  const ascending = [...fetched].reverse();
+  const selfContained = ascending.every((r) => (r.payload_format ?? 1) !== 2);
+  const check = selfContained && ascending.length ? verifyChain(ascending, ascending[0]!.prev_hash) : undefined;
+  const okBySeq = new Map(ascending.map((r, i) => [r.checkpoint_seq, check ? check.verified[i]! : true]));
+  return {
+    rows,
+    verified: rows.map((r) => covered(r.checkpoint_seq) && okBySeq.get(r.checkpoint_seq) === true),
+    problems: check?.problems ?? [],
+    older: fetched.length > limit ? (rows.at(-1)?.checkpoint_seq ?? null) : null,
+  };
+}

@@ -2,7 +2,6 @@
 // trip of plain indexed SQL inside a workspace transaction. Row-level security scopes every
 // read; the explicit workspace_id predicates are there so the planner can use the indexes
 // that lead with workspace_id (and so a reader sees the scoping without knowing about RLS).
-import { verifyChain, type ChainRow, type FileTouched } from '../core/checkpoint-hash.ts';
 import type { Sql } from 'postgres';
 import type { RunStatus } from './runs.ts';
 import { decodeKeyset, encodeKeyset, MAX_PAGE } from './run-search.ts';
@@ -39,40 +38,6 @@ export interface ConvoyDetail {
   checkpointCount: number;
   lastCheckpointAt: Date | null;
   runs: RunSummary[];
-}
-
-export interface CheckpointEntry {
-  seq: number;
-  occurredAt: Date;
-  step: number;
-  attempt: number;
-  /** Tools called in this checkpoint's round (tool_history entries whose round is the step). */
-  tools: string[];
-  filesTouchedCount: number;
-  files: { path: string; sha256: string | null; deleted: boolean }[];
-  commitOid: string | null;
-  hash: string;
-  prevHash: string | null;
-  /** Does this row's hash verify and link to every row before it? */
-  verified: boolean;
-}
-
-export interface RunEvent {
-  type: string;
-  occurredAt: Date;
-  metadata: Record<string, unknown>;
-}
-
-export interface RunHistory {
-  run: RunSummary & {
-    convoyId: string;
-    branch: string | null;
-    harnessAlias: string | null;
-    failureReason: string | null;
-  };
-  checkpoints: CheckpointEntry[];
-  chain: { ok: boolean; problems: string[] };
-  events: RunEvent[];
 }
 
 const LIST_CONVOYS_SQL = `
@@ -192,74 +157,6 @@ function runSummaryOf(row: Record<string, any>): RunSummary {
     lastCheckpointAt: row.last_checkpoint_at,
     createdAt: row.created_at,
     finishedAt: row.finished_at,
-  };
-}
-
-// Checkpoints and events come back as jsonb aggregates so the whole history is one round trip.
-const RUN_HISTORY_SQL = `
-select r.id as agent_run_id, r.convoy_id, r.brief_id, r.status, r.attempt, r.worker_id, r.heartbeat_at,
-       r.lease_expires_at, r.step, r.created_at, r.finished_at, r.branch, r.harness_alias, r.failure_reason,
-       (select a.anchor_hash from checkpoint_anchors a where a.agent_run_id = r.id) as anchor_hash,
-       (select coalesce(jsonb_agg(jsonb_build_object(
-                 'checkpoint_seq', c.checkpoint_seq, 'step', c.step, 'attempt', c.attempt,
-                 'tool_history', c.tool_history, 'files_touched', c.files_touched, 'branch', c.branch,
-                 'worktree_path', c.worktree_path, 'commit_oid', c.commit_oid, 'prev_hash', c.prev_hash,
-                 'hash', c.hash, 'occurred_at', c.occurred_at, 'payload_format', c.payload_format, 'tree_oid', c.tree_oid,
-                 'manifest_digest', c.manifest_digest, 'manifest_count', c.manifest_count, 'legacy_window', c.legacy_window)
-                 order by c.checkpoint_seq), '[]'::jsonb)
-          from worker_checkpoints c where c.workspace_id = r.workspace_id and c.agent_run_id = r.id) as checkpoints,
-       (select coalesce(jsonb_agg(jsonb_build_object('type', e.type, 'metadata', e.metadata, 'occurred_at', e.occurred_at)
-                 order by e.occurred_at, e.id), '[]'::jsonb)
-          from convoy_events e where e.workspace_id = r.workspace_id and e.agent_run_id = r.id) as events
-  from agent_runs r
- where r.workspace_id = $1 and r.id = $2`;
-
-interface StoredCheckpoint extends ChainRow {
-  attempt: number;
-  occurred_at: string;
-}
-
-/** The run, its checkpoints (with the hash chain verified) and its events; undefined when it does not exist here. */
-export async function runHistory(tx: WorkspaceTx, agentRunId: string): Promise<RunHistory | undefined> {
-  const [row] = await tx.unsafe(RUN_HISTORY_SQL, [tx.workspaceId, agentRunId]);
-  if (!row) return undefined;
-  const stored = (row.checkpoints as Omit<StoredCheckpoint, 'workspace_id' | 'agent_run_id'>[]).map(
-    (c): StoredCheckpoint => ({ ...c, workspace_id: tx.workspaceId, agent_run_id: row.agent_run_id }),
-  );
-  // A pruned chain starts after seq 1 and links to the anchor pruning kept (migration 004).
-  const verdict = verifyChain(stored, row.anchor_hash ?? null);
-  const last = stored.at(-1);
-  return {
-    run: {
-      ...runSummaryOf({
-        ...row,
-        checkpoint_count: stored.length,
-        last_checkpoint_at: last ? new Date(last.occurred_at) : null,
-      }),
-      convoyId: row.convoy_id,
-      branch: row.branch,
-      harnessAlias: row.harness_alias,
-      failureReason: row.failure_reason,
-    },
-    checkpoints: stored.map((c, i) => ({
-      seq: c.checkpoint_seq,
-      occurredAt: new Date(c.occurred_at),
-      step: c.step,
-      attempt: c.attempt,
-      tools: toolsOfRound(c.tool_history, c.step),
-      filesTouchedCount: c.files_touched.length,
-      files: c.files_touched.map((f: FileTouched) => ({ path: f.path, sha256: f.sha256, deleted: Boolean(f.deleted) })),
-      commitOid: c.commit_oid,
-      hash: c.hash,
-      prevHash: c.prev_hash,
-      verified: verdict.verified[i] ?? false,
-    })),
-    chain: { ok: verdict.ok, problems: verdict.problems },
-    events: (row.events as { type: string; metadata: Record<string, unknown>; occurred_at: string }[]).map((e) => ({
-      type: e.type,
-      occurredAt: new Date(e.occurred_at),
-      metadata: e.metadata,
-    })),
   };
 }
 

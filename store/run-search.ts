@@ -21,8 +21,16 @@ export interface RunFilter {
   convoy?: string;
   /** Searched in the brief text, brief id, run id, branch, worker and host. */
   q?: string;
+  /** Exact matches on the run's own columns (model: the job's model, e.g. anthropic:claude-sonnet-4). */
+  worker?: string;
+  host?: string;
+  model?: string;
+  branch?: string;
   createdFrom?: Date;
   createdTo?: Date;
+  /** A finished range leaves out runs not finished yet. */
+  finishedFrom?: Date;
+  finishedTo?: Date;
 }
 
 export interface RunListItem {
@@ -54,29 +62,40 @@ export const MAX_PAGE = 200;
 // The cursor's time is bound as text and cast in SQL: a parameter typed timestamptz would be
 // serialized through a JS Date by the driver, losing the microseconds that order ties.
 // Every filter is optional: a null parameter switches its predicate off, so one statement
-// serves every combination and the planner walks agent_runs_newest from the cursor.
+// serves every combination. The page is chosen first and only its runs have their checkpoints
+// counted, so a plan that sorts never counts the checkpoints of runs it then drops.
 const SEARCH_RUNS_SQL = `
 select r.id as agent_run_id, r.convoy_id, r.brief_id, r.status, r.attempt, r.worker_id, r.host_id, r.branch,
-       r.job->>'model' as model, r.lease_expires_at, r.created_at, r.finished_at, r.created_at::text as created_key,
-       (r.status = 'running' and r.lease_expires_at < now()) as stalled,
+       r.model, r.lease_expires_at, r.created_at, r.finished_at, r.created_key, r.stalled,
        cp.checkpoint_count, cp.last_checkpoint_at
-  from agent_runs r
+  from (
+    select r.workspace_id, r.id, r.convoy_id, r.brief_id, r.status, r.attempt, r.worker_id, r.host_id, r.branch,
+           r.job->>'model' as model, r.lease_expires_at, r.created_at, r.finished_at,
+           r.created_at::text as created_key, (r.status = 'running' and r.lease_expires_at < now()) as stalled
+      from agent_runs r
+     where r.workspace_id = $1
+       and ($2::text is null
+            or ($2 = 'stalled' and r.status = 'running' and r.lease_expires_at < now())
+            or r.status = $2)
+       and ($3::text is null or r.convoy_id = $3)
+       and ($4::text is null or r.job->>'brief' ilike $4 or r.brief_id ilike $4 or r.id ilike $4
+            or r.branch ilike $4 or r.worker_id ilike $4 or r.host_id ilike $4)
+       and ($5::timestamptz is null or r.created_at >= $5)
+       and ($6::timestamptz is null or r.created_at < $6)
+       and ($7::text is null or (r.created_at, r.id) < ($7::text::timestamptz, $8::text))
+       and ($10::text is null or r.worker_id = $10)
+       and ($11::text is null or r.host_id = $11)
+       and ($12::text is null or r.job->>'model' = $12)
+       and ($13::text is null or r.branch = $13)
+       and ($14::timestamptz is null or r.finished_at >= $14)
+       and ($15::timestamptz is null or r.finished_at < $15)
+     order by r.created_at desc, r.id desc
+     limit $9) r
  cross join lateral (
    select count(*)::int as checkpoint_count, max(c.occurred_at) as last_checkpoint_at
      from worker_checkpoints c
     where c.workspace_id = r.workspace_id and c.agent_run_id = r.id) cp
- where r.workspace_id = $1
-   and ($2::text is null
-        or ($2 = 'stalled' and r.status = 'running' and r.lease_expires_at < now())
-        or r.status = $2)
-   and ($3::text is null or r.convoy_id = $3)
-   and ($4::text is null or r.job->>'brief' ilike $4 or r.brief_id ilike $4 or r.id ilike $4
-        or r.branch ilike $4 or r.worker_id ilike $4 or r.host_id ilike $4)
-   and ($5::timestamptz is null or r.created_at >= $5)
-   and ($6::timestamptz is null or r.created_at < $6)
-   and ($7::text is null or (r.created_at, r.id) < ($7::text::timestamptz, $8::text))
- order by r.created_at desc, r.id desc
- limit $9`;
+ order by r.created_at desc, r.id desc`;
 
 /** One page of the workspace's runs matching `filter`, newest first, after `cursor`. */
 export async function searchRuns(
@@ -87,6 +106,9 @@ export async function searchRuns(
 ): Promise<RunPage> {
   const size = Math.max(1, Math.min(MAX_PAGE, Math.floor(limit)));
   const after = decodeKeyset(cursor);
+  // A plan for these very values: a cached generic plan cannot drop the predicates switched off
+  // by nulls, and would sort every run of the workspace instead of walking agent_runs_newest.
+  await tx.unsafe('set local plan_cache_mode = force_custom_plan');
   const rows = await tx.unsafe(SEARCH_RUNS_SQL, [
     tx.workspaceId,
     filter.status ?? null,
@@ -97,6 +119,12 @@ export async function searchRuns(
     after?.createdKey ?? null,
     after?.id ?? null,
     size + 1,
+    filter.worker ?? null,
+    filter.host ?? null,
+    filter.model ?? null,
+    filter.branch ?? null,
+    filter.finishedFrom?.toISOString() ?? null,
+    filter.finishedTo?.toISOString() ?? null,
   ]);
   const more = rows.length > size;
   const page = rows.slice(0, size);

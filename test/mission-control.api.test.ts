@@ -132,14 +132,14 @@ test('convoy detail: counts and last checkpoint times equal count(*) and max(occ
   }
 });
 
-test('run checkpoints: seq order, ISO times, commit, hash and files as stored; the chain verifies until a row is edited', async () => {
+test('run checkpoints: newest first, ISO times, commit, hash and files as stored; the chain verifies until a row is edited', async () => {
   const res = await get(`/api/runs/${runs.a1}/checkpoints`, tokens.a);
   assert.equal(res.status, 200);
   const body = await res.json();
   const su = superuserSql(t.url);
   try {
     const rows = await su`select checkpoint_seq, step, occurred_at, commit_oid, hash, files_touched
-                            from worker_checkpoints where agent_run_id = ${runs.a1} order by checkpoint_seq`;
+                            from worker_checkpoints where agent_run_id = ${runs.a1} order by checkpoint_seq desc`;
     assert.equal(body.agentRunId, runs.a1);
     assert.deepEqual(
       body.checkpoints.map((c: Record<string, unknown>) => [
@@ -161,6 +161,20 @@ test('run checkpoints: seq order, ISO times, commit, hash and files as stored; t
     );
     assert.deepEqual(body.checkpoints[1].tools, ['write_file']);
     assert.equal(body.chain.ok, true);
+    assert.equal(body.chain.verdict, 'verifies');
+    assert.equal(body.cursor, null);
+    const first = await (await get(`/api/runs/${runs.a1}/checkpoints?limit=2`, tokens.a)).json();
+    assert.deepEqual(
+      first.checkpoints.map((c: { seq: number }) => c.seq),
+      [3, 2],
+    );
+    const older = await (await get(`/api/runs/${runs.a1}/checkpoints?limit=2&cursor=${first.cursor}`, tokens.a)).json();
+    assert.deepEqual(
+      older.checkpoints.map((c: { seq: number }) => c.seq),
+      [1],
+    );
+    assert.equal(older.cursor, null);
+    assert.equal((await get(`/api/runs/${runs.a1}/checkpoints?cursor=x`, tokens.a)).status, 400);
     assert.deepEqual(
       body.events.map((e: { type: string }) => e.type),
       ['run_resumed'],
@@ -168,10 +182,10 @@ test('run checkpoints: seq order, ISO times, commit, hash and files as stored; t
 
     await su`update worker_checkpoints set files_touched = '[]' where agent_run_id = ${runs.a1} and checkpoint_seq = 2`;
     const tampered = await (await get(`/api/runs/${runs.a1}/checkpoints`, tokens.a)).json();
-    assert.equal(tampered.chain.ok, false);
+    assert.equal(tampered.chain.ok, false, 'a shown row is hashed again on each read');
     assert.deepEqual(
       tampered.checkpoints.map((c: { verified: boolean }) => c.verified),
-      [true, false, false],
+      [false, false, true],
     );
   } finally {
     await su`update worker_checkpoints set files_touched = ${su.json([{ path: 'src/file-2.ts', sha256: '2'.repeat(64), bytes: 12, deleted: false }])}

@@ -2,17 +2,22 @@
 // filters and keyset pages (HTML and JSON agree with the table), a 2,000-checkpoint run's first
 // and last timeline page, the chain verdict stored once verified, "stalled" raised live when a
 // lease runs out, Cancel asking first, sign-in returning to the deep link, and every page
-// fitting a 390 px screen.
+// fitting a 390 px screen; filters on worker, host, model, branch and the finished range; the stall
+// detector's re-dispatch appearing on an open run page; retention and quota edited in Settings, and
+// the admin's fleet storage.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import type { Sql } from 'postgres';
 import { createMissionControl, type RunningMissionControl } from '../mission-control/server.ts';
 import { createWorkspace } from '../store/runs.ts';
-import { createWorkspaceToken } from '../store/tokens.ts';
+import { createAdminToken, createWorkspaceToken } from '../store/tokens.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { checkpointHash } from '../core/checkpoint-hash.ts';
 import { createTestDatabase, superuserSql, type TestDatabase } from '../testbed/db.ts';
+import { sweepStalledRuns } from '../operator/stall-detector.ts';
+import { createQueue } from '../worker/queue/index.ts';
+import { createLogger } from '../worker/log.ts';
 
 const WS = 'panel';
 const OTHER = 'panel-other';
@@ -45,7 +50,7 @@ async function seedRuns(): Promise<void> {
                   now(), case s.status when 'running' then now() + interval '1 hour'
                                         when 'stalled' then now() - interval '1 minute' end,
                   'echodo/brief-' || g || '-x', now() - make_interval(secs => g / 3),
-                  case when s.status in ('completed', 'failed', 'cancelled') then now() end
+                  case when s.status in ('completed', 'failed', 'cancelled') then now() - make_interval(hours => g % 48) end
              from generate_series(1, ${RUNS}) g
             cross join lateral (select (${STATUSES as unknown as string[]}::text[])[1 + g % 6] as status) s`;
 }
@@ -202,6 +207,22 @@ test('GET /api/runs filters by status (stalled, cancelled), convoy and text, and
   assert.equal(all.ids.length, RUNS + 3);
 });
 
+test('GET /api/runs filters by worker, host, model, branch and the finished range, paged the same way', async () => {
+  assert.deepEqual((await allPages('model=gpt-test-1&limit=2')).ids, await idsWhere(`job->>'model' = 'gpt-test-1'`));
+  assert.equal((await allPages('model=gpt-test-1')).ids.length, 3);
+  assert.deepEqual(
+    (await allPages('worker=worker-3&host=host-1&limit=3')).ids,
+    await idsWhere(`worker_id = 'worker-3' and host_id = 'host-1'`),
+  );
+  assert.deepEqual((await allPages(`branch=${encodeURIComponent('echodo/brief-7-x')}`)).ids, ['run-0007']);
+  const from = new Date(Date.now() - 20.5 * 3600_000).toISOString();
+  const to = new Date(Date.now() - 10.5 * 3600_000).toISOString();
+  const finished = await allPages(`finishedFrom=${from}&finishedTo=${to}&limit=9`);
+  assert.deepEqual(finished.ids, await idsWhere(`finished_at >= '${from}' and finished_at < '${to}'`));
+  assert.ok(finished.ids.length > 20 && finished.pages > 3, `${finished.ids.length} runs in ${finished.pages} pages`);
+  assert.equal((await api('/api/runs?finishedTo=soon')).status, 400);
+});
+
 test('GET /api/runs: bad filters are 400, no token 401, another workspace sees none of these runs', async () => {
   assert.equal((await api('/api/runs?status=sleeping')).status, 400);
   assert.equal((await api('/api/runs?limit=0')).status, 400);
@@ -284,6 +305,13 @@ test('the runs page filters and pages 500 runs server-side, keeping the filter o
   await page.selectOption('[data-testid="filter-status"]', '');
   await Promise.all([page.waitForURL(/q=needle/), page.click('[data-testid="filter-apply"]')]);
   assert.equal(await page.locator('[data-testid="run-list"] tr[data-run-id]').count(), 10);
+  await page.fill('[data-testid="filter-q"]', '');
+  await page.fill('[data-testid="filter-model"]', 'gpt-test-1');
+  await Promise.all([page.waitForURL(/model=gpt-test-1/), page.click('[data-testid="filter-apply"]')]);
+  assert.deepEqual(
+    await page.$$eval('[data-testid="run-list"] tr[data-run-id]', (rows) => rows.map((r) => r.dataset.runId)),
+    await idsWhere(`job->>'model' = 'gpt-test-1'`),
+  );
   await page.close();
 });
 
@@ -326,7 +354,7 @@ test('the chain verdict says "broken at N" and a failed run without checkpoints 
 
 test('a running run whose lease runs out turns "stalled" live, without a reload', async () => {
   const [runId] = await idsWhere(`status = 'running' and lease_expires_at > now()`);
-  await su`update agent_runs set lease_expires_at = now() + interval '3 seconds' where workspace_id = ${WS} and id = ${runId!}`;
+  await su`update agent_runs set lease_expires_at = now() + interval '8 seconds' where workspace_id = ${WS} and id = ${runId!}`;
   const page = await signedInPage();
   await page.goto(`${server.url}/runs/${runId}`);
   await page.waitForSelector('[data-testid="live-status"][data-state="live"]');
@@ -407,5 +435,77 @@ test('settings: built-in harnesses stay listed beside a custom one, a route to a
     els.filter((el) => !el.closest('label')).map((el) => el.getAttribute('name')),
   );
   assert.deepEqual(unlabelled, [], 'every field has a visible label');
+  await page.close();
+});
+
+test('settings: retention and quota are edited in the panel; an admin sees storage across the fleet', async () => {
+  const page = await signedInPage();
+  await page.goto(`${server.url}/settings`);
+  await page.getByLabel('Keep the last K checkpoints of a finished run').fill('5');
+  await page.getByLabel('…once it finished D days ago').fill('2');
+  await page.getByLabel('Quota (bytes; 500M, 20G)').fill('20G');
+  await Promise.all([page.waitForURL(`${server.url}/settings`), page.click('[data-testid="save-storage-policy"]')]);
+  const [policy] = await su`select keep_last, keep_days, quota_bytes from workspace_storage_policies
+                             where workspace_id = ${WS}`;
+  assert.deepEqual([policy?.keep_last, policy?.keep_days, Number(policy?.quota_bytes)], [5, 2, 20 * 2 ** 30]);
+  assert.equal(await page.locator('[data-testid="settings-quota"]').innerText(), '20 GiB');
+  await page.getByLabel('Quota (bytes; 500M, 20G)').fill('lots');
+  await page.click('[data-testid="save-storage-policy"]');
+  assert.match(await page.locator('[data-testid="settings-error"]').innerText(), /quota/);
+  await page.close();
+
+  const admin = await createAdminToken(t.db.admin);
+  assert.equal((await api('/api/fleet/storage')).status, 403, 'a workspace token sees no fleet');
+  const fleet = (await (await api('/api/fleet/storage', admin)).json()) as {
+    postgresBytes: number;
+    workspaces: { workspaceId: string; checkpointRows: number; quotaBytes: number | null }[];
+  };
+  const [{ n }] = (await su`select count(*)::int as n from worker_checkpoints where workspace_id = ${WS}`) as never as [
+    { n: number },
+  ];
+  const mine = fleet.workspaces.find((w) => w.workspaceId === WS);
+  assert.deepEqual([mine?.checkpointRows, mine?.quotaBytes], [n, 20 * 2 ** 30]);
+  assert.ok(fleet.workspaces.some((w) => w.workspaceId === OTHER));
+  assert.ok(fleet.postgresBytes > 0);
+  const adminPage = await browser.newPage();
+  await adminPage.goto(`${server.url}/login`);
+  await adminPage.fill('#token', admin);
+  await Promise.all([adminPage.waitForURL(`${server.url}/fleet`), adminPage.click('button[type=submit]')]);
+  await Promise.all([adminPage.waitForURL(/\/fleet\/storage$/), adminPage.click('[data-testid="fleet-storage-link"]')]);
+  const total = Number(await adminPage.locator('[data-testid="fleet-storage-total"]').getAttribute('data-bytes'));
+  assert.ok(total >= fleet.postgresBytes * 0.5, `${total} bytes shown`);
+  assert.equal(await adminPage.locator(`[data-testid="fleet-storage"] tr[data-workspace-id="${WS}"]`).count(), 1);
+  await adminPage.close();
+});
+
+// Last: the sweep re-dispatches every stalled run of the seed.
+test("the stall detector's re-dispatch shows on the open run page without a reload", async () => {
+  const [runId] = await idsWhere(`status = 'running' and lease_expires_at < now()`);
+  const page = await signedInPage();
+  await page.goto(`${server.url}/runs/${runId}`);
+  await page.waitForSelector('[data-testid="live-status"][data-state="live"]');
+  assert.equal(await page.locator('[data-testid="run-status"] [data-field="stalled"]').isVisible(), true);
+  await page.evaluate(() => ((window as unknown as { loadedOnce: boolean }).loadedOnce = true));
+  const queue = createQueue({ config: t.config, db: t.db, workerId: 'panel-test' });
+  try {
+    const swept = await sweepStalledRuns({
+      config: t.config,
+      db: t.db,
+      queue,
+      log: createLogger({ level: 'silent' }),
+      queuedMs: 86_400_000,
+    });
+    assert.ok(swept.redispatched.includes(runId!));
+  } finally {
+    await queue.close();
+  }
+  await page.waitForSelector('li[data-event-type="run_redispatched"]', { timeout: 15_000 });
+  assert.match(await page.locator('[data-testid="run-status"]').innerText(), /queued/);
+  assert.equal(await page.locator('[data-testid="run-status"] [data-field="stalled"]').isHidden(), true);
+  assert.equal(
+    await page.evaluate(() => (window as unknown as { loadedOnce?: boolean }).loadedOnce),
+    true,
+    'not reloaded',
+  );
   await page.close();
 });
