@@ -1,25 +1,35 @@
-// Benchmark 5: mission control's reads (store/mission-control.ts convoyDetail and runHistory,
-// through withWorkspace as the app role, RLS on) while worker_checkpoints grows to 10^4, 10^5,
-// 10^6 rows. The convoy and run read stay the same size (10 runs × 50 checkpoints, a real
-// chain with the checkpoint bench's steady-state payload); the rest of the table is other
-// convoys of the same workspace, bulk-loaded with generate_series, then VACUUM ANALYZE.
+// Benchmark 5: mission control's reads through withWorkspace as the app role (RLS on) while
+// worker_checkpoints grows (10^4 to 10^6 rows): the convoy detail, the runs list's first page and
+// a filtered page, the run page (the only page of a 20-checkpoint run, the first and the last of a
+// 2,000-checkpoint run), GET /api/runs/:id/checkpoints' last page of that run, and the Storage
+// page of a workspace of 10^3 runs. What is read stays the same size; the rest of the table is
+// other convoys of the same workspace, bulk-loaded with generate_series, then VACUUM ANALYZE.
 import type { Sql } from 'postgres';
-import { convoyDetail, runHistory, CONVOY_DETAIL_SQL } from '../store/mission-control.ts';
-import { chainVerdict } from '../store/chain-verdict.ts';
-import { checkpointPage, runOverview } from '../store/run-timeline.ts';
-import { withWorkspace } from '../store/workspace.ts';
+import { convoyDetail, CONVOY_DETAIL_SQL } from '../store/mission-control.ts';
+import { chainPage, chainVerdict } from '../store/chain-verdict.ts';
+import { createWorkspace } from '../store/runs.ts';
+import { searchRuns, type RunFilter } from '../store/run-search.ts';
+import { checkpointPage, runEventsBetween, runOverview } from '../store/run-timeline.ts';
+import { convoyBytes, largestRuns, storagePolicy, workspacePostgresBytes } from '../store/storage.ts';
+import { withWorkspace, type WorkspaceTx } from '../store/workspace.ts';
 import { checkpointHash, type FileTouched } from '../core/checkpoint-hash.ts';
 import type { RowPayload } from './checkpoint-cost.ts';
 import type { BenchEnv } from './env.ts';
-import { Samples } from './stats.ts';
+import type { McRead } from './results.ts';
+import type { Samples } from './stats.ts';
 
 const TARGET_CONVOY = 'mc-target';
 const RUNS_PER_CONVOY = 10;
 const CHECKPOINTS_PER_RUN = 50;
 /** The run page's timeline is read for a short and a long run: a page must cost the same for both. */
 export const TIMELINE_RUNS = { short: 20, long: 2_000 } as const;
-const TIMELINE_PAGE = 50;
+const PAGE = 50;
 const TIMELINE_CONVOY = 'mc-timeline';
+/** A workspace of its own for the Storage page: 10^3 runs, two checkpoints and an event each. */
+const STORAGE_WORKSPACE = 'bench-storage';
+const STORAGE_RUNS = 1_000;
+/** Every other background run has this model: the filtered page reads two rows per match. */
+const FILTER: RunFilter = { status: 'completed', model: 'bench:filtered' };
 
 export interface MissionControlLevel {
   rows: number;
@@ -27,90 +37,97 @@ export interface MissionControlLevel {
   tableMiB: number;
   convoyDetailPlan: string;
   convoyDetailExecMs: number;
-  runHistoryCheckpoints: number;
 }
 
-/** A run of `count` chained checkpoints in the target convoy, for the timeline page reads. */
-async function seedTimelineRun(env: BenchEnv, payload: RowPayload, count: number): Promise<string> {
-  const ws = env.workspaceId;
-  const runId = `mc-timeline-${count}`;
-  await env.su.begin(async (tx) => {
-    // A convoy of their own: the convoy detail read keeps its ten runs.
-    await tx`insert into convoys (workspace_id, id) values (${ws}, ${TIMELINE_CONVOY}) on conflict do nothing`;
-    await tx`insert into briefs (workspace_id, id, convoy_id, role_id, status) values (${ws}, ${runId}, ${TIMELINE_CONVOY}, 'coder', 'done')`;
-    await tx`insert into agent_runs (id, workspace_id, convoy_id, brief_id, job_id, job, status, attempt, step, branch, harness_alias,
-               started_at, finished_at)
-             values (${runId}, ${ws}, ${TIMELINE_CONVOY}, ${runId}, ${runId}, ${tx.json({ bench: true } as never)}, 'completed', 1, ${count},
-                     'echodo/bench', 'code', now(), now())`;
-    let prev: string | null = null;
-    for (let seq = 1; seq <= count; seq++) {
-      const commitOid = seq.toString(16).padStart(40, '0');
-      const row = {
-        workspaceId: ws,
-        agentRunId: runId,
-        checkpointSeq: seq,
-        step: seq,
-        toolHistory: payload.toolHistory,
-        filesTouched: payload.filesTouched as FileTouched[],
-        branch: 'echodo/bench',
-        worktreePath: '/tmp/bench',
-        commitOid,
-      };
-      const hash = checkpointHash(prev, row);
-      await tx`insert into worker_checkpoints (workspace_id, agent_run_id, convoy_id, brief_id, checkpoint_seq, step, attempt,
-                 lease_epoch, tool_history, files_touched, branch, worktree_path, commit_oid, prev_hash, hash)
-               values (${ws}, ${runId}, ${TIMELINE_CONVOY}, ${runId}, ${seq}, ${seq}, 1, 1, ${tx.json(payload.toolHistory as never)},
-                 ${tx.json(payload.filesTouched as never)}, 'echodo/bench', '/tmp/bench', ${commitOid}, ${prev}, ${hash})`;
-      prev = hash;
-    }
-  });
-  return runId;
+/** `count` checkpoints of one run, linked into a real hash chain, inserted in batches. */
+async function insertChainedRun(
+  tx: Sql,
+  at: { ws: string; convoyId: string; runId: string; briefId: string },
+  count: number,
+  payload: RowPayload,
+): Promise<void> {
+  const rows = [];
+  let prev: string | null = null;
+  for (let seq = 1; seq <= count; seq++) {
+    const commitOid = seq.toString(16).padStart(40, '0');
+    const hash = checkpointHash(prev, {
+      workspaceId: at.ws,
+      agentRunId: at.runId,
+      checkpointSeq: seq,
+      step: seq,
+      toolHistory: payload.toolHistory,
+      filesTouched: payload.filesTouched as FileTouched[],
+      branch: 'echodo/bench',
+      worktreePath: '/tmp/bench',
+      commitOid,
+    });
+    rows.push({
+      workspace_id: at.ws,
+      agent_run_id: at.runId,
+      convoy_id: at.convoyId,
+      brief_id: at.briefId,
+      checkpoint_seq: seq,
+      step: seq,
+      attempt: 1,
+      lease_epoch: 1,
+      tool_history: tx.json(payload.toolHistory as never),
+      files_touched: tx.json(payload.filesTouched as never),
+      branch: 'echodo/bench',
+      worktree_path: '/tmp/bench',
+      commit_oid: commitOid,
+      prev_hash: prev,
+      hash,
+    });
+    prev = hash;
+  }
+  for (let i = 0; i < rows.length; i += 500) await tx`insert into worker_checkpoints ${tx(rows.slice(i, i + 500))}`;
 }
 
-/** What the run page reads: the run's row, its newest checkpoint page and the (stored) chain verdict. */
-async function timelinePage(env: BenchEnv, runId: string, before: number | null): Promise<number> {
-  return withWorkspace(env.db.app, env.workspaceId, async (tx) => {
-    const run = await runOverview(tx, runId);
-    const page = await checkpointPage(tx, runId, before, TIMELINE_PAGE);
-    const verdict = await chainVerdict(tx, runId);
-    if (!run || verdict.state !== 'verifies') throw new Error(`timeline of ${runId} came back wrong`);
-    return page.checkpoints.length;
-  });
-}
-
-async function seedTarget(env: BenchEnv, payload: RowPayload): Promise<string> {
+/** A completed run (and its brief) in `convoyId`, with `count` chained checkpoints. */
+async function seedRun(env: BenchEnv, payload: RowPayload, convoyId: string, runId: string, count: number) {
   const ws = env.workspaceId;
   await env.su.begin(async (tx) => {
-    await tx`insert into convoys (workspace_id, id) values (${ws}, ${TARGET_CONVOY}) on conflict do nothing`;
-    for (let r = 0; r < RUNS_PER_CONVOY; r++) {
-      const runId = `mc-target-run-${r}`;
-      await tx`insert into briefs (workspace_id, id, convoy_id, role_id, status) values (${ws}, ${`mc-target-brief-${r}`}, ${TARGET_CONVOY}, 'coder', 'done')`;
-      await tx`insert into agent_runs (id, workspace_id, convoy_id, brief_id, job_id, job, status, attempt, step, branch, worktree_path, harness_alias, started_at, finished_at)
-               values (${runId}, ${ws}, ${TARGET_CONVOY}, ${`mc-target-brief-${r}`}, ${`mc-target-job-${r}`}, ${tx.json({ bench: true } as never)}, 'completed', 1, ${CHECKPOINTS_PER_RUN}, 'echodo/bench', '/tmp/bench', 'code', now(), now())`;
-      let prev: string | null = null;
-      for (let seq = 1; seq <= CHECKPOINTS_PER_RUN; seq++) {
-        const commitOid = seq.toString(16).padStart(40, '0');
-        const row = {
-          workspaceId: ws,
-          agentRunId: runId,
-          checkpointSeq: seq,
-          step: seq,
-          toolHistory: payload.toolHistory,
-          filesTouched: payload.filesTouched as FileTouched[],
-          branch: 'echodo/bench',
-          worktreePath: '/tmp/bench',
-          commitOid,
-        };
-        const hash = checkpointHash(prev, row);
-        await tx`insert into worker_checkpoints (workspace_id, agent_run_id, convoy_id, brief_id, checkpoint_seq, step, attempt, lease_epoch,
-                   tool_history, files_touched, branch, worktree_path, commit_oid, prev_hash, hash)
-                 values (${ws}, ${runId}, ${TARGET_CONVOY}, ${`mc-target-brief-${r}`}, ${seq}, ${seq}, 1, 1, ${tx.json(payload.toolHistory as never)},
-                   ${tx.json(payload.filesTouched as never)}, 'echodo/bench', '/tmp/bench', ${commitOid}, ${prev}, ${hash})`;
-        prev = hash;
-      }
-    }
+    await tx`insert into convoys (workspace_id, id) values (${ws}, ${convoyId}) on conflict do nothing`;
+    await tx`insert into briefs (workspace_id, id, convoy_id, role_id, status)
+             values (${ws}, ${runId}, ${convoyId}, 'coder', 'done')`;
+    await tx`insert into agent_runs (id, workspace_id, convoy_id, brief_id, job_id, job, status, attempt, step, branch,
+               worktree_path, harness_alias, started_at, finished_at)
+             values (${runId}, ${ws}, ${convoyId}, ${runId}, ${runId}, ${tx.json({ bench: true } as never)}, 'completed',
+                     1, ${count}, 'echodo/bench', '/tmp/bench', 'code', now(), now())`;
+    await insertChainedRun(tx as unknown as Sql, { ws, convoyId, runId, briefId: runId }, count, payload);
   });
-  return 'mc-target-run-0';
+}
+
+/** The Storage page's workspace: 10^3 runs over 100 convoys, generated in one statement per table. */
+async function seedStorageWorkspace(env: BenchEnv): Promise<void> {
+  await withWorkspace(env.db.app, STORAGE_WORKSPACE, (tx) => createWorkspace(tx));
+  await env.su.begin(async (tx) => {
+    await tx`set local session_replication_role = replica`;
+    const ws = STORAGE_WORKSPACE;
+    await tx`insert into convoys (workspace_id, id) select ${ws}, 'st-convoy-' || c from generate_series(0, 99) c`;
+    await tx`insert into briefs (workspace_id, id, convoy_id, role_id, status)
+             select ${ws}, 'st-brief-' || r, 'st-convoy-' || (r % 100), 'coder', 'done'
+               from generate_series(1, ${STORAGE_RUNS}) r`;
+    await tx`insert into agent_runs (id, workspace_id, convoy_id, brief_id, job_id, job, status, attempt, step,
+               harness_alias, started_at, finished_at)
+             select 'st-run-' || r, ${ws}, 'st-convoy-' || (r % 100), 'st-brief-' || r, 'st-job-' || r,
+                    '{"bench": true}'::jsonb, 'completed', 1, 2, 'code', now(), now()
+               from generate_series(1, ${STORAGE_RUNS}) r`;
+    await tx`insert into worker_checkpoints (workspace_id, agent_run_id, convoy_id, brief_id, checkpoint_seq, step,
+               attempt, lease_epoch, tool_history, files_touched, branch, worktree_path, commit_oid, prev_hash, hash)
+             select ${ws}, 'st-run-' || r, 'st-convoy-' || (r % 100), 'st-brief-' || r, s, s, 1, 1,
+                    jsonb_build_array(jsonb_build_object('round', s, 'tool', 'write_file', 'ok', true,
+                      'input', jsonb_build_object('path', 'src/f' || r || '.ts'))),
+                    jsonb_build_array(jsonb_build_object('path', 'src/f' || r || '.ts', 'sha256', md5(r || ':' || s)
+                      || md5(s || ':' || r), 'bytes', 100 + r, 'deleted', false)),
+                    'echodo/st-' || r, '/tmp/bench/st-' || r, md5('c' || r || s) || '00000000',
+                    case when s > 1 then md5('h' || r || (s - 1)) || md5('h' || r || (s - 1)) end,
+                    md5('h' || r || s) || md5('h' || r || s)
+               from generate_series(1, ${STORAGE_RUNS}) r cross join generate_series(1, 2) s`;
+    await tx`insert into convoy_events (workspace_id, convoy_id, agent_run_id, type, metadata)
+             select ${ws}, 'st-convoy-' || (r % 100), 'st-run-' || r, 'run_completed', '{}'::jsonb
+               from generate_series(1, ${STORAGE_RUNS}) r`;
+  });
 }
 
 /** Background convoys/runs/checkpoints from run index `fromRun` (inclusive) to `toRun` (exclusive). */
@@ -129,7 +146,8 @@ async function loadBackground(su: Sql, ws: string, fromRun: number, toRun: numbe
                select ${ws}, 'bg-brief-' || r, 'bg-convoy-' || (r / ${RUNS_PER_CONVOY}), 'coder', 'done'
                  from generate_series(${a}::int, ${b - 1}::int) r`;
       await tx`insert into agent_runs (id, workspace_id, convoy_id, brief_id, job_id, job, status, attempt, step, harness_alias, started_at, finished_at, created_at)
-               select 'bg-run-' || r, ${ws}, 'bg-convoy-' || (r / ${RUNS_PER_CONVOY}), 'bg-brief-' || r, 'bg-job-' || r, '{"bench": true}'::jsonb,
+               select 'bg-run-' || r, ${ws}, 'bg-convoy-' || (r / ${RUNS_PER_CONVOY}), 'bg-brief-' || r, 'bg-job-' || r,
+                      jsonb_build_object('bench', true, 'model', case when r % 2 = 0 then ${FILTER.model!} else 'bench:other' end),
                       'completed', 1, ${CHECKPOINTS_PER_RUN}, 'code', now() - interval '1 hour', now() - interval '30 minutes', now() - make_interval(secs => r)
                  from generate_series(${a}::int, ${b - 1}::int) r`;
       await tx`insert into worker_checkpoints (workspace_id, agent_run_id, convoy_id, brief_id, checkpoint_seq, step, attempt, lease_epoch,
@@ -148,6 +166,59 @@ async function loadBackground(su: Sql, ws: string, fromRun: number, toRun: numbe
   }
 }
 
+/** What the run page reads: the run's row, one checkpoint page, its events and the (stored) chain verdict. */
+async function timelinePage(tx: WorkspaceTx, runId: string, before: number | null): Promise<void> {
+  const run = await runOverview(tx, runId);
+  const page = await checkpointPage(tx, runId, before, PAGE);
+  await runEventsBetween(tx, runId, null, null);
+  const verdict = await chainVerdict(tx, runId);
+  if (!run || verdict.state !== 'verifies' || !page.checkpoints.length) throw new Error(`run page of ${runId} wrong`);
+}
+
+/** What GET /api/runs/:id/checkpoints reads: the verdict carried forward and one page hashed again. */
+async function checkpointsApiPage(tx: WorkspaceTx, runId: string, before: number | null): Promise<void> {
+  const verdict = await chainVerdict(tx, runId);
+  const page = await chainPage(tx, runId, verdict, before, PAGE);
+  if (!page.verified.every(Boolean) || !page.rows.length) throw new Error(`checkpoints page of ${runId} wrong`);
+}
+
+/** What the Storage page reads from Postgres (its git bytes are measured per run shown, apart). */
+async function storageReads(tx: WorkspaceTx): Promise<void> {
+  const [bytes, runs] = [await workspacePostgresBytes(tx), await largestRuns(tx, PAGE)];
+  await convoyBytes(tx, PAGE);
+  await storagePolicy(tx);
+  if (!bytes.total || runs.length !== PAGE) throw new Error('storage read came back wrong');
+}
+
+/** Each read as the panel makes it: one workspace transaction as the app role. */
+function reads(env: BenchEnv, runs: { short: string; long: string }) {
+  const inWs =
+    (fn: (tx: WorkspaceTx) => Promise<void>, ws = env.workspaceId) =>
+    () =>
+      withWorkspace(env.db.app, ws, fn);
+  const lastPage = PAGE + 1;
+  const all: Record<McRead, () => Promise<void>> = {
+    convoyDetail: inWs(async (tx) => {
+      const d = await convoyDetail(tx, TARGET_CONVOY);
+      if (d?.runs.length !== RUNS_PER_CONVOY) throw new Error('convoy detail came back wrong');
+    }),
+    runsFirst: inWs(async (tx) => {
+      if ((await searchRuns(tx, {}, null, PAGE)).runs.length !== PAGE) throw new Error('runs page came back short');
+    }),
+    runsFiltered: inWs(async (tx) => {
+      const page = await searchRuns(tx, FILTER, null, PAGE);
+      if (!page.runs.length || page.runs.some((r) => r.model !== FILTER.model))
+        throw new Error('filter came back wrong');
+    }),
+    timelineShort: inWs((tx) => timelinePage(tx, runs.short, null)),
+    timelineLongFirst: inWs((tx) => timelinePage(tx, runs.long, null)),
+    timelineLongLast: inWs((tx) => timelinePage(tx, runs.long, lastPage)),
+    checkpointsLongLast: inWs((tx) => checkpointsApiPage(tx, runs.long, lastPage)),
+    storagePage: inWs(storageReads, STORAGE_WORKSPACE),
+  };
+  return all;
+}
+
 export async function measureMissionControl(
   env: BenchEnv,
   levels: number[],
@@ -157,16 +228,23 @@ export async function measureMissionControl(
   log: (line: string) => void,
 ): Promise<MissionControlLevel[]> {
   const ws = env.workspaceId;
-  const targetRun = await seedTarget(env, payload);
-  const shortRun = await seedTimelineRun(env, payload, TIMELINE_RUNS.short);
-  const longRun = await seedTimelineRun(env, payload, TIMELINE_RUNS.long);
+  for (let r = 0; r < RUNS_PER_CONVOY; r++) {
+    await seedRun(env, payload, TARGET_CONVOY, `mc-target-run-${r}`, CHECKPOINTS_PER_RUN);
+  }
+  const short = `mc-timeline-${TIMELINE_RUNS.short}`;
+  const long = `mc-timeline-${TIMELINE_RUNS.long}`;
+  await seedRun(env, payload, TIMELINE_CONVOY, short, TIMELINE_RUNS.short);
+  await seedRun(env, payload, TIMELINE_CONVOY, long, TIMELINE_RUNS.long);
+  await seedStorageWorkspace(env);
+  const measured = reads(env, { short, long });
   const [{ n: existing }] = (await env.su<
     { n: number }[]
   >`select count(*)::int as n from worker_checkpoints`) as unknown as [{ n: number }];
   let backgroundRuns = 0;
   const out: MissionControlLevel[] = [];
   for (const rows of levels) {
-    const wantRuns = Math.max(0, Math.ceil((rows - existing) / CHECKPOINTS_PER_RUN));
+    // The filtered page needs a full page of matches even at the smallest level.
+    const wantRuns = Math.max(2 * PAGE + 10, Math.ceil((rows - existing) / CHECKPOINTS_PER_RUN));
     const start = performance.now();
     if (wantRuns > backgroundRuns) await loadBackground(env.su, ws, backgroundRuns, wantRuns);
     backgroundRuns = Math.max(backgroundRuns, wantRuns);
@@ -179,24 +257,11 @@ export async function measureMissionControl(
     log(
       `  ${n} checkpoint rows (${(Number(bytes) / 2 ** 20).toFixed(0)} MiB with indexes), loaded in ${loadSeconds.toFixed(1)} s`,
     );
-    const key = `mc.${rows}`;
-    const detail = () => withWorkspace(env.db.app, ws, (tx) => convoyDetail(tx, TARGET_CONVOY));
-    const history = () => withWorkspace(env.db.app, ws, (tx) => runHistory(tx, targetRun));
-    for (let i = 0; i < 3; i++) {
-      await detail();
-      await history();
-    }
-    let checkpointsRead = 0;
+    const names = Object.keys(measured) as McRead[];
+    for (let i = 0; i < 3; i++) for (const name of names) await measured[name]();
+    // Interleaved: each sample reads every read once, so drift in the machine hits them alike.
     for (let i = 0; i < samples; i++) {
-      const d = await s.time(`${key}.convoyDetail`, detail);
-      const h = await s.time(`${key}.runHistory`, history);
-      if (!d || d.runs.length !== RUNS_PER_CONVOY || !h?.chain.ok)
-        throw new Error(`mission control read came back wrong at ${n} rows`);
-      checkpointsRead = h.checkpoints.length;
-      // The first and the last page of the long run, and the only page of the short one.
-      await s.time(`${key}.timelineShort`, () => timelinePage(env, shortRun, null));
-      await s.time(`${key}.timelineLongFirst`, () => timelinePage(env, longRun, null));
-      await s.time(`${key}.timelineLongLast`, () => timelinePage(env, longRun, TIMELINE_PAGE + 1));
+      for (const name of names) await s.time(`mc.${rows}.${name}`, measured[name]);
     }
     // The plan, as the app role sees it (RLS on), for the record.
     const plan = await withWorkspace(env.db.app, ws, (tx) =>
@@ -211,7 +276,6 @@ export async function measureMissionControl(
       tableMiB: Math.round(Number(bytes) / 2 ** 20),
       convoyDetailPlan: scansOf(root.Plan).join('; '),
       convoyDetailExecMs: root['Execution Time'],
-      runHistoryCheckpoints: checkpointsRead,
     });
   }
   return out;

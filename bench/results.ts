@@ -1,5 +1,6 @@
 // The shape of bench/results.json, the targets of the issue judged on it, and the printed tables
 // (markdown, so docs/benchmarks.md can quote them as printed).
+import { renderUsageMetrics, usageMetricsTarget, type UsageMetricsFigure } from './usage-metrics.ts';
 import type { LongRunResult } from './long-run.ts';
 import type { OutageFigure } from './outage.ts';
 import type { WholeCostResult } from './whole-cost.ts';
@@ -90,13 +91,34 @@ export interface PeersFigure {
   forShareOverLanggraph: number;
 }
 
-export interface MissionControlFigure extends MissionControlLevel {
-  convoyDetail: Summary;
-  runHistory: Summary;
-  /** The run page's timeline: a 20-checkpoint run, and the first and last page of a 2,000-checkpoint run. */
-  timelineShort?: Summary;
-  timelineLongFirst?: Summary;
-  timelineLongLast?: Summary;
+/** The reads measured at every table size, by results key; the labels are the table's rows. */
+export const MC_READS = {
+  convoyDetail: 'convoy detail (10 runs × 50 checkpoints)',
+  runsFirst: 'runs list: first page (50)',
+  runsFiltered: 'runs list: filtered page (model + status)',
+  timelineShort: 'run page: 20-checkpoint run',
+  timelineLongFirst: 'run page: 2,000-checkpoint run, first page',
+  timelineLongLast: 'run page: 2,000-checkpoint run, last page',
+  checkpointsLongLast: 'GET /api/runs/:id/checkpoints: 2,000-checkpoint run, last page',
+  storagePage: 'Storage page: workspace of 10^3 runs',
+} as const;
+export type McRead = keyof typeof MC_READS;
+
+/** Each read of MC_READS at one table size; older result files also hold `runHistory` (the whole run's read). */
+export type MissionControlFigure = MissionControlLevel & Partial<Record<McRead | 'runHistory', Summary>>;
+
+/** The read that grew most from the smallest table to the largest, and by how much (medians). */
+export function worstMissionControlRatio(figures: MissionControlFigure[]): { read: string; ratio: number } | null {
+  const [first, last] = [figures[0], figures.at(-1)];
+  if (!first || !last || first === last) return null;
+  let worst: { read: string; ratio: number } | null = null;
+  for (const read of [...Object.keys(MC_READS), 'runHistory'] as (McRead | 'runHistory')[]) {
+    const [a, b] = [first[read], last[read]];
+    if (!a || !b) continue;
+    const r = ratio(b.median, a.median);
+    if (!worst || r > worst.ratio) worst = { read, ratio: r };
+  }
+  return worst;
 }
 
 export interface Target {
@@ -129,6 +151,8 @@ export interface BenchResults {
   outage?: OutageFigure;
   /** The whole cost of checkpointing a run against the bare floor (bench/whole-cost.ts), when it ran. */
   wholeCost?: WholeCostResult;
+  /** Usage recording and metrics on against off (bench/usage-metrics.ts), when it ran. */
+  usageMetrics?: UsageMetricsFigure;
   targets: Target[];
 }
 
@@ -188,13 +212,13 @@ export function evaluateTargets(r: Omit<BenchResults, 'targets'>): Target[] {
       : 'not measured',
     met: worst ? worst.ratioToGitStatus <= 1.5 : null,
   });
+  const worstRead = worstMissionControlRatio(r.missionControl);
   targets.push({
-    name: 'convoy detail at 10^6 rows',
-    goal: 'convoy detail at 10^6 rows ≤ 2 × its time at 10^4 rows',
+    name: 'mission control reads at 10^6 rows',
+    goal: 'every mission control read at 10^6 rows ≤ 2 × its time at 10^4 rows',
     measured:
-      r.missionControlRatio !== null
-        ? r.missionControl.map((m) => `${m.rows}: ${ms(m.convoyDetail.median)} ms`).join(', ') +
-          ` → ${x(r.missionControlRatio)}`
+      r.missionControlRatio !== null && worstRead
+        ? `worst: ${worstRead.read} ${x(worstRead.ratio)} (${r.missionControl.map((m) => m.rows).join(' → ')} rows)`
         : 'not measured',
     met:
       r.missionControlRatio !== null && r.missionControl.some((m) => m.rows >= 1_000_000)
@@ -222,6 +246,7 @@ export function evaluateTargets(r: Omit<BenchResults, 'targets'>): Target[] {
       met: w.met,
     });
   }
+  if (r.usageMetrics) targets.push(usageMetricsTarget(r.usageMetrics));
   return targets;
 }
 
@@ -448,33 +473,24 @@ export function renderTables(r: BenchResults): string {
     );
   }
   if (r.missionControl.length) {
-    out.push('### 5. Mission control reads (ms, median / p99)');
+    out.push('### 5. Mission control reads (ms, median / p99; ratio of medians, largest table to smallest)');
+    const [first, last] = [r.missionControl[0]!, r.missionControl.at(-1)!];
+    const labels: Record<string, string> = { ...MC_READS, runHistory: 'run history (50 checkpoints)' };
+    const read = Object.keys(labels).filter((k) => r.missionControl.every((m) => m[k as McRead]));
     out.push(
       table(
-        ['checkpoint rows', 'table + indexes', 'convoy detail', 'run history (50 checkpoints)', 'convoy detail plan'],
-        r.missionControl.map((m) => [
-          m.rows,
-          `${m.tableMiB} MiB`,
-          mp(m.convoyDetail),
-          mp(m.runHistory),
-          m.convoyDetailPlan,
-        ]),
+        ['read', ...r.missionControl.map((m) => `${m.rows} rows (${m.tableMiB} MiB)`), 'ratio'],
+        read.map((k) => {
+          const key = k as McRead | 'runHistory';
+          return [
+            labels[k]!,
+            ...r.missionControl.map((m) => mp(m[key]!)),
+            x(ratio(last[key]!.median, first[key]!.median)),
+          ];
+        }),
       ),
     );
-    const timelines = r.missionControl.filter((m) => m.timelineShort && m.timelineLongFirst && m.timelineLongLast);
-    if (timelines.length) {
-      out.push(
-        table(
-          [
-            'checkpoint rows',
-            'run page, 20 checkpoints',
-            '2,000 checkpoints: first page',
-            '2,000 checkpoints: last page',
-          ],
-          timelines.map((m) => [m.rows, mp(m.timelineShort!), mp(m.timelineLongFirst!), mp(m.timelineLongLast!)]),
-        ),
-      );
-    }
+    out.push(`Convoy detail plan at ${last.rows} rows: ${last.convoyDetailPlan}`);
   }
   if (r.throughput.length) {
     out.push('### 6. Throughput (real worker processes, zero-delay replay)');
@@ -511,6 +527,7 @@ export function renderTables(r: BenchResults): string {
   if (r.longRun) out.push(renderLongRun(r.longRun));
   if (r.remote?.length) out.push(renderRemote(r.remote));
   if (r.wholeCost) out.push(renderWholeCost(r.wholeCost));
+  if (r.usageMetrics) out.push(renderUsageMetrics(r.usageMetrics));
   out.push('### Targets');
   out.push(
     table(

@@ -30,17 +30,22 @@ import {
   type CheckpointFigure,
   type IntegrityFigure,
   type MissionControlFigure,
+  type McRead,
   type ResumeFigure,
+  MC_READS,
+  worstMissionControlRatio,
 } from '../bench/results.ts';
 import { ratio, round, Samples } from '../bench/stats.ts';
 import { measureThroughput, type ThroughputResult } from '../bench/throughput.ts';
 import { measureWholeCost, type WholeCostResult } from '../bench/whole-cost.ts';
+import { measureUsageMetrics, type UsageMetricsFigure } from '../bench/usage-metrics.ts';
 import { PROJECT_ROOT } from '../core/config.ts';
 import { runGit } from '../worker/git/run-git.ts';
 import { command } from './cli.ts';
 
 const PROFILE_PARTS = ['load', 'verifyChain', 'statusV2', 'notesBatch', 'hashFiles'] as const;
 const GIT_PARTS = ['updateIndex', 'writeTree', 'commitTree', 'updateRef', 'noteCommonDir', 'noteRefLookup'] as const;
+const MC_READ_KEYS = Object.keys(MC_READS) as McRead[];
 const BENCHES = [
   'checkpoint',
   'integrity',
@@ -52,6 +57,7 @@ const BENCHES = [
   'remote',
   'outage',
   'whole-cost',
+  'usage-metrics',
 ] as const;
 type BenchName = (typeof BENCHES)[number];
 
@@ -409,12 +415,8 @@ try {
     plan.mcRows.forEach((rows, i) =>
       missionControl.push({
         ...levels[i]!,
-        convoyDetail: s.summary(`mc.${rows}.convoyDetail`),
-        runHistory: s.summary(`mc.${rows}.runHistory`),
-        timelineShort: s.summary(`mc.${rows}.timelineShort`),
-        timelineLongFirst: s.summary(`mc.${rows}.timelineLongFirst`),
-        timelineLongLast: s.summary(`mc.${rows}.timelineLongLast`),
-      }),
+        ...Object.fromEntries(MC_READ_KEYS.map((read) => [read, s.summary(`mc.${rows}.${read}`)])),
+      } as MissionControlFigure),
     );
     log(`mission control done (${since()})`);
   }
@@ -446,10 +448,23 @@ try {
     log(`whole cost: ours ${ours} ms vs floor ${floor} ms = ${wholeCost.ratio}× (${since()})`);
   }
 
-  const mcRatio =
-    missionControl.length > 1
-      ? ratio(missionControl.at(-1)!.convoyDetail.median, missionControl[0]!.convoyDetail.median)
-      : null;
+  await settle();
+  let usageMetrics: UsageMetricsFigure | undefined;
+  if (only.has('usage-metrics')) {
+    // Usage recording and metrics on against off, alternately on one run at 10k files.
+    const files = 10_000;
+    const u = await measureUsageMetrics(env, await freshRepo(files, 'usage-metrics'), {
+      files,
+      touched: 10,
+      pairs: quick ? 20 : 100,
+    });
+    usageMetrics = u;
+    log(
+      `usage and metrics: on ${u.on.median.toFixed(2)} ms vs off ${u.off.median.toFixed(2)} ms = ${u.ratio}× (${since()})`,
+    );
+  }
+
+  const mcRatio = missionControl.length > 1 ? (worstMissionControlRatio(missionControl)?.ratio ?? null) : null;
 
   const partial: Omit<BenchResults, 'targets'> = {
     generatedAt: new Date().toISOString(),
@@ -470,6 +485,7 @@ try {
     ...(remote ? { remote } : {}),
     ...(outage ? { outage } : {}),
     ...(wholeCost ? { wholeCost } : {}),
+    ...(usageMetrics ? { usageMetrics } : {}),
   };
   results = { ...partial, targets: evaluateTargets(partial) };
   const out = args.out
