@@ -102,10 +102,19 @@ export async function setCompletedRunBrief(
   return rows.length > 0;
 }
 
-/** Completion of a doc-writer run: its brief (just marked done) goes to review, held by this run. */
-export async function markBriefInReview(tx: WorkspaceTx, args: { briefId: string; agentRunId: string }): Promise<void> {
-  await tx`update briefs set status = 'doc_review', completed_at = now(), claimed_by_run = ${args.agentRunId}
-            where workspace_id = ${tx.workspaceId} and id = ${args.briefId} and status <> 'published'`;
+/**
+ * Completion of a doc-writer run: its brief (just marked done) goes to review, held by this run.
+ * False when the brief was published already (by another run of the same brief): it stays so.
+ */
+export async function markBriefInReview(
+  tx: WorkspaceTx,
+  args: { briefId: string; agentRunId: string },
+): Promise<boolean> {
+  const rows = await tx`
+    update briefs set status = 'doc_review', completed_at = now(), claimed_by_run = ${args.agentRunId}
+     where workspace_id = ${tx.workspaceId} and id = ${args.briefId} and status <> 'published'
+    returning 1`;
+  return rows.length > 0;
 }
 
 /** What a run page shows of a doc-writer run's review: its brief and the files it wrote. */

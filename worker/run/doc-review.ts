@@ -16,7 +16,7 @@ export function endsInReview(harness: Pick<Harness, 'alias'>): boolean {
 
 /** In the completion's transaction, after completeRun: the brief in review, the files on record. */
 export async function enterDocReview(tx: WorkspaceTx, run: Pick<RunRow, 'id' | 'brief_id' | 'convoy_id'>) {
-  await markBriefInReview(tx, { briefId: run.brief_id, agentRunId: run.id });
+  if (!(await markBriefInReview(tx, { briefId: run.brief_id, agentRunId: run.id }))) return;
   const { files, total } = await reviewFiles(tx, run.id, FILES_IN_EVENT);
   await appendEvent(tx, {
     convoyId: run.convoy_id,
