@@ -152,7 +152,8 @@ async function pruneRemote(
   const names = withRefs.map((p) => runNotesRef(workspaceId, p.agentRunId));
   let present: Map<string, string>;
   try {
-    present = await remoteRefs(deps.repoRoot, deps.remote!, names);
+    const cwd = existsSync(deps.repoRoot) ? deps.repoRoot : process.cwd();
+    present = await remoteRefs(cwd, deps.remote!, names);
   } catch (err) {
     const reason = redactString((err as Error).message);
     for (const p of withRefs) pending(p, reason);
