@@ -22,6 +22,7 @@ import { createLogger } from '../worker/log.ts';
 const WS = 'panel';
 const OTHER = 'panel-other';
 const RUNS = 500;
+const OLD_CONVOYS = 60;
 const STATUSES = ['queued', 'running', 'stalled', 'completed', 'failed', 'cancelled'] as const;
 
 let t: TestDatabase;
@@ -122,6 +123,10 @@ before(async () => {
   await withWorkspace(t.db.app, WS, (tx) => createWorkspace(tx));
   await withWorkspace(t.db.app, OTHER, (tx) => createWorkspace(tx));
   await seedRuns();
+  // Older than the five above, so that the convoy list runs past its first page.
+  await su`insert into convoys (workspace_id, id, created_at)
+           select ${WS}, 'old-convoy-' || g, now() - interval '30 days' - make_interval(hours => g)
+             from generate_series(1, ${OLD_CONVOYS}) g`;
   await seedCheckpointedRun(LONG, 'brief-long', 2000, 'completed');
   await seedCheckpointedRun(BROKEN, 'brief-broken', 4, 'completed');
   await su`update worker_checkpoints set hash = repeat('0', 64) where agent_run_id = ${BROKEN} and checkpoint_seq = 3`;
@@ -273,6 +278,33 @@ test('GET /api/convoys pages by cursor', async () => {
     second.convoys.map((c) => c.convoyId),
     ['convoy-2', 'convoy-3'],
   );
+});
+
+test('the convoy list pages past its first 50 by keyset, in the HTML and GET /api/convoys alike', async () => {
+  const expected = (await su`select id from convoys where workspace_id = ${WS} order by created_at desc, id desc`).map(
+    (r) => r.id as string,
+  );
+  assert.equal(expected.length, 5 + OLD_CONVOYS);
+  const json: string[] = [];
+  let cursor: string | null = null;
+  do {
+    const body = (await (await api(`/api/convoys?limit=200${cursor ? `&cursor=${cursor}` : ''}`)).json()) as {
+      convoys: { convoyId: string }[];
+      cursor: string | null;
+    };
+    json.push(...body.convoys.map((c) => c.convoyId));
+    cursor = body.cursor;
+  } while (cursor);
+  assert.deepEqual(json, expected);
+  const page = await signedInPage();
+  const rows = () =>
+    page.$$eval('[data-testid="convoy-list"] tr[data-convoy-id]', (trs) => trs.map((tr) => tr.dataset.convoyId!));
+  const first = await rows();
+  assert.equal(first.length, 50);
+  await Promise.all([page.waitForURL(/cursor=/), page.click('[data-testid="older"]')]);
+  assert.deepEqual([...first, ...(await rows())], expected, 'the second page goes on where the first stopped');
+  assert.equal(await page.locator('[data-testid="older"]').count(), 0);
+  await page.close();
 });
 
 async function signedInPage(width = 1280): Promise<Page> {
