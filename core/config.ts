@@ -32,6 +32,8 @@ const schema = z.object({
   WORKER_MAX_TOOL_STEPS: int(1).default(12),
   WORKER_CHECKPOINT_EVERY_N_STEPS: int(1).default(1),
   WORKER_CHECKPOINT_HISTORY_LIMIT: int(1).default(50),
+  // Rounds the live conversation keeps verbatim; the ones before are summarised (worker/run/context-window.ts).
+  WORKER_CONTEXT_ROUNDS: int(1).default(8),
   WORKER_CHECKPOINT_RETENTION_DAYS: int(1).optional(),
   WORKER_REPO_ROOT: z.string().min(1).default(PROJECT_ROOT),
   WORKER_WORKTREE_BASE: z.string().min(1).default(path.join(os.tmpdir(), 'echodo-worker-worktrees')),
@@ -53,6 +55,8 @@ const schema = z.object({
   WORKER_METRICS_PORT: int(1).max(65535).optional(),
   // A bearer token that lets a non-loopback scrape of mission control's /metrics in; unset: loopback only.
   MISSION_CONTROL_METRICS_TOKEN: z.string().min(16, 'must be at least 16 characters').optional(),
+  // The worker's OpenTelemetry traces go to this OTLP/HTTP endpoint (worker/tracing.ts); unset: no exporter.
+  OTEL_EXPORTER_OTLP_ENDPOINT: z.url({ protocol: /^https?$/ }).optional(),
   // Isolation (docs/security.md): how run_command is confined, and which variables a provider may name.
   WORKER_SANDBOX: z.enum(['bwrap', 'off']).default('bwrap'),
   // The sandbox's binary and limits (worker/sandbox/index.ts has the defaults).

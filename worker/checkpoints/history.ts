@@ -91,12 +91,28 @@ export function boundHistory(history: ToolCallRecord[], limit: number): ToolCall
   return history.filter((h) => h.round > lastRound - limit);
 }
 
-/** The prior rounds, for the system prompt of a resumed session. */
+/** Characters of the summary at most: its newest lines are kept, the older ones counted. */
+export const MAX_SUMMARY_CHARS = 16 * 1024;
+
+/**
+ * Rounds the model no longer sees verbatim, one line per call (a resumed session's, and the live
+ * loop's rounds older than its window). Bounded twice: `history` is the checkpoint's bounded window,
+ * and the text keeps only its newest lines within MAX_SUMMARY_CHARS; what is left out is counted.
+ */
 export function summarizeHistoryForPrompt(history: ToolCallRecord[]): string {
-  return history
-    .map((h) => {
-      const outcome = h.ok ? JSON.stringify(h.result) : `error: ${h.error}`;
-      return `- round ${h.round}: ${h.tool} ${JSON.stringify(h.input)} -> ${outcome}`;
-    })
-    .join('\n');
+  const lines: string[] = [];
+  let chars = 0;
+  for (let i = history.length - 1; i >= 0; i--) {
+    const h = history[i]!;
+    const outcome = h.ok ? JSON.stringify(h.result) : `error: ${h.error}`;
+    const line = `- round ${h.round}: ${h.tool} ${JSON.stringify(h.input)} -> ${outcome}`;
+    if (chars + line.length + 1 > MAX_SUMMARY_CHARS) break;
+    lines.push(line);
+    chars += line.length + 1;
+  }
+  lines.reverse();
+  const omitted = history.length - lines.length;
+  if (omitted > 0 || (history[0]?.round ?? 1) > 1)
+    lines.unshift('- (earlier calls not listed: only the newest are kept)');
+  return lines.join('\n');
 }

@@ -41,6 +41,7 @@ import { forkStartState } from './fork-start.ts';
 import { endsInReview, enterDocReview } from './doc-review.ts';
 import { CheckpointRemoteError, RemotePusher, runNotesRef } from '../remote/push.ts';
 import { discardPrefetch, finishMirror, prefetchRun, type PrefetchedRun } from '../remote/resume.ts';
+import { inSpan } from '../tracing.ts';
 
 /** `given_up`: the lease lapsed while Postgres was unreachable; `lease_lost`: this process is suspect. */
 export type JobResult = 'completed' | 'failed' | 'released' | 'skipped' | 'dead_lettered' | 'given_up' | 'lease_lost';
@@ -81,7 +82,12 @@ export async function executeDelivery(deps: JobDeps, delivery: Delivery): Promis
   const branchOwned = checkRecordedBranch(runDeps, run);
   const prefetchedRun = prefetchRun(deps.config, run, branchOwned);
   try {
-    return await executeRun(runDeps, run, lease, { run: prefetchedRun, branchOwned });
+    const attempt = { 'echodo.workspace_id': run.workspace_id, 'echodo.agent_run_id': run.id, 'echodo.attempt': run.attempt };
+    return await inSpan('echodo.run_attempt', attempt, async (span) => {
+      const result = await executeRun(runDeps, run, lease, { run: prefetchedRun, branchOwned });
+      span.setAttribute('echodo.result', result);
+      return result;
+    });
   } catch (err) {
     if (err instanceof LeaseLostError || lease.isLost) {
       const cause = lease.classifyLoss();
@@ -181,6 +187,7 @@ async function executeRun(
           agentRunId: run.id,
           attempt: run.attempt,
           history: () => state?.history ?? [],
+          nextRound: () => (state?.step ?? 0) + 1,
           resumed: chain.at(-1)?.agent_state,
           keyGrant: keyGrants.find((g) => g.variable === harness.keyEnvVar),
           keyVarGlobs: parseKeyVarGlobs(config.WORKER_PROVIDER_KEY_VARS),
@@ -289,6 +296,7 @@ async function executeRun(
       lease,
       maxSteps: config.WORKER_MAX_TOOL_STEPS,
       checkpointEvery: config.WORKER_CHECKPOINT_EVERY_N_STEPS,
+      contextRounds: config.WORKER_CONTEXT_ROUNDS,
       commandTimeoutMs: config.WORKER_COMMAND_TIMEOUT_MS,
       sandbox: harness.allowedCommands ? await sandboxFor(sandboxOptionsFromConfig(config)) : undefined,
       baseOid,
@@ -373,7 +381,10 @@ async function executeRun(
           });
           if (endsInReview(harness)) await enterDocReview(tx, run);
         });
-        log.info({ steps: state.step, checkpoints: state.seq, reason: outcome.reason }, 'run completed');
+        log.info(
+          { steps: state.step, checkpoints: state.seq, seq: state.seq, reason: outcome.reason },
+          'run completed',
+        );
         return 'completed';
       }
     }

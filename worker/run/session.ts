@@ -9,7 +9,7 @@ import { faultPoint } from '../faults.ts';
 import type { Harness } from './harnesses.ts';
 import type { Lease } from './lease.ts';
 import type { Logger } from '../log.ts';
-import { recordToolCall, summarizeHistoryForPrompt, type ToolCallRecord } from '../checkpoints/history.ts';
+import { recordToolCall } from '../checkpoints/history.ts';
 import type { CheckpointWriter } from '../checkpoints/writer.ts';
 import type { TouchTracker } from '../checkpoints/tracker.ts';
 import { TOOLS } from '../tools/index.ts';
@@ -21,7 +21,7 @@ import { isTransientDbError } from '../../store/transient-retry.ts';
 import { roundUsage, type RoundUsage } from '../models/usage.ts';
 import { workerMetrics } from '../metrics.ts';
 import type { BudgetExhausted, BudgetGuard } from './budget.ts';
-import { cachedSystem, cachedUser, withNewestCached } from '../models/prompt-cache.ts';
+import { ContextWindow } from './context-window.ts';
 
 export type SessionOutcome =
   // finalUsage: the last model call answered with text and called no tool, so no checkpoint holds its usage.
@@ -43,6 +43,8 @@ export interface SessionDeps {
   lease: Lease;
   maxSteps: number;
   checkpointEvery: number;
+  /** Rounds the conversation keeps verbatim (WORKER_CONTEXT_ROUNDS); earlier ones are summarised. */
+  contextRounds: number;
   commandTimeoutMs: number;
   /** How run_command is confined (probed once per process: worker/sandbox). */
   sandbox?: CommandSandbox;
@@ -53,26 +55,6 @@ export interface SessionDeps {
   log: Logger;
   /** Checked before the first round and after each checkpoint (worker/run/budget.ts); absent: no limits. */
   budget?: BudgetGuard;
-}
-
-export function buildSystemPrompt(
-  d: Pick<SessionDeps, 'roleId' | 'harness' | 'rolePrompt'>,
-  history: ToolCallRecord[],
-  step: number,
-): string {
-  const parts = [
-    d.rolePrompt ?? `You are the ${d.roleId} agent of an unattended software team.`,
-    `Work only with the tools you are given; paths are relative to the ${d.harness.needsWorktree ? 'worktree' : 'repository root'}.`,
-  ];
-  if (d.harness.writePrefixes) parts.push(`You may write only under: ${d.harness.writePrefixes.join(', ')}.`);
-  if (d.harness.allowedCommands) parts.push(`run_command accepts only: ${d.harness.allowedCommands.join('; ')}.`);
-  if (step > 0) {
-    parts.push(
-      `This run was interrupted and resumed from its last checkpoint after ${step} tool round(s). The files are as those rounds left them. What was done:`,
-      summarizeHistoryForPrompt(history),
-    );
-  }
-  return parts.join('\n');
 }
 
 /**
@@ -214,7 +196,8 @@ export async function runSession(d: SessionDeps): Promise<SessionOutcome> {
     state.step = round;
     d.writer.noteUsage(roundUsage(step.usage, step.response?.modelId ?? step.model?.modelId));
     roundsSinceCheckpoint++;
-    d.log.info({ step: round, tools: calls.map((c) => c.toolName) }, 'tool round done');
+    // seq: the last checkpoint written (this round's comes next).
+    d.log.info({ step: round, seq: state.seq, tools: calls.map((c) => c.toolName) }, 'tool round done');
     // The SDK swallows errors thrown here, so failures are caught and turned into a halt.
     try {
       if (roundsSinceCheckpoint >= d.checkpointEvery || stopping()) {
@@ -234,31 +217,41 @@ export async function runSession(d: SessionDeps): Promise<SessionOutcome> {
     }
   };
 
+  // One model call per round, each sent a bounded conversation (context-window.ts): a single
+  // multi-step call would resend, and the SDK copy, every round so far at every step.
+  const window = new ContextWindow(d, d.brief, d.contextRounds, state.step);
   try {
-    const result = await generateText({
-      model: d.model,
-      system: cachedSystem(buildSystemPrompt(d, state.history, state.step)),
-      messages: [cachedUser(d.brief)],
-      prepareStep: ({ messages }) => ({ messages: withNewestCached(messages) }),
-      tools,
-      stopWhen: [stepCountIs(remaining), () => halted !== undefined],
-      abortSignal: abort.signal,
-      maxRetries: 2,
-      onStepFinish,
-    });
+    let last: StepResult<ToolSet> | undefined;
+    let text = '';
+    for (let rounds = 0; rounds < remaining && halted === undefined; rounds++) {
+      const result = await generateText({
+        model: d.model,
+        ...window.prompt(state.history, state.step),
+        tools,
+        stopWhen: stepCountIs(1),
+        abortSignal: abort.signal,
+        maxRetries: 2,
+        onStepFinish,
+      });
+      if (fatal) throw fatal;
+      last = result.steps.at(-1);
+      text = result.text;
+      // No tool ran (the model answered, or asked for nothing it could run): the loop ends.
+      if (!last?.toolResults.length && !last?.content.some((p) => p.type === 'tool-error')) break;
+      window.push(result.response.messages);
+    }
     if (fatal) throw fatal;
     // Rounds after the last Nth-round checkpoint are checkpointed before the run completes.
     if (roundsSinceCheckpoint > 0) await d.writer.write();
     await d.writer.settleNotes();
     if (halted === 'budget' && overBudget) return { kind: 'budget_exhausted', exhausted: overBudget };
     if (stopping()) return stoppedOutcome();
-    const last = result.steps.at(-1);
     if (last && last.toolCalls.length === 0) {
       const finalUsage = roundUsage(last.usage, last.response?.modelId ?? last.model?.modelId);
       d.writer.countUsage(finalUsage);
-      return { kind: 'finished', text: result.text, reason: 'model_done', finalUsage };
+      return { kind: 'finished', text, reason: 'model_done', finalUsage };
     }
-    return { kind: 'finished', text: result.text, reason: last ? 'step_budget' : 'model_done' };
+    return { kind: 'finished', text, reason: last ? 'step_budget' : 'model_done' };
   } catch (err) {
     const cause = fatal ?? err;
     if (cause instanceof LeaseLostError) return { kind: 'lease_lost', error: cause };

@@ -1,0 +1,117 @@
+// A long run's conversation stays bounded: a real worker runs an OpenAI-compatible model served on
+// loopback, and the server records what each round was sent. With WORKER_CONTEXT_ROUNDS=3 every
+// request holds the last three to five rounds verbatim and the ones before as the summary, and its
+// size stops growing. The same worker's log lines of the run all name the run (workspace, run, attempt)
+// and the checkpoint seq where there is one.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createScenario } from './support/scenario.ts';
+import { startChatServer } from './support/chat-server.ts';
+import { grantKey } from './support/grants.ts';
+import { waitFor } from './support/child.ts';
+
+const KEY_VAR = 'ECHODO_CONTEXT_API_KEY';
+const ROUNDS = 12;
+const KEEP = 3;
+/** Each round writes a file this long: a conversation that kept every round would grow by it. */
+const CONTENT = 'x'.repeat(2000);
+
+test('WORKER_CONTEXT_ROUNDS=3: each request holds at least the last 3 rounds verbatim and a bounded summary; run log lines name the run', async (t) => {
+  const server = await startChatServer([
+    ...Array.from({ length: ROUNDS }, (_, i) => ({
+      toolCalls: [
+        { name: 'write_file', arguments: { path: `src/f${String(i + 1).padStart(2, '0')}.ts`, content: CONTENT } },
+      ],
+    })),
+    { text: 'Done.' },
+  ]);
+  const s = await createScenario({
+    steps: [{ text: 'unused' }],
+    workspaceId: 'context',
+    env: {
+      WORKER_CONTEXT_ROUNDS: String(KEEP),
+      WORKER_CHECKPOINT_HISTORY_LIMIT: '6',
+      WORKER_MAX_TOOL_STEPS: String(ROUNDS + 5),
+    },
+  });
+  t.after(async () => {
+    await s.close();
+    await server.close();
+  });
+  await grantKey(s.su, s.workspaceId, KEY_VAR, ['127.0.0.1']);
+  await s.su`insert into model_providers (workspace_id, alias, provider, base_url, model, api_key_env_var)
+             values (${s.workspaceId}, 'local', 'openai-compatible', ${server.baseURL}, 'm-1', ${KEY_VAR})`;
+  const worker = s.spawnWorker({ [KEY_VAR]: 'sk-context-test-1234567890' });
+  await worker.waitForLine(/"worker started"/);
+  const { agentRunId } = await s.dispatch({ model: 'local' });
+  const run = await waitFor(
+    async () => {
+      const r = await s.run(agentRunId);
+      return ['completed', 'failed'].includes(r.status) ? r : undefined;
+    },
+    { timeoutMs: 60_000, what: 'the run to finish' },
+  );
+  assert.equal(run.status, 'completed', `${run.failure_reason}\n${worker.output()}`);
+  assert.equal(server.requests.length, ROUNDS + 1);
+
+  const sizes: number[] = [];
+  const summaries: number[] = [];
+  server.requests.forEach(({ body }, i) => {
+    // Request i is sent after i rounds; the server named round r's call call_<r>_0.
+    const messages = body.messages as { role: string; content?: string; tool_calls?: { id: string }[] }[];
+    const calls = messages.flatMap((m) => (m.tool_calls ?? []).map((c) => c.id));
+    // The oldest rounds leave the window KEEP at a time, when it holds 2 × KEEP.
+    const kept = i < 2 * KEEP ? i : KEEP + ((i - 2 * KEEP) % KEEP);
+    const verbatim = Array.from({ length: kept }, (_, k) => `call_${i - kept + k + 1}_0`);
+    assert.deepEqual(calls, verbatim, `request ${i}: at least the last ${KEEP} rounds verbatim`);
+    assert.equal(messages.filter((m) => m.role === 'tool').length, verbatim.length, `request ${i}: their results`);
+    const system = messages.find((m) => m.role === 'system')!.content!;
+    const through = i - verbatim.length;
+    if (through > 0) {
+      assert.match(system, new RegExp(`What was done up to round ${through}:`), `request ${i}: the summary`);
+      assert.match(system, new RegExp(`- round ${through}: write_file`), `request ${i}: round ${through} summarised`);
+      assert.doesNotMatch(
+        system,
+        new RegExp(`- round ${through + 1}:`),
+        `request ${i}: verbatim rounds not summarised`,
+      );
+    } else assert.doesNotMatch(system, /What was done/);
+    sizes.push(JSON.stringify(messages).length);
+    summaries.push(system.length);
+  });
+  // Bounded: a request is its verbatim rounds plus a head whose summary stops growing once the
+  // checkpoint's history window (6 rounds here) is full.
+  for (const [i, size] of sizes.entries()) {
+    const kept = i < 2 * KEEP ? i : KEEP + ((i - 2 * KEEP) % KEEP);
+    assert.ok(size < kept * (CONTENT.length + 400) + 4000, `request ${i}: ${size} chars for ${kept} rounds`);
+  }
+  assert.ok(Math.max(...summaries.slice(9)) <= summaries[9]! * 1.05, `summary sizes ${summaries.join(', ')}`);
+
+  // Every line of the run carries the run's identity; the round and checkpoint lines their seq.
+  const lines = worker.lines.flatMap((l) => {
+    try {
+      return [JSON.parse(l) as Record<string, unknown>];
+    } catch {
+      return [];
+    }
+  });
+  const runLines = lines.filter((l) => JSON.stringify(l).includes(agentRunId) || l.agentRunId !== undefined);
+  assert.ok(runLines.length >= 2 * ROUNDS, `${runLines.length} run lines`);
+  for (const line of runLines) {
+    assert.equal(line.workspaceId, s.workspaceId, JSON.stringify(line));
+    assert.equal(line.agentRunId, agentRunId, JSON.stringify(line));
+    assert.equal(line.attempt, 1, JSON.stringify(line));
+  }
+  const withSeq = (msg: string) => runLines.filter((l) => l.msg === msg);
+  assert.equal(withSeq('tool round done').length, ROUNDS);
+  assert.deepEqual(
+    withSeq('checkpoint written').map((l) => l.seq),
+    Array.from({ length: ROUNDS }, (_, i) => i + 1),
+  );
+  // A round's line names the checkpoint it builds on (the one before it).
+  assert.deepEqual(
+    withSeq('tool round done').map((l) => l.seq),
+    Array.from({ length: ROUNDS }, (_, i) => i),
+  );
+  assert.equal(withSeq('run completed')[0]?.seq, ROUNDS);
+});
