@@ -41,7 +41,6 @@ import { forkStartState } from './fork-start.ts';
 import { endsInReview, enterDocReview } from './doc-review.ts';
 import { CheckpointRemoteError, RemotePusher, runNotesRef } from '../remote/push.ts';
 import { discardPrefetch, finishMirror, prefetchRun, type PrefetchedRun } from '../remote/resume.ts';
-import { inSpan } from '../tracing.ts';
 
 /** `given_up`: the lease lapsed while Postgres was unreachable; `lease_lost`: this process is suspect. */
 export type JobResult = 'completed' | 'failed' | 'released' | 'skipped' | 'dead_lettered' | 'given_up' | 'lease_lost';
@@ -82,12 +81,7 @@ export async function executeDelivery(deps: JobDeps, delivery: Delivery): Promis
   const branchOwned = checkRecordedBranch(runDeps, run);
   const prefetchedRun = prefetchRun(deps.config, run, branchOwned);
   try {
-    const attempt = { 'echodo.workspace_id': run.workspace_id, 'echodo.agent_run_id': run.id, 'echodo.attempt': run.attempt };
-    return await inSpan('echodo.run_attempt', attempt, async (span) => {
-      const result = await executeRun(runDeps, run, lease, { run: prefetchedRun, branchOwned });
-      span.setAttribute('echodo.result', result);
-      return result;
-    });
+    return await executeRun(runDeps, run, lease, { run: prefetchedRun, branchOwned });
   } catch (err) {
     if (err instanceof LeaseLostError || lease.isLost) {
       const cause = lease.classifyLoss();
@@ -187,7 +181,6 @@ async function executeRun(
           agentRunId: run.id,
           attempt: run.attempt,
           history: () => state?.history ?? [],
-          nextRound: () => (state?.step ?? 0) + 1,
           resumed: chain.at(-1)?.agent_state,
           keyGrant: keyGrants.find((g) => g.variable === harness.keyEnvVar),
           keyVarGlobs: parseKeyVarGlobs(config.WORKER_PROVIDER_KEY_VARS),
