@@ -55,6 +55,8 @@ const schema = z.object({
   WORKER_METRICS_PORT: int(1).max(65535).optional(),
   // A bearer token that lets a non-loopback scrape of mission control's /metrics in; unset: loopback only.
   MISSION_CONTROL_METRICS_TOKEN: z.string().min(16, 'must be at least 16 characters').optional(),
+  // The worker's OpenTelemetry traces go to this OTLP/HTTP endpoint (worker/tracing.ts); unset: no exporter.
+  OTEL_EXPORTER_OTLP_ENDPOINT: z.string().url().optional(),
   // Isolation (docs/security.md): how run_command is confined, and which variables a provider may name.
   WORKER_SANDBOX: z.enum(['bwrap', 'off']).default('bwrap'),
   // The sandbox's binary and limits (worker/sandbox/index.ts has the defaults).

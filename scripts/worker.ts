@@ -5,6 +5,7 @@ import { createLogger } from '../worker/log.ts';
 import { createQueue } from '../worker/queue/index.ts';
 import { WorkerDaemon } from '../worker/daemon.ts';
 import { startWorkerMetrics } from '../worker/metrics.ts';
+import { startTracing } from '../worker/tracing.ts';
 import { errorMessage } from '../core/errors.ts';
 import { guardDaemon } from '../worker/process-guards.ts';
 import { redactString } from '../core/redact.ts';
@@ -52,6 +53,7 @@ command({
     'WORKER_CHECKPOINT_REMOTE',
     'WORKER_SPARE_WORKTREE',
     'WORKER_METRICS_PORT',
+    'OTEL_EXPORTER_OTLP_ENDPOINT',
     'ECHODO_SUPERVISE',
     'LOG_LEVEL',
   ],
@@ -106,12 +108,16 @@ try {
   else log.warn({ trees: treesLine }, 'trees not confined');
   if (process.getuid?.() === 0) log.warn('running as root: run the worker as a dedicated user (docs/operations.md)');
   const metrics = config.WORKER_METRICS_PORT ? await startWorkerMetrics(config.WORKER_METRICS_PORT) : undefined;
+  const tracing = config.OTEL_EXPORTER_OTLP_ENDPOINT
+    ? await startTracing(config.OTEL_EXPORTER_OTLP_ENDPOINT)
+    : undefined;
   log.info(
     { queue: queue.backend, secretsRegistered: registered, metricsPort: metrics?.port ?? null },
     'worker started',
   );
   const code = await daemon.run();
   await metrics?.close();
+  await tracing?.shutdown().catch((err) => log.warn({ error: errorMessage(err) }, 'traces not all exported'));
   log.info({ results: daemon.results, exitCode: code }, 'worker stopped');
   await queue.close();
   await db.close();

@@ -43,6 +43,7 @@ import { redactString } from '../../core/redact.ts';
 import type { TouchTracker } from './tracker.ts';
 import { addUsage, type RoundUsage } from '../models/usage.ts';
 import { modelLabel, workerMetrics } from '../metrics.ts';
+import { recordSpan } from '../tracing.ts';
 
 /** Fail closed: a path the redactor cannot process is not stored. */
 function redactPath(p: string): string {
@@ -187,7 +188,14 @@ export class CheckpointWriter {
         // change in the same second would otherwise make one commit, whose note each overwrites.
         message: `echodo checkpoint ${seq} (run ${run.agentRunId} of workspace ${run.workspaceId})`,
       });
-      workerMetrics.checkpointSeconds.observe({ phase: 'commit' }, (performance.now() - commitStarted) / 1000);
+      const committed = performance.now();
+      workerMetrics.checkpointSeconds.observe({ phase: 'commit' }, (committed - commitStarted) / 1000);
+      recordSpan(
+        'echodo.checkpoint.commit',
+        { 'echodo.checkpoint_seq': seq, 'echodo.files': paths.length },
+        commitStarted,
+        committed,
+      );
       faultPoint('after-content-commit');
     }
     const commitOid = commit?.commitOid ?? null;
@@ -291,7 +299,14 @@ export class CheckpointWriter {
         `run ${run.agentRunId}: fenced off at checkpoint ${seq} (lease epoch ${lease.epoch} is no longer current)`,
       );
     lease.renewed();
-    workerMetrics.checkpointSeconds.observe({ phase: 'row' }, (performance.now() - rowStarted) / 1000);
+    const rowDone = performance.now();
+    workerMetrics.checkpointSeconds.observe({ phase: 'row' }, (rowDone - rowStarted) / 1000);
+    recordSpan(
+      'echodo.checkpoint.row',
+      { 'echodo.checkpoint_seq': seq, 'echodo.files': changed.length },
+      rowStarted,
+      rowDone,
+    );
     workerMetrics.checkpointSeconds.observe({ phase: 'total' }, (performance.now() - c.started) / 1000);
     workerMetrics.checkpoints.inc({ workspace: run.workspaceId });
     if (commit) {
@@ -387,7 +402,15 @@ export class CheckpointWriter {
         await writeCheckpointNotes(this.deps.tree.root, this.deps.remote.notesRef, batch);
         this.deps.remote.pusher.notesWritten();
       }
-      workerMetrics.checkpointSeconds.observe({ phase: 'note' }, (performance.now() - started) / 1000);
+      const written = performance.now();
+      workerMetrics.checkpointSeconds.observe({ phase: 'note' }, (written - started) / 1000);
+      const seqs = batch.map((b) => b.note.checkpointSeq);
+      recordSpan(
+        'echodo.checkpoint.note',
+        { 'echodo.checkpoint_seq': Math.max(...seqs), 'echodo.notes': seqs.length },
+        started,
+        written,
+      );
       faultPoint('after-note');
     } catch (err) {
       // Kept for the next checkpoint; resume rewrites whatever is still missing from Postgres.

@@ -41,6 +41,7 @@ import { forkStartState } from './fork-start.ts';
 import { endsInReview, enterDocReview } from './doc-review.ts';
 import { CheckpointRemoteError, RemotePusher, runNotesRef } from '../remote/push.ts';
 import { discardPrefetch, finishMirror, prefetchRun, type PrefetchedRun } from '../remote/resume.ts';
+import { inSpan } from '../tracing.ts';
 
 /** `given_up`: the lease lapsed while Postgres was unreachable; `lease_lost`: this process is suspect. */
 export type JobResult = 'completed' | 'failed' | 'released' | 'skipped' | 'dead_lettered' | 'given_up' | 'lease_lost';
@@ -81,7 +82,16 @@ export async function executeDelivery(deps: JobDeps, delivery: Delivery): Promis
   const branchOwned = checkRecordedBranch(runDeps, run);
   const prefetchedRun = prefetchRun(deps.config, run, branchOwned);
   try {
-    return await executeRun(runDeps, run, lease, { run: prefetchedRun, branchOwned });
+    const attempt = {
+      'echodo.workspace_id': run.workspace_id,
+      'echodo.agent_run_id': run.id,
+      'echodo.attempt': run.attempt,
+    };
+    return await inSpan('echodo.run_attempt', attempt, async (span) => {
+      const result = await executeRun(runDeps, run, lease, { run: prefetchedRun, branchOwned });
+      span.setAttribute('echodo.result', result);
+      return result;
+    });
   } catch (err) {
     if (err instanceof LeaseLostError || lease.isLost) {
       const cause = lease.classifyLoss();

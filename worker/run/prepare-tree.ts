@@ -16,6 +16,7 @@ import { gitStatus, type PrefetchedStatus } from '../checkpoints/verify.ts';
 import type { WorkingTree } from '../checkpoints/writer.ts';
 import { faultPoint } from '../faults.ts';
 import { workerMetrics, type ResumeKind } from '../metrics.ts';
+import { recordSpan } from '../tracing.ts';
 import type { Harness } from './harnesses.ts';
 import type { Logger } from '../log.ts';
 import {
@@ -81,6 +82,7 @@ export async function prepareTree(
   const { config, db, log } = deps;
   const scoped = inWorkspace(db.app, run.workspace_id, log);
   const job = run.job;
+  const began = performance.now();
   let resumed: ResumeEvent | undefined;
   let resumeKind: ResumeKind = 'same_host';
   let mirroring: NotesMirror | undefined;
@@ -108,7 +110,7 @@ export async function prepareTree(
       );
     }
     await recordWorkspace(deps, run, harness, null, resumed);
-    if (resumed) workerMetrics.resumes.inc({ kind: 'same_host' });
+    if (resumed) countResume(resumed, 'same_host', began);
     return { tree: { root, git: null }, baseOid: null };
   }
 
@@ -227,7 +229,7 @@ export async function prepareTree(
   }
   faultPoint('before-branch-recorded');
   await recordWorkspace(deps, run, harness, worktree, resumed);
-  if (resumed) workerMetrics.resumes.inc({ kind: resumeKind });
+  if (resumed) countResume(resumed, resumeKind, began);
   return {
     tree: { root: worktree.path, git: { branch: worktree.branch, worktreePath: worktree.path } },
     baseOid: run.base_oid ?? worktree.baseOid,
@@ -237,6 +239,13 @@ export async function prepareTree(
 }
 
 type ResumeEvent = Record<string, unknown>;
+
+/** A resume recorded: in the metrics by kind, and as a span from the start of the tree's preparation. */
+function countResume(resumed: ResumeEvent, kind: ResumeKind, began: number): void {
+  workerMetrics.resumes.inc({ kind });
+  const attrs = { 'echodo.resume_kind': kind, 'echodo.from_seq': Number(resumed.fromSeq) };
+  recordSpan('echodo.resume', attrs, began, performance.now());
+}
 
 function resumeEvent(
   run: RunRow,

@@ -20,6 +20,7 @@ import type { CommandSandbox } from '../sandbox/index.ts';
 import { isTransientDbError } from '../../store/transient-retry.ts';
 import { roundUsage, type RoundUsage } from '../models/usage.ts';
 import { workerMetrics } from '../metrics.ts';
+import { inSpan } from '../tracing.ts';
 import type { BudgetExhausted, BudgetGuard } from './budget.ts';
 import { ContextWindow } from './context-window.ts';
 
@@ -224,14 +225,19 @@ export async function runSession(d: SessionDeps): Promise<SessionOutcome> {
     let last: StepResult<ToolSet> | undefined;
     let text = '';
     for (let rounds = 0; rounds < remaining && halted === undefined; rounds++) {
-      const result = await generateText({
-        model: d.model,
-        ...window.prompt(state.history, state.step),
-        tools,
-        stopWhen: stepCountIs(1),
-        abortSignal: abort.signal,
-        maxRetries: 2,
-        onStepFinish,
+      // A span per round: the model call, its tools and the checkpoint after them (worker/tracing.ts).
+      const result = await inSpan('echodo.round', { 'echodo.round': state.step + 1 }, async (span) => {
+        const r = await generateText({
+          model: d.model,
+          ...window.prompt(state.history, state.step),
+          tools,
+          stopWhen: stepCountIs(1),
+          abortSignal: abort.signal,
+          maxRetries: 2,
+          onStepFinish,
+        });
+        span.setAttribute('echodo.tool_calls', r.steps.at(-1)?.toolCalls.length ?? 0);
+        return r;
       });
       if (fatal) throw fatal;
       last = result.steps.at(-1);
