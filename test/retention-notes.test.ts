@@ -1,8 +1,13 @@
 // The storage sweep prunes git as well as Postgres: a finished run of six real checkpoints (the real
 // writer, each a commit with its note) under a keep-last-2 policy loses the four older rows and their
 // notes, keeps the notes of the two it keeps (and every other run's), its chain and notes still
-// verify, and the workspace's git bytes, as the sweep measures them for the quota, fall.
+// verify, and the workspace's git bytes, as the sweep measures them for the quota, fall. With a
+// checkpoint remote (a bare repository behind a real `git daemon`), the run's notes ref there, and
+// this host's copy of it, keep the kept checkpoints' notes only.
 import assert from 'node:assert/strict';
+import { mkdtemp, realpath } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
 import { after, before, test } from 'node:test';
 import type { Sql } from 'postgres';
 import { checkRunIntegrity } from '../operator/integrity.ts';
@@ -12,9 +17,11 @@ import { createWorkspace } from '../store/runs.ts';
 import { setQuota, setRetention } from '../store/storage.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { notedCommits } from '../worker/checkpoints/notes.ts';
+import { runNotesRef } from '../worker/remote/push.ts';
+import { startGitDaemon } from '../testbed/git-daemon.ts';
 import { createTestDatabase, superuserSql, type TestDatabase } from '../testbed/db.ts';
 import { silentLog, startDrivenRun, type DrivenRun } from './support/checkpoint-run.ts';
-import { makeRepo } from './support/git.ts';
+import { git, makeRepo } from './support/git.ts';
 
 const WS = 'keep';
 let t: TestDatabase;
@@ -30,8 +37,14 @@ after(async () => {
   await t?.drop();
 });
 
-async function finishedRun(repo: string, rounds: number): Promise<DrivenRun> {
-  const r = await startDrivenRun({ db: t.db, config: t.config, workspaceId: WS, repo });
+async function finishedRun(repo: string, rounds: number, workspaceId = WS, remote?: string): Promise<DrivenRun> {
+  const r = await startDrivenRun({
+    db: t.db,
+    config: t.config,
+    workspaceId,
+    repo,
+    ...(remote ? { remote: { url: remote } } : {}),
+  });
   for (let i = 1; i <= rounds; i++) await r.round({ [`src/f${i}.ts`]: `export const f = ${i};\n`.repeat(50) });
   await r.writer.settleNotes();
   await su`update agent_runs set status = 'completed', finished_at = now() - interval '1 day' where id = ${r.run.id}`;
@@ -69,4 +82,42 @@ test("the sweep removes the pruned checkpoints' notes with their rows; git bytes
   const report = await checkRunIntegrity(t.db, t.config, WS, big.run.id, { repairNotes: true });
   assert.equal(report?.intact, true, JSON.stringify(report?.findings));
   assert.deepEqual(report?.notesRepair, { rewritten: [], offBranch: [] }, 'every kept checkpoint had its note');
+});
+
+test("with a checkpoint remote, the run's notes ref there keeps the kept checkpoints' notes only", async () => {
+  const ws = 'keep-remote';
+  await withWorkspace(t.db.app, ws, (tx) => createWorkspace(tx));
+  const repo = await makeRepo({ 'README.md': 'hello\n' });
+  const base = await realpath(await mkdtemp(path.join(os.tmpdir(), 'echodo-remote-')));
+  const remoteDir = path.join(base, 'remote.git');
+  await git(base, 'clone', '-q', '--bare', repo, remoteDir);
+  const daemon = await startGitDaemon(base);
+  try {
+    const url = daemon.url('remote.git');
+    const r = await finishedRun(repo, 4, ws, url);
+    const commits = (await withWorkspace(t.db.app, ws, (tx) => checkpointChain(tx, r.run.id))).map(
+      (c) => c.commit_oid!,
+    );
+    const notesRef = runNotesRef(ws, r.run.id);
+    const notesIn = async (dir: string) =>
+      (await git(dir, 'ls-tree', '-r', '--name-only', notesRef)).split('\n').map((p) => p.replaceAll('/', ''));
+    assert.deepEqual((await notesIn(remoteDir)).sort(), [...commits].sort(), 'every note on the remote');
+
+    await withWorkspace(t.db.app, ws, (tx) => setRetention(tx, 2, 0));
+    const result = await sweepStoragePolicies({
+      db: t.db,
+      log: silentLog,
+      repoRoot: repo,
+      notesRef: t.config.WORKER_NOTES_REF,
+      remote: url,
+    });
+    const swept = result.workspaces.find((w) => w.workspaceId === ws)!;
+    assert.deepEqual(swept.pending, []);
+    assert.equal(swept.rowsPruned, 2);
+    const kept = commits.slice(2).sort();
+    assert.deepEqual((await notesIn(remoteDir)).sort(), kept, "the remote's notes ref: the kept checkpoints' notes");
+    assert.deepEqual((await notesIn(repo)).sort(), kept, "this host's copy follows");
+  } finally {
+    await daemon.stop();
+  }
 });
