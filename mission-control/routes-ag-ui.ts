@@ -152,8 +152,10 @@ export function mountAgUiRoutes(
           out.write(`${id === undefined ? '' : `id: ${id}\n`}${encoder.encodeSSE(event as BaseEvent)}`);
         const { threadId, runId } = input;
         if (cursor.ended) return;
-        if (fromHeader === undefined)
-          await write({ type: EventType.RUN_STARTED, threadId, runId }, formatCursor(START));
+        // Resumed from forwardedProps: RUN_STARTED again, without an id (the client's last id stands).
+        if (fromHeader === undefined) {
+          await write({ type: EventType.RUN_STARTED, threadId, runId }, resumeFrom ? undefined : formatCursor(START));
+        }
         let { seq, sent, eventId } = cursor;
         const deadline = Date.now() + MAX_STREAM_MS;
         while (!out.aborted && !out.closed) {

@@ -72,7 +72,14 @@ test('a header key goes only to a granted host', () => {
     keyEnvVar: 'AGENT_API_KEY',
   };
   const env = { AGENT_API_KEY: 'sk-x' };
-  const args = { agentRunId: 'run', attempt: 1, history: () => [], env, keyVarGlobs: ['*_API_KEY'] };
+  const args = {
+    agentRunId: 'run',
+    attempt: 1,
+    history: () => [],
+    nextRound: () => 1,
+    env,
+    keyVarGlobs: ['*_API_KEY'],
+  };
   assert.throws(() => remoteAgentModel(harness, args), /not granted/);
   assert.throws(
     () => remoteAgentModel(harness, { ...args, keyGrant: { variable: 'AGENT_API_KEY', hosts: ['agents.example'] } }),

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
-import { EventType } from '@ag-ui/core';
+import { EventType, type RunAgentInput } from '@ag-ui/core';
 import { upsertHarness } from '../store/settings-edit.ts';
 import { redactString } from '../core/redact.ts';
 import { withWorkspace } from '../store/workspace.ts';
@@ -270,12 +270,26 @@ test('resume after SIGKILL: the same thread and state continue, no round runs tw
   assert.equal(resumedInput.threadId, agentRunId, 'the same thread');
   const replayed = resumedInput.messages.filter((m) => m.role === 'tool');
   assert.equal(replayed.length, 2, 'the two checkpointed rounds were re-sent with their results');
+  // With the agent's own ids, the same on both attempts (a LangGraph thread merges them by id).
+  const ids = (i: RunAgentInput) =>
+    i.messages.flatMap((m) => (m.role === 'assistant' ? [m.id, ...(m.toolCalls ?? []).map((c) => c.id)] : []));
+  const agentIds = [`msg-${agentRunId}:1:0`, `${agentRunId}:1:0-0`, `msg-${agentRunId}:1:1`, `${agentRunId}:1:1-0`];
+  assert.deepEqual(ids(resumedInput), agentIds, 'after the resume');
+  const round3 = agent.inputs.get('slow')!.find((i) => i.runId === `${agentRunId}:1:2`)!;
+  assert.deepEqual(ids(round3), agentIds, 'before the kill');
+  const results = (i: RunAgentInput) => i.messages.filter((m) => m.role === 'tool').map((m) => [m.id, m.toolCallId]);
+  assert.deepEqual(results(resumedInput), results(round3));
   assert.ok((await s.events(agentRunId, 'run_resumed')).length >= 1, 'run_resumed recorded');
   // The flow's state (a snapshot, then a JSON Patch) is kept on each checkpoint, redacted, and sent back on resume.
   const recorded = (await s.checkpoints(agentRunId)).map((r) => r.agent_state);
   const expected = { files: ['a.txt', 'b.txt'], token: redactString(KEY), round: 2 };
   assert.notEqual(expected.token, KEY);
-  assert.deepEqual(recorded[1], { threadId: agentRunId, state: expected }, 'the last checkpoint before the kill');
+  const { threadId, state } = recorded[1];
+  assert.deepEqual(
+    { threadId, state },
+    { threadId: agentRunId, state: expected },
+    'the last checkpoint before the kill',
+  );
   assert.deepEqual(resumedInput.state, expected, 'the state the agent got after the resume');
   for (const f of ['a.txt', 'b.txt', 'c.txt']) assert.ok(await git(run.worktree_path, 'show', `HEAD:${f}`));
   await second.stop('SIGTERM');
@@ -410,10 +424,7 @@ test("POST /api/ag-ui: HttpAgent gets a run's checkpoints as events; a reconnect
   const reposted = await readSse(
     await postAgUi({ ...input, forwardedProps: { lastEventId: whole[firstSnapshot]!.id } }, token),
   );
-  assert.deepEqual(
-    reposted.map((e) => e.data),
-    [whole[0]!.data, ...whole.slice(firstSnapshot + 1).map((e) => e.data)],
-  );
+  assert.deepEqual(reposted, [{ data: whole[0]!.data }, ...whole.slice(firstSnapshot + 1)]);
   const bogus = await postAgUi(input, token, { 'last-event-id': 'nope' });
   assert.equal(bogus.status, 400);
   assert.equal(

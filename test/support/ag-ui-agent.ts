@@ -62,7 +62,9 @@ export async function startAgUiAgent(scripts: Record<string, AgentEntry[]>): Pro
         roundsPlayed.set(name, [...(roundsPlayed.get(name) ?? []), index]);
         entry.toolCalls.forEach((call, i) => {
           const toolCallId = `${input.runId}-${i}`;
-          send({ type: EventType.TOOL_CALL_START, toolCallId, toolCallName: call.name });
+          // The assistant message's id is the agent's own, as a LangGraph server's is.
+          const parentMessageId = `msg-${input.runId}`;
+          send({ type: EventType.TOOL_CALL_START, toolCallId, toolCallName: call.name, parentMessageId });
           // The arguments in two fragments, as a streaming model would send them.
           const cut = Math.floor(call.args.length / 2);
           send({ type: EventType.TOOL_CALL_ARGS, toolCallId, delta: call.args.slice(0, cut) });

@@ -22,6 +22,8 @@ export interface AgUiRunResult {
   toolCalls: AgUiToolCall[];
   /** RUN_STARTED's ids, as the agent reported them. */
   threadId?: string;
+  /** The agent's id of its assistant message (a tool call's parentMessageId, else its text message's). */
+  messageId?: string;
   runId?: string;
   /**
    * The agent's state after its STATE_SNAPSHOT and STATE_DELTA events (a framework's own state, e.g.
@@ -51,6 +53,11 @@ export function boundedState(state: unknown): unknown {
   const safe = redactOrDrop(state ?? null);
   const text = JSON.stringify(safe);
   return text.length <= MAX_STATE_CHARS ? safe : { dropped: 'state too large' };
+}
+
+/** An id of the agent's, kept and sent back only when it looks like an id and holds no secret. */
+export function safeId(id: string | undefined): string | undefined {
+  return id && /^[\w.:@-]{1,200}$/.test(id) && redactString(id) === id ? id : undefined;
 }
 
 /** A reason safe to store: redacted first, then cut. */
@@ -93,6 +100,7 @@ async function foldEvents(body: ReadableStream<Uint8Array>, req: AgUiRequest): P
   // The agent's state: the input's, then each snapshot or delta on top of it (deltas build on it).
   let state: unknown = req.input.state ?? {};
   let stateChanged = false;
+  let textMessageId: string | undefined;
   for await (const raw of readSseJson(body, req.limits)) {
     const parsed = EventSchemas.safeParse(raw);
     if (!parsed.success) continue; // not an AG-UI event the schemas know: ignored
@@ -103,6 +111,9 @@ async function foldEvents(body: ReadableStream<Uint8Array>, req: AgUiRequest): P
         result.threadId = event.threadId;
         result.runId = event.runId;
         break;
+      case EventType.TEXT_MESSAGE_START:
+        textMessageId ??= safeId(event.messageId);
+        break;
       case EventType.TEXT_MESSAGE_CONTENT:
         if (result.text.length < MAX_TEXT_CHARS) result.text = (result.text + event.delta).slice(0, MAX_TEXT_CHARS);
         break;
@@ -111,6 +122,7 @@ async function foldEvents(body: ReadableStream<Uint8Array>, req: AgUiRequest): P
           throw new RemoteAgentError(`the agent asked for more than ${MAX_TOOL_CALLS} tool calls in one round`);
         }
         const id = event.toolCallId.slice(0, 200);
+        result.messageId ??= safeId(event.parentMessageId);
         open.set(event.toolCallId, { id, name: event.toolCallName.slice(0, 200), args: '' });
         break;
       }
@@ -157,6 +169,7 @@ async function foldEvents(body: ReadableStream<Uint8Array>, req: AgUiRequest): P
   }
   if (!finished) throw new RemoteAgentError("the agent's stream ended without RUN_FINISHED");
   if (stateChanged) result.state = boundedState(state);
+  result.messageId ??= textMessageId;
   // A call started but never ended is dropped: its arguments may be incomplete.
   return result;
 }

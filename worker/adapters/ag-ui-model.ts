@@ -13,8 +13,8 @@ import type {
   LanguageModelV3StreamResult,
   LanguageModelV3Usage,
 } from '@ai-sdk/provider';
-import { runAgUi, type AgUiRunResult } from './ag-ui-client.ts';
-import { promptAsMessages } from './conversation.ts';
+import { runAgUi, safeId, type AgUiRunResult } from './ag-ui-client.ts';
+import { promptAsMessages, type RoundIds } from './conversation.ts';
 import { redactString } from '../../core/redact.ts';
 import type { SseLimits } from './sse.ts';
 
@@ -22,7 +22,12 @@ import type { SseLimits } from './sse.ts';
 export interface RemoteAgentState {
   threadId?: string;
   state?: unknown;
+  /** The agent's ids of the last tool rounds, so a resumed conversation reuses them. */
+  rounds?: RoundIds[];
 }
+
+/** Tool rounds whose ids a checkpoint keeps (the conversation's window is no longer). */
+const MAX_ROUND_IDS = 64;
 
 const NO_USAGE: LanguageModelV3Usage = {
   inputTokens: { total: undefined, noCache: undefined, cacheRead: undefined, cacheWrite: undefined },
@@ -37,6 +42,8 @@ export interface AgUiModelOptions {
   attempt: number;
   /** Rounds done by earlier attempts (from the checkpoint), re-sent ahead of this attempt's. */
   prior: Message[];
+  /** The round the next tool calls will be (the loop's step, plus one). */
+  nextRound: () => number;
   bearer?: string;
   /** One AG-UI run (one model call) at most this long. */
   timeoutMs: number;
@@ -59,17 +66,20 @@ export class AgUiModel implements LanguageModelV3 {
   private state: unknown;
   /** The thread the runs go to: the agent's own once it named one in RUN_STARTED (a framework may). */
   private threadId: string;
+  /** The agent's ids of its tool rounds, the checkpointed ones first. */
+  private rounds: RoundIds[];
 
   constructor(private readonly options: AgUiModelOptions) {
     this.provider = `ag-ui:${options.adapter}`;
     this.modelId = new URL(options.url).host;
     this.state = options.resumed?.state ?? {};
     this.threadId = options.resumed?.threadId ?? options.threadId;
+    this.rounds = options.resumed?.rounds ?? [];
   }
 
   /** What a checkpoint records for the agent: its thread and its state as of the last run. */
   agentState(): RemoteAgentState {
-    return { threadId: this.threadId, state: this.state };
+    return { threadId: this.threadId, state: this.state, rounds: this.rounds };
   }
 
   async doGenerate(call: LanguageModelV3CallOptions): Promise<LanguageModelV3GenerateResult> {
@@ -77,7 +87,7 @@ export class AgUiModel implements LanguageModelV3 {
     const input: RunAgentInput = {
       threadId: this.threadId,
       runId,
-      messages: promptAsMessages(call.prompt, this.options.prior),
+      messages: promptAsMessages(call.prompt, this.options.prior, this.rounds),
       tools: (call.tools ?? []).flatMap((t): Tool[] =>
         t.type === 'function' ? [{ name: t.name, description: t.description ?? '', parameters: t.inputSchema }] : [],
       ),
@@ -94,6 +104,11 @@ export class AgUiModel implements LanguageModelV3 {
       limits: this.options.limits,
     });
     if (result.state !== undefined) this.state = result.state;
+    if (result.toolCalls.length) {
+      const round = this.options.nextRound();
+      const ids = { round, messageId: result.messageId, callIds: result.toolCalls.map((c) => safeId(c.id) ?? '') };
+      this.rounds = [...this.rounds.filter((r) => r.round < round), ids].slice(-MAX_ROUND_IDS);
+    }
     // A thread id is hostile input too: kept only when it looks like an id.
     if (result.threadId && /^[\w.:@-]{1,200}$/.test(result.threadId)) this.threadId = redactString(result.threadId);
     const content = contentOf(result);

@@ -2,6 +2,9 @@
 // the current attempt, after the rounds of earlier attempts rebuilt from the checkpoint's
 // tool_history. That history is the bounded, redacted record the checkpoint already keeps, so a
 // resumed agent sees every round done (file contents as their size and hash), never a secret.
+// A round's messages carry the agent's own ids (its message id, its tool call ids) where the
+// checkpoint kept them, and the same ids on every attempt: a server that merges the conversation
+// into its own thread by message id (LangGraph) sees the rounds it has, not new copies of them.
 import type { Message } from '@ag-ui/core';
 import type { LanguageModelV3Prompt, LanguageModelV3ToolResultOutput } from '@ai-sdk/provider';
 import { redactString } from '../../core/redact.ts';
@@ -10,28 +13,42 @@ import type { ToolCallRecord } from '../checkpoints/history.ts';
 /** Characters of one tool result sent back to the agent. */
 const MAX_RESULT_CHARS = 64 * 1024;
 
-/** The id a resumed conversation gives the i-th call of a checkpointed round (stable across attempts). */
-export const priorCallId = (round: number, i: number): string => `round-${round}-call-${i}`;
+/** The agent's own ids of one tool round, as a checkpoint keeps them (agent_state.rounds). */
+export interface RoundIds {
+  round: number;
+  messageId?: string;
+  callIds: string[];
+}
 
-export function priorRoundsAsMessages(history: readonly ToolCallRecord[]): Message[] {
+/** The id a resumed conversation gives the i-th call of a checkpointed round whose ids were not kept. */
+export const priorCallId = (round: number, i: number): string => `round-${round}-call-${i}`;
+const assistantId = (round: number, ids?: RoundIds) => ids?.messageId ?? `round-${round}-assistant`;
+/** A tool result's message id: the call's, so the same result has the same id on every attempt. */
+const resultId = (toolCallId: string) => `result-${toolCallId}`;
+
+export function priorRoundsAsMessages(history: readonly ToolCallRecord[], kept: readonly RoundIds[] = []): Message[] {
   const messages: Message[] = [];
   const rounds = [...new Set(history.map((h) => h.round))];
   for (const round of rounds) {
     const calls = history.filter((h) => h.round === round);
+    const ids = kept.find((r) => r.round === round);
+    // The agent's call ids only when they match the round's calls one for one.
+    const callId = (i: number) =>
+      (ids?.callIds.length === calls.length ? ids.callIds[i] : undefined) || priorCallId(round, i);
     messages.push({
-      id: `round-${round}-assistant`,
+      id: assistantId(round, ids),
       role: 'assistant',
       toolCalls: calls.map((c, i) => ({
-        id: priorCallId(round, i),
+        id: callId(i),
         type: 'function' as const,
         function: { name: c.tool, arguments: JSON.stringify(c.input ?? {}) },
       })),
     });
     calls.forEach((c, i) => {
       messages.push({
-        id: `round-${round}-result-${i}`,
+        id: resultId(callId(i)),
         role: 'tool',
-        toolCallId: priorCallId(round, i),
+        toolCallId: callId(i),
         content: JSON.stringify(c.ok ? (c.result ?? null) : { error: c.error }),
         ...(c.ok ? {} : { error: c.error ?? 'failed' }),
       });
@@ -44,7 +61,11 @@ export function priorRoundsAsMessages(history: readonly ToolCallRecord[]): Messa
  * The prompt as AG-UI messages; `prior` (rounds of earlier attempts) goes right after the first
  * user message, where those rounds happened.
  */
-export function promptAsMessages(prompt: LanguageModelV3Prompt, prior: Message[]): Message[] {
+export function promptAsMessages(
+  prompt: LanguageModelV3Prompt,
+  prior: Message[],
+  kept: readonly RoundIds[] = [],
+): Message[] {
   const out: Message[] = [];
   let n = 0;
   const id = (role: string) => `${role}-${n++}`;
@@ -74,8 +95,9 @@ export function promptAsMessages(prompt: LanguageModelV3Prompt, prior: Message[]
               ]
             : [],
         );
+        const ids = toolCalls.length ? kept.find((r) => r.callIds.includes(toolCalls[0]!.id)) : undefined;
         out.push({
-          id: id('assistant'),
+          id: ids ? assistantId(ids.round, ids) : id('assistant'),
           role: 'assistant',
           ...(text ? { content: text } : {}),
           ...(toolCalls.length ? { toolCalls } : {}),
@@ -86,7 +108,8 @@ export function promptAsMessages(prompt: LanguageModelV3Prompt, prior: Message[]
         for (const part of message.content) {
           if (part.type !== 'tool-result') continue;
           const { content, error } = resultText(part.output);
-          out.push({ id: id('tool'), role: 'tool', toolCallId: part.toolCallId, content, ...(error ? { error } : {}) });
+          const tool = { role: 'tool' as const, toolCallId: part.toolCallId, content, ...(error ? { error } : {}) };
+          out.push({ id: resultId(part.toolCallId), ...tool });
         }
         break;
     }

@@ -13,7 +13,7 @@ import { EchodoError } from '../../core/errors.ts';
 import type { Harness } from '../run/harnesses.ts';
 import type { ToolCallRecord } from '../checkpoints/history.ts';
 import { AgUiModel, type RemoteAgentState } from './ag-ui-model.ts';
-import { priorRoundsAsMessages } from './conversation.ts';
+import { priorRoundsAsMessages, type RoundIds } from './conversation.ts';
 
 /** One AG-UI run (one round of the remote agent's thinking) at most this long. */
 export const REMOTE_ROUND_TIMEOUT_MS = 120_000;
@@ -23,6 +23,8 @@ export interface RemoteAgentArgs {
   attempt: number;
   /** The checkpoint's rounds, read when the first call is made (the session has its state by then). */
   history: () => readonly ToolCallRecord[];
+  /** The round the loop's next tool calls will be (its step, plus one). */
+  nextRound: () => number;
   /** The agent's thread and state on the last checkpoint (worker_checkpoints.agent_state), if any. */
   resumed?: unknown;
   keyGrant?: KeyGrant;
@@ -46,19 +48,21 @@ export function remoteAgentModel(harness: Harness, args: RemoteAgentArgs): { mod
   }
   const forwardedProps = (threadId: string) =>
     harness.adapter === 'langgraph' ? { config: { configurable: { thread_id: threadId } } } : {};
+  const resumed = recordedAgentState(args.resumed);
   let prior: ReturnType<typeof priorRoundsAsMessages> | undefined;
   const model = new AgUiModel({
     url,
     threadId: args.agentRunId,
     attempt: args.attempt,
     get prior() {
-      prior ??= priorRoundsAsMessages(args.history());
+      prior ??= priorRoundsAsMessages(args.history(), resumed?.rounds);
       return prior;
     },
     bearer,
     timeoutMs: args.timeoutMs ?? REMOTE_ROUND_TIMEOUT_MS,
     forwardedProps,
-    resumed: recordedAgentState(args.resumed),
+    resumed,
+    nextRound: args.nextRound,
     adapter: harness.adapter,
   });
   return { model, description: `${harness.adapter} agent at ${new URL(url).host}` };
@@ -67,9 +71,20 @@ export function remoteAgentModel(harness: Harness, args: RemoteAgentArgs): { mod
 /** A checkpoint's agent_state as the model takes it back (a row written by hand may hold anything). */
 function recordedAgentState(value: unknown): RemoteAgentState | undefined {
   if (!value || typeof value !== 'object' || Array.isArray(value)) return undefined;
-  const { threadId, state } = value as Record<string, unknown>;
+  const { threadId, state, rounds } = value as Record<string, unknown>;
   return {
     ...(typeof threadId === 'string' && threadId ? { threadId } : {}),
     ...(state === undefined ? {} : { state }),
+    rounds: Array.isArray(rounds) ? rounds.filter(isRoundIds) : [],
   };
+}
+
+function isRoundIds(r: unknown): r is RoundIds {
+  const { round, messageId, callIds } = (r ?? {}) as Record<string, unknown>;
+  return (
+    Number.isInteger(round) &&
+    (messageId === undefined || typeof messageId === 'string') &&
+    Array.isArray(callIds) &&
+    callIds.every((c) => typeof c === 'string')
+  );
 }

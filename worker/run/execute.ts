@@ -191,6 +191,7 @@ async function executeRun(
           agentRunId: run.id,
           attempt: run.attempt,
           history: () => state?.history ?? [],
+          nextRound: () => (state?.step ?? 0) + 1,
           resumed: chain.at(-1)?.agent_state,
           keyGrant: keyGrants.find((g) => g.variable === harness.keyEnvVar),
           keyVarGlobs: parseKeyVarGlobs(config.WORKER_PROVIDER_KEY_VARS),
