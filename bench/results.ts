@@ -5,6 +5,7 @@ import type { LongRunResult } from './long-run.ts';
 import type { OutageFigure } from './outage.ts';
 import type { WholeCostResult } from './whole-cost.ts';
 import { longRunTargets, renderLongRun } from './long-run-report.ts';
+import { renderRounds, roundsTarget, type RoundsResult } from './rounds.ts';
 import type { MissionControlLevel } from './mission-control.ts';
 import type { ThroughputResult } from './throughput.ts';
 import { remoteTargets, renderRemote, type RemoteFigure } from './remote-results.ts';
@@ -147,6 +148,8 @@ export interface BenchResults {
   remote?: RemoteFigure[];
   /** The long run (with its prune phase), when it ran. */
   longRun?: LongRunResult;
+  /** Rounds of one long run through the live loop (bench/rounds.ts), when it ran. */
+  rounds?: RoundsResult;
   /** Recovery from a Postgres outage (bench/outage.ts), when it ran. */
   outage?: OutageFigure;
   /** The whole cost of checkpointing a run against the bare floor (bench/whole-cost.ts), when it ran. */
@@ -226,6 +229,7 @@ export function evaluateTargets(r: Omit<BenchResults, 'targets'>): Target[] {
         : null,
   });
   if (r.longRun) targets.push(...longRunTargets(r.longRun));
+  if (r.rounds) targets.push(roundsTarget(r.rounds));
   targets.push(...remoteTargets(r.remote));
   if (r.outage) {
     targets.push({
@@ -525,6 +529,7 @@ export function renderTables(r: BenchResults): string {
         );
   }
   if (r.longRun) out.push(renderLongRun(r.longRun));
+  if (r.rounds) out.push(renderRounds(r.rounds));
   if (r.remote?.length) out.push(renderRemote(r.remote));
   if (r.wholeCost) out.push(renderWholeCost(r.wholeCost));
   if (r.usageMetrics) out.push(renderUsageMetrics(r.usageMetrics));

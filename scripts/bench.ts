@@ -15,6 +15,7 @@ import { openBenchEnv } from '../bench/env.ts';
 import { createRunFixture } from '../bench/fixture.ts';
 import { measureIntegrity, profileIntegrity } from '../bench/integrity.ts';
 import { measureLongRun, type LongRunResult } from '../bench/long-run.ts';
+import { measureRounds, type RoundsResult } from '../bench/rounds.ts';
 import { machineInfo, versions } from '../bench/machine.ts';
 import { measureMissionControl } from '../bench/mission-control.ts';
 import { measureOutageRecovery, type OutageFigure } from '../bench/outage.ts';
@@ -54,6 +55,7 @@ const BENCHES = [
   'throughput',
   'mission-control',
   'long-run',
+  'rounds',
   'remote',
   'outage',
   'whole-cost',
@@ -83,6 +85,7 @@ const { values: args, fail } = command({
     sizes: { type: 'string', value: 'N,…', help: 'repository sizes in files (default 1000,10000,50000,250000)' },
     samples: { type: 'string', value: 'N', help: 'fewer samples everywhere, for a loaded machine' },
     'long-run-checkpoints': { type: 'string', value: 'N', help: 'a shorter long run (same repository and changes)' },
+    'rounds-files': { type: 'string', value: 'N', help: 'the rounds bench on a repository of N files (default 10000)' },
     'remote-transport': { type: 'string', value: 'git|http', help: 'how the many-hosts bench serves its remotes' },
     render: { type: 'boolean', help: 're-judge the targets of a results file and print its tables; measures nothing' },
     file: { type: 'string', value: 'FILE', help: '--render: the results file (default bench/results.json)' },
@@ -115,6 +118,7 @@ if (transportArg !== 'git' && transportArg !== 'http') {
 const sizesList = args.sizes?.split(',').map((n) => positiveInt('sizes', n)!);
 const samplesArg = positiveInt('samples', args.samples);
 const longRunArg = positiveInt('long-run-checkpoints', args['long-run-checkpoints']);
+const roundsFilesArg = positiveInt('rounds-files', args['rounds-files']);
 if (args.file !== undefined && !args.render) fail('--file goes with --render');
 
 if (args.render) {
@@ -141,6 +145,7 @@ const plan = quick
       rounds: 10,
       runsPerWorker: 1,
       longRun: { files: 1_000, checkpoints: 200, changed: 10 },
+      longRounds: { files: 1_000, rounds: 200, changed: 10 },
     }
   : {
       sizes: [1_000, 10_000, 50_000],
@@ -152,6 +157,7 @@ const plan = quick
       rounds: 50,
       runsPerWorker: 2,
       longRun: { files: 10_000, checkpoints: 2_000, changed: 10 },
+      longRounds: { files: 10_000, rounds: 2_000, changed: 10 },
     };
 
 // The repository sizes, for the checkpoint, integrity and resume benches: the plan's and
@@ -165,6 +171,8 @@ const SAMPLES_AT: Record<number, { checkpoint: number; resume: number }> = { 250
 if (samplesArg) plan.samples = samplesArg;
 // --long-run-checkpoints=N: a shorter long run (same repository and changes), for iterating on it.
 if (longRunArg) plan.longRun.checkpoints = longRunArg;
+// --rounds-files=N: the rounds bench on a smaller repository, for a machine too loaded for 10k files.
+if (roundsFilesArg) plan.longRounds.files = roundsFilesArg;
 const samplesAt = (files: number, kind: 'checkpoint' | 'resume') =>
   Math.min(plan.samples, SAMPLES_AT[files]?.[kind] ?? plan.samples);
 
@@ -409,6 +417,27 @@ try {
   }
 
   await settle();
+  // Rounds of one run through the live loop, timed from outside (bench/rounds.ts).
+  let rounds: RoundsResult | undefined;
+  if (only.has('rounds')) {
+    const { files, rounds: n, changed } = plan.longRounds;
+    // Early windows against the last 50 rounds (each window once, in order, within the run).
+    const windows = (
+      [
+        [51, 100],
+        [351, 400],
+        [951, 1_000],
+        [n - 49, n],
+      ] as Array<[number, number]>
+    )
+      .filter(([from, to]) => from >= 1 && to <= n)
+      .filter(([from], i, all) => i === 0 || from > all[i - 1]![1]);
+    rounds = await measureRounds(env, await freshRepo(files, 'rounds'), { files, rounds: n, changed, windows }, log);
+    const at = rounds.windows.map((w) => `rounds ${w.from}–${w.to} ${w.time.median.toFixed(1)} ms`).join(', ');
+    log(`rounds ${n} / ${files} files / ${changed} written: ${at}; ${rounds.ratioLastToFirst}× (${since()})`);
+  }
+
+  await settle();
   const missionControl: MissionControlFigure[] = [];
   if (only.has('mission-control')) {
     const levels = await measureMissionControl(env, plan.mcRows, plan.samples, payload!, s, log);
@@ -482,6 +511,7 @@ try {
     missionControlRatio: mcRatio,
     throughput,
     ...(longRun ? { longRun } : {}),
+    ...(rounds ? { rounds } : {}),
     ...(remote ? { remote } : {}),
     ...(outage ? { outage } : {}),
     ...(wholeCost ? { wholeCost } : {}),
