@@ -22,6 +22,7 @@ import { withWorkspace, type WorkspaceTx } from '../store/workspace.ts';
 import { actorLabel } from '../worker/run/cancelled.ts';
 import { FILES_IN_EVENT } from '../worker/run/doc-review.ts';
 import type { JobQueue } from '../worker/queue/types.ts';
+import { refuseOverQuota } from '../worker/run/quota.ts';
 import type { DispatchResult } from './dispatch.ts';
 
 export const MAX_NOTE_CHARS = 4000;
@@ -104,6 +105,7 @@ export async function sendBackRun(
   const by = actorLabel(args.by);
   const run = await withWorkspace(db.app, args.workspaceId, async (tx) => {
     const { run, brief } = await runInReview(tx, args.agentRunId, 'sent back');
+    await refuseOverQuota(tx); // a send-back starts the run again
     const text = briefWithNote(run.job.brief, args.note, run.attempt);
     if (Buffer.byteLength(text) > MAX_BRIEF_BYTES)
       throw new EchodoError(

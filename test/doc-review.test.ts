@@ -11,6 +11,8 @@ import { after, before, test } from 'node:test';
 import { createMissionControl, type RunningMissionControl } from '../mission-control/server.ts';
 import { csrfTokenFor } from '../mission-control/routes-actions.ts';
 import { createWorkspaceToken } from '../store/tokens.ts';
+import { recordUsage, setQuota } from '../store/storage.ts';
+import { withWorkspace } from '../store/workspace.ts';
 import { chromium } from 'playwright-core';
 import { PROJECT_ROOT } from '../core/config.ts';
 import { spawnNode, waitFor, type Child } from './support/child.ts';
@@ -92,6 +94,14 @@ test('a doc-writer run ends in doc_review with its files and hashes; publish and
   assert.match(unknown.err, /run no-such-run not found/);
   assert.equal((await cli('scripts/retry.ts', ['--run', docRun, '--note', ' '])).code, 2, 'an empty note');
   assert.equal((await cli('scripts/retry.ts', ['--run', codeRun, '--note', 'More.'])).code, 3);
+
+  // Over the storage quota a send-back is refused like any start, and the run stays in review.
+  await withWorkspace(s.t.db.app, s.workspaceId, (tx) => setQuota(tx, 1).then(() => recordUsage(tx, 2, 0)));
+  const overQuota = await cli('scripts/retry.ts', ['--run', docRun, '--note', 'Over quota.']);
+  assert.equal(overQuota.code, 3, overQuota.err);
+  assert.match(overQuota.err, /over its storage quota/);
+  assert.equal((await briefOf(docRun)).status, 'doc_review');
+  await withWorkspace(s.t.db.app, s.workspaceId, (tx) => setQuota(tx, null));
 
   // Sent back: the same run, attempt 2, the note in its brief; its next round writes docs/y.md.
   const again = path.join(path.dirname(s.transcriptPath), 'again.json');
