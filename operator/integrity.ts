@@ -1,7 +1,7 @@
-// The integrity check: resume's verification, read-only, from any process. When the notes look
-// off (a note missing or wrong, the branch moved), or when asked to repair them, every checkpoint
-// note is audited against its row and its commit against the run's branch (notes-audit.ts); the
-// repair rewrites missing and wrong notes from Postgres and never touches the worktree.
+// The integrity check: resume's verification, read-only, from any process. Every checkpoint note
+// is audited against its row and its commit against the run's branch (notes-audit.ts), so a
+// wrong note on an old checkpoint shows as drift too; the repair rewrites missing and wrong notes
+// from Postgres and never touches the worktree.
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import type { Config } from '../core/config.ts';
@@ -38,15 +38,6 @@ export interface IntegrityReport {
   /** With repairNotes: the checkpoints whose notes were rewritten from Postgres, and those off the branch. */
   notesRepair?: { rewritten: number[]; offBranch: number[] };
 }
-
-/** Findings that send the check through the full notes audit (every note's text, the branch's commits). */
-const NOTES_SIGNALS: ReadonlySet<FindingKind> = new Set([
-  'note_missing',
-  'note_mismatch',
-  'branch_moved',
-  'commit_unreachable',
-  'wrong_branch',
-]);
 
 export interface IntegrityOptions {
   /** Also compare with the checkpoint remote (WORKER_CHECKPOINT_REMOTE). */
@@ -127,7 +118,7 @@ async function inspectIntegrity(
     : undefined;
   let local: Finding[] = inspection.findings;
   let audited: Inspected['audit'];
-  if (run.branch && (options.repairNotes || local.some((f) => NOTES_SIGNALS.has(f.kind)))) {
+  if (run.branch) {
     const repoPath = run.job.repoPath ?? config.WORKER_REPO_ROOT;
     const notesRef = config.WORKER_NOTES_REF;
     // A repository git cannot read: inspectRun has said so already.

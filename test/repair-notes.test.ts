@@ -69,6 +69,12 @@ async function integrityCheck(runId: string, ...flags: string[]): Promise<{ code
 test('notes ref deleted and a note overwritten: reported (exit 1), then rewritten from Postgres (exit 0)', async () => {
   const { repo, r, chain } = await runOfThree();
   const notesRef = t.config.WORKER_NOTES_REF;
+  // A wrong note on an older checkpoint, nothing else amiss: the plain check finds it too.
+  const forged = ['notes', `--ref=${notesRef}`, 'add', '-f', '-m', '{"agentRunId":"forged"}', chain[0]!.commit_oid!];
+  await git(repo, ...forged);
+  const older = await integrityCheck(r.run.id);
+  assert.equal(older.code, 1, older.out);
+  assert.match(older.out, /DRIFT note_mismatch: the note of checkpoint\(s\) 1 /);
   await git(repo, 'update-ref', '-d', notesRef);
   await git(repo, 'notes', `--ref=${notesRef}`, 'add', '-m', '{"agentRunId":"someone else"}', chain[1]!.commit_oid!);
   const before = await snapshot(r.worktree);
