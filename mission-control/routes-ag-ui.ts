@@ -173,6 +173,7 @@ export function mountAgUiRoutes(
             const all = checkpointEvents(agentRunId, row);
             const from = row.checkpoint_seq === seq ? sent : 0;
             seq = row.checkpoint_seq;
+            if (from >= all.length) sent = 0; // an id past the checkpoint's last event: it was all sent
             for (let i = from; i < all.length; i++) {
               sent = i + 1 === all.length ? 0 : i + 1;
               await write(all[i]!, formatCursor({ seq, sent, eventId }));
