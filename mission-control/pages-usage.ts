@@ -26,7 +26,20 @@ function tokenCells(u: UsageTotals): SafeHtml {
     <td class="num">${count(u.reasoningTokens)}</td>`;
 }
 
-export function runUsageContent(total: CostTotal, checkpoints: CheckpointCost[]): SafeHtml {
+/** `final`: the run's last answer, text only, which no checkpoint holds (kept on the run, counted in the total). */
+export function runUsageContent(
+  total: CostTotal,
+  checkpoints: CheckpointCost[],
+  final: Omit<CheckpointCost, 'seq'> | null = null,
+): SafeHtml {
+  const finalRow =
+    final &&
+    html`<tr data-usage-final>
+      <td>final answer</td>
+      <td class="mono">${final.modelId ?? '—'}</td>
+      ${tokenCells(final)}
+      <td class="num" data-cost>${formatUsd(final.costUsd)}</td>
+    </tr>`;
   const rows = checkpoints.map(
     (c) =>
       html`<tr data-usage-seq="${c.seq}">
@@ -48,12 +61,12 @@ export function runUsageContent(total: CostTotal, checkpoints: CheckpointCost[])
         </tr>
       </thead>
       <tbody>
-        ${rows}
+        ${finalRow}${rows}
       </tbody>
       <tfoot>
         <tr data-usage-total>
           <th>Total</th>
-          <th>${total.checkpoints} checkpoint(s)</th>
+          <th>${total.checkpoints} checkpoint(s)${final ? ' and the final answer' : ''}</th>
           ${tokenCells(total)}
           <th class="num" data-cost>${formatUsd(total.costUsd)}</th>
         </tr>

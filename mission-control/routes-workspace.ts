@@ -17,7 +17,14 @@ import { messageContent } from './pages-admin.ts';
 import { runListContent } from './pages-runs.ts';
 import { convoyDetailContent, convoyListContent, runTimelineContent, type RunPageView } from './pages-workspace.ts';
 import { parseRunQuery } from './run-query.ts';
-import { checkpointCosts, convoyCost, runCost, workspaceDayCost, type CostTotal } from '../store/cost.ts';
+import {
+  checkpointCosts,
+  convoyCost,
+  finalAnswerCost,
+  runCost,
+  workspaceDayCost,
+  type CostTotal,
+} from '../store/cost.ts';
 import { dailyBudget } from '../store/budget.ts';
 import { convoyUsageContent, runUsageContent, spendTodayContent } from './pages-usage.ts';
 import { html } from './html.ts';
@@ -205,14 +212,18 @@ export function mountWorkspaceRoutes(app: Hono<McEnv>, db: Database, hub: Change
     const seqs = view.page.checkpoints.map((cp) => cp.seq);
     // The costs of the checkpoints this page shows, not of the whole run.
     const shown = seqs.length ? { from: Math.min(...seqs), to: Math.max(...seqs) } : { from: 1, to: 0 };
-    const [total, costs] = await read(c, (tx) =>
-      Promise.all([runCost(tx, view.run.agentRunId), checkpointCosts(tx, view.run.agentRunId, shown)]),
+    const [total, costs, final] = await read(c, (tx) =>
+      Promise.all([
+        runCost(tx, view.run.agentRunId),
+        checkpointCosts(tx, view.run.agentRunId, shown),
+        finalAnswerCost(tx, view.run.agentRunId),
+      ]),
     );
     return sendPage(c, {
       title: `run ${view.run.agentRunId}`,
       who: who(c),
       live: { events: '/api/events', run: view.run.agentRunId },
-      content: html`${runTimelineContent(view, actionView(c))}${runUsageContent(total, costs.reverse())}`,
+      content: html`${runTimelineContent(view, actionView(c))}${runUsageContent(total, costs.reverse(), final)}`,
     });
   });
 }

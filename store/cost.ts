@@ -87,6 +87,26 @@ export async function checkpointCosts(
   }));
 }
 
+/** The usage and cost of the run's final text-only answer (kept on the run), or null when it has none. */
+export async function finalAnswerCost(
+  tx: WorkspaceTx,
+  agentRunId: string,
+): Promise<Omit<CheckpointCost, 'seq'> | null> {
+  const [r] = await tx`${costed(tx, tx`c.agent_run_id = ${agentRunId} and c.checkpoint_seq is null`)}
+    select model_id, input_tokens::float8, output_tokens::float8, cache_read_tokens::float8,
+           cache_write_tokens::float8, reasoning_tokens::float8, cost_usd::float8 from costed`;
+  if (!r) return null;
+  return {
+    modelId: r.model_id,
+    costUsd: r.cost_usd,
+    inputTokens: r.input_tokens,
+    outputTokens: r.output_tokens,
+    cacheReadTokens: r.cache_read_tokens,
+    cacheWriteTokens: r.cache_write_tokens,
+    reasoningTokens: r.reasoning_tokens,
+  };
+}
+
 export async function runCost(tx: WorkspaceTx, agentRunId: string): Promise<CostTotal> {
   const [row] = await tx`${costed(tx, tx`c.agent_run_id = ${agentRunId}`)} select ${totals(tx)} from costed`;
   return toTotal(row);

@@ -187,6 +187,8 @@ test('GET /api/runs/:id and the run page show tokens and cost: unpriced until a 
   const html = await page();
   assert.match(html, /<tr data-usage-seq="1">.*?data-cost>\$0\.00342<\/td>/s);
   assert.match(html, /<tr data-usage-seq="2">.*?data-cost>\$0\.00675<\/td>/s);
+  // The final answer, which no checkpoint holds: its own row, in the total.
+  assert.match(html, /<tr data-usage-final>.*?>3,000<.*?data-cost>\$0\.0093<\/td>/s);
   assert.match(html, /<tr data-usage-total>.*?data-cost>\$0\.0195<\/th>/s);
 
   // The convoy (its API and page) and the workspace's spend today against its cap (set above: $2.50).
