@@ -182,7 +182,13 @@ export function loadConfigOrExit(env: NodeJS.ProcessEnv = process.env): Config {
 /** The config with anything secret masked, for banners. */
 export function maskedConfig(config: Config): Record<string, unknown> {
   const masked: Record<string, unknown> = { ...config };
-  for (const key of ['DATABASE_URL', 'DATABASE_APP_URL', 'REDIS_URL', 'WORKER_CHECKPOINT_REMOTE'] as const) {
+  for (const key of [
+    'DATABASE_URL',
+    'DATABASE_APP_URL',
+    'REDIS_URL',
+    'WORKER_CHECKPOINT_REMOTE',
+    'OTEL_EXPORTER_OTLP_ENDPOINT',
+  ] as const) {
     const value = config[key];
     if (!value) continue;
     masked[key] = value
