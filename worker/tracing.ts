@@ -4,18 +4,17 @@
 // Without it the API's no-op tracer answers: a span is a shared object that records nothing.
 // Attributes are ids, counts and kinds: never a path, a file's contents, a brief or a secret.
 import { context, SpanStatusCode, trace, type Attributes, type Span } from '@opentelemetry/api';
-import { errorMessage } from '../core/errors.ts';
-import { redactString } from '../core/redact.ts';
+import { EchodoError } from '../core/errors.ts';
 
 const tracer = () => trace.getTracer('echodo-worker');
 
-/** Runs fn in a span (the parent: the active one); an error ends it with status error, its message redacted. */
+/** Runs fn in a span (the parent: the active one); an error ends it with status error and its code (no message: it may name a path). */
 export async function inSpan<T>(name: string, attributes: Attributes, fn: (span: Span) => Promise<T>): Promise<T> {
   return tracer().startActiveSpan(name, { attributes }, async (span) => {
     try {
       return await fn(span);
     } catch (err) {
-      span.setStatus({ code: SpanStatusCode.ERROR, message: redactString(errorMessage(err)).slice(0, 300) });
+      span.setStatus({ code: SpanStatusCode.ERROR, message: err instanceof EchodoError ? err.code : 'error' });
       throw err;
     } finally {
       span.end();
