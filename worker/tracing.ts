@@ -8,7 +8,10 @@ import { EchodoError } from '../core/errors.ts';
 
 const tracer = () => trace.getTracer('echodo-worker');
 
-/** Runs fn in a span (the parent: the active one); an error ends it with status error and its code (no message: it may name a path). */
+/**
+ * Runs fn in a span (the parent: the active one); an error ends it with status error and its code
+ * (not its message, which may name a path).
+ */
 export async function inSpan<T>(name: string, attributes: Attributes, fn: (span: Span) => Promise<T>): Promise<T> {
   return tracer().startActiveSpan(name, { attributes }, async (span) => {
     try {
