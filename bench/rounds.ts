@@ -6,6 +6,7 @@
 // work per round). Reported for windows of 50 rounds early and late in the run, with the size of
 // the prompt the model was sent and the heap, so a conversation or any per-round work that grows
 // with the round count shows as a late window slower or larger than an early one.
+import os from 'node:os';
 import type {
   LanguageModelV3,
   LanguageModelV3CallOptions,
@@ -30,6 +31,8 @@ export interface RoundsWindow {
   promptChars: Summary;
   /** V8 heap in use at the window's end, MB. */
   heapMb: number;
+  /** The 1-minute load average at the window's end: a loaded machine slows every round alike. */
+  load: number;
 }
 
 export interface RoundsResult {
@@ -52,6 +55,7 @@ class TimedModel implements LanguageModelV3 {
   readonly calls: number[] = [];
   readonly promptChars: number[] = [];
   readonly heap: number[] = [];
+  readonly load: number[] = [];
 
   constructor(private readonly inner: ReplayModel) {}
 
@@ -59,6 +63,7 @@ class TimedModel implements LanguageModelV3 {
     this.calls.push(performance.now());
     this.promptChars.push(JSON.stringify(options.prompt).length);
     this.heap.push(process.memoryUsage().heapUsed);
+    this.load.push(os.loadavg()[0]!);
   }
 
   doGenerate(options: LanguageModelV3CallOptions): Promise<LanguageModelV3GenerateResult> {
@@ -130,6 +135,7 @@ export async function measureRounds(
       time: summarize(times.slice(from - 1, to)),
       promptChars: summarize(model.promptChars.slice(from - 1, to)),
       heapMb: round(model.heap[to - 1]! / 2 ** 20, 1),
+      load: round(model.load[to - 1]!, 2),
     }));
   const [first, last] = [windows[0], windows.at(-1)];
   return {
@@ -148,13 +154,13 @@ export function renderRounds(r: RoundsResult): string {
   const head = `### Rounds of one long run (${r.rounds.toLocaleString('en-US')} rounds, ${r.files.toLocaleString('en-US')} files, ${r.changedPerRound} written a round, WORKER_CONTEXT_ROUNDS=${r.contextRounds})`;
   const rows = r.windows.map(
     (w) =>
-      `| ${w.from}–${w.to} | ${w.time.median.toFixed(1)} | ${w.time.p99.toFixed(1)} | ${Math.round(w.promptChars.median).toLocaleString('en-US')} | ${w.heapMb} |`,
+      `| ${w.from}–${w.to} | ${w.time.median.toFixed(1)} | ${w.time.min.toFixed(1)} | ${w.time.p99.toFixed(1)} | ${Math.round(w.promptChars.median).toLocaleString('en-US')} | ${w.heapMb} | ${w.load ?? '?'} |`,
   );
   return [
     head,
     '',
-    '| rounds | ms a round (median) | p99 | prompt chars (median) | heap MB at end |',
-    '|---|---|---|---|---|',
+    '| rounds | ms a round (median) | fastest | p99 | prompt chars (median) | heap MB at end | load at end |',
+    '|---|---|---|---|---|---|---|',
     ...rows,
     '',
     `Last window over first: ${r.ratioLastToFirst}× (run ${r.outcome}).`,
