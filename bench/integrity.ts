@@ -1,7 +1,7 @@
 // Benchmark 4: the integrity check (operator/integrity.ts checkRunIntegrity: chain from Postgres,
 // worktree, notes, file hashes), against `git status` on the same worktree, alternating.
 import { checkpointChain, runManifest } from '../store/checkpoints.ts';
-import { anchorOf } from '../store/retention.ts';
+import { chainAnchors } from '../store/retention.ts';
 import { getRun } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { describeFiles } from '../worker/checkpoints/content.ts';
@@ -84,7 +84,7 @@ export async function profileIntegrity(
   key: string,
 ): Promise<void> {
   const chain = await withWorkspace(env.db.app, env.workspaceId, (tx) => checkpointChain(tx, f.run.id));
-  const anchor = (await withWorkspace(env.db.app, env.workspaceId, (tx) => anchorOf(tx, f.run.id))) ?? null;
+  const anchor = await withWorkspace(env.db.app, env.workspaceId, (tx) => chainAnchors(tx, f.run.id));
   const latest = chain.at(-1)!;
   const manifest = await withWorkspace(env.db.app, env.workspaceId, (tx) => runManifest(tx, f.run.id));
   for (let i = 0; i < samples; i++) {
@@ -93,7 +93,7 @@ export async function profileIntegrity(
         await getRun(tx, f.run.id),
         await checkpointChain(tx, f.run.id),
         await runManifest(tx, f.run.id),
-        await anchorOf(tx, f.run.id),
+        await chainAnchors(tx, f.run.id),
       ]),
     );
     await s.time(`${key}.profile.verifyChain`, async () => verifyChain(chain, anchor));

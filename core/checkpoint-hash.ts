@@ -153,16 +153,28 @@ export interface ChainVerdict {
 }
 
 /**
- * Verifies rows of one run in seq order. `anchor` is the hash the first row must link to:
- * null for a chain that starts at seq 1, or the anchor kept by pruning (or a fork's source).
+ * A hash a row links to other than the row before it: the row at `seq + 1` links to `hash`. Every
+ * chain has one at seq 0, its origin (null, or a fork's source checkpoint); a retention prune leaves
+ * one where the kept rows go on after the rows it removed.
  */
-export function verifyChain(rows: ChainRow[], anchor: string | null = null): ChainVerdict {
+export interface ChainAnchor {
+  seq: number;
+  hash: string | null;
+}
+
+export const GENESIS: readonly ChainAnchor[] = [{ seq: 0, hash: null }];
+
+/**
+ * Verifies rows of one run in seq order. `anchors` are what rows may link to across a start or a
+ * gap (chainAnchors in store/retention.ts); a bare hash is what the first row links to, whatever
+ * its seq: the row before a tail the caller read. Null is GENESIS.
+ */
+export function verifyChain(rows: ChainRow[], anchors: readonly ChainAnchor[] | string | null = GENESIS): ChainVerdict {
   const verified: boolean[] = [];
   const problems: string[] = [];
-  let expectedPrev = anchor;
-  let expectedSeq = rows[0]?.checkpoint_seq ?? 1;
-  if (anchor === null && rows.length && expectedSeq !== 1)
-    problems.push(`chain starts at seq ${expectedSeq}, not 1, and has no anchor`);
+  const links: readonly ChainAnchor[] =
+    typeof anchors === 'string' ? [{ seq: (rows[0]?.checkpoint_seq ?? 1) - 1, hash: anchors }] : (anchors ?? GENESIS);
+  let before: ChainRow | undefined;
   // The fold that rebuilds format-1 payloads of migrated rows (and the legacy manifest).
   let files = new Map<string, FileTouched>();
   let window: unknown[] = [];
@@ -184,20 +196,19 @@ export function verifyChain(rows: ChainRow[], anchor: string | null = null): Cha
       payload = payloadOfRow(row);
     }
     legacyTail = format !== DELTA_FORMAT;
-    const ok =
-      row.checkpoint_seq === expectedSeq &&
-      row.prev_hash === expectedPrev &&
-      checkpointHash(row.prev_hash, payload) === row.hash;
+    const seq = row.checkpoint_seq;
+    // The row before it, or an anchor for this seq that no row before it passed.
+    const anchor = links.find((a) => a.seq === seq - 1 && (!before || before.checkpoint_seq <= a.seq));
+    const linked = before && before.checkpoint_seq === seq - 1 ? { hash: before.hash } : anchor;
+    const ok = !!linked && row.prev_hash === linked.hash && checkpointHash(row.prev_hash, payload) === row.hash;
     if (!ok) {
-      if (row.checkpoint_seq !== expectedSeq)
-        problems.push(`seq ${row.checkpoint_seq}: expected seq ${expectedSeq} (gap or duplicate)`);
-      else if (row.prev_hash !== expectedPrev)
-        problems.push(`seq ${row.checkpoint_seq}: prev_hash does not link to the row before`);
-      else problems.push(`seq ${row.checkpoint_seq}: hash does not match the row's contents`);
+      if (!linked && !before) problems.push(`chain starts at seq ${seq}, not 1, and has no anchor`);
+      else if (!linked) problems.push(`seq ${seq}: expected seq ${before!.checkpoint_seq + 1} (gap or duplicate)`);
+      else if (row.prev_hash !== linked.hash) problems.push(`seq ${seq}: prev_hash does not link to the row before`);
+      else problems.push(`seq ${seq}: hash does not match the row's contents`);
     }
     verified.push(ok && verified.every(Boolean));
-    expectedPrev = row.hash;
-    expectedSeq = row.checkpoint_seq + 1;
+    before = row;
   }
   const last = rows.at(-1);
   const manifestDigest = !last

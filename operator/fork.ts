@@ -9,7 +9,7 @@ import type { Config } from '../core/config.ts';
 import type { Database } from '../store/connection.ts';
 import { checkpointAt, checkpointChain, type CheckpointRow } from '../store/checkpoints.ts';
 import { prunedBelow, recordForkAnchor, recordForkOrigin } from '../store/operator-actions.ts';
-import { anchorOf } from '../store/retention.ts';
+import { chainAnchors } from '../store/retention.ts';
 import { appendEvent, getRun, recordRun, type RunRow } from '../store/runs.ts';
 import { modelProvider } from '../store/settings-lookup.ts';
 import { withWorkspace } from '../store/workspace.ts';
@@ -86,7 +86,7 @@ export async function forkRun(
       throw noSuchCheckpoint(req);
     }
     const chain = (await checkpointChain(tx, run.id)).filter((r) => r.checkpoint_seq <= req.at);
-    const verdict = verifyChain(chain, (await anchorOf(tx, run.id)) ?? null);
+    const verdict = verifyChain(chain, await chainAnchors(tx, run.id));
     if (!verdict.ok)
       throw new EchodoError(
         'action_refused',

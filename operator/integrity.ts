@@ -7,7 +7,7 @@ import path from 'node:path';
 import type { Config } from '../core/config.ts';
 import type { Database } from '../store/connection.ts';
 import { checkpointChain, runManifest, type ManifestEntry } from '../store/checkpoints.ts';
-import { anchorOf } from '../store/retention.ts';
+import { chainAnchors } from '../store/retention.ts';
 import { getRun } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { gitStatus, inspectRun, type Finding, type FindingKind } from '../worker/checkpoints/verify.ts';
@@ -89,9 +89,9 @@ async function inspectIntegrity(
       getRun(tx, agentRunId),
       checkpointChain(tx, agentRunId),
       runManifest(tx, agentRunId),
-      anchorOf(tx, agentRunId),
+      chainAnchors(tx, agentRunId),
     ]);
-    return run ? { run, chain, manifest, anchor: anchor ?? null } : undefined;
+    return run ? { run, chain, manifest, anchor } : undefined;
   });
   if (!loaded) {
     await prefetchedStatus?.result.catch(() => {});

@@ -11,7 +11,7 @@ import { existsSync } from 'node:fs';
 import { redactString } from '../core/redact.ts';
 import { checkpointChain } from '../store/checkpoints.ts';
 import type { Database } from '../store/connection.ts';
-import { commitsPrunedToLast, pruneRunToLast, runsPastRetention } from '../store/retention.ts';
+import { commitsPrunedToLast, keptToLast, pruneRunToLast, runsPastRetention } from '../store/retention.ts';
 import { getRun } from '../store/runs.ts';
 import { recordUsage, runBranches, storagePolicy, workspacePostgresBytes } from '../store/storage.ts';
 import { withWorkspace } from '../store/workspace.ts';
@@ -171,7 +171,7 @@ async function pruneRemote(
           remote: deps.remote!,
           notesRef,
           branch: plan.branch!,
-          kept: chain.slice(-keepLast),
+          kept: keptToLast(chain, keepLast),
           rewriteNotes: true,
           deleteBranch: false,
           present,

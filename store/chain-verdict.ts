@@ -2,6 +2,7 @@
 // seq, ending in which hash) is kept in checkpoint_chain_verdicts, and a read verifies only the
 // rows written since. A page of a long run therefore costs what a page of a short one does.
 import { DELTA_FORMAT, verifyChain, type ChainRow } from '../core/checkpoint-hash.ts';
+import { chainAnchors } from './retention.ts';
 import type { WorkspaceTx } from './workspace.ts';
 
 export type ChainVerdict =
@@ -13,9 +14,6 @@ const STORED_VERDICT_SQL = `
 select v.verified_seq, v.verified_hash, v.broken_seq, v.problem
   from checkpoint_chain_verdicts v
  where v.workspace_id = $1 and v.agent_run_id = $2`;
-
-const RUN_ANCHOR_SQL = `
-select a.anchor_hash from checkpoint_anchors a where a.workspace_id = $1 and a.agent_run_id = $2`;
 
 const CHAIN_ROWS_AFTER_SQL = `
 select c.workspace_id, c.agent_run_id, c.checkpoint_seq, c.step, c.tool_history, c.files_touched, c.branch,
@@ -48,11 +46,6 @@ async function storedVerdict(tx: WorkspaceTx, agentRunId: string): Promise<Store
   return { verifiedSeq, verifiedHash, brokenSeq, problem };
 }
 
-async function runAnchor(tx: WorkspaceTx, agentRunId: string): Promise<string | null> {
-  const [row] = await tx.unsafe(RUN_ANCHOR_SQL, [tx.workspaceId, agentRunId]);
-  return row?.anchor_hash ?? null;
-}
-
 async function chainRowsAfter(tx: WorkspaceTx, agentRunId: string, seq: number): Promise<ChainRow[]> {
   return (await tx.unsafe(CHAIN_ROWS_AFTER_SQL, [tx.workspaceId, agentRunId, seq])) as unknown as ChainRow[];
 }
@@ -80,7 +73,7 @@ export async function chainVerdict(tx: WorkspaceTx, agentRunId: string): Promise
     rows = await chainRowsAfter(tx, agentRunId, 0);
   }
   if (!rows.length) return from > 0 ? { state: 'verifies', verifiedSeq: from } : { state: 'none' };
-  const anchor = from > 0 ? (stored?.verifiedHash ?? null) : await runAnchor(tx, agentRunId);
+  const anchor = from > 0 ? (stored?.verifiedHash ?? null) : await chainAnchors(tx, agentRunId);
   const result = verifyChain(rows, anchor);
   // A chain that starts after seq 1 with no anchor fails as a whole, though each row verifies.
   const firstBad = result.ok
@@ -155,7 +148,14 @@ export async function chainPage(
     verdict.state === 'verifies' ? seq <= verdict.verifiedSeq : verdict.state === 'broken' && seq < verdict.brokenSeq;
   const ascending = [...fetched].reverse();
   const selfContained = ascending.every((r) => (r.payload_format ?? 1) !== 2);
-  const check = selfContained && ascending.length ? verifyChain(ascending, ascending[0]!.prev_hash) : undefined;
+  // The page's oldest row links to what it names (the rows before the page are not read); a row after
+  // a retention gap inside the page links to the run's anchor.
+  const oldest = ascending[0];
+  const anchors = oldest && [
+    { seq: oldest.checkpoint_seq - 1, hash: oldest.prev_hash },
+    ...(await chainAnchors(tx, agentRunId)),
+  ];
+  const check = selfContained && oldest ? verifyChain(ascending, anchors) : undefined;
   const okBySeq = new Map(ascending.map((r, i) => [r.checkpoint_seq, check ? check.verified[i]! : true]));
   return {
     rows,

@@ -98,8 +98,8 @@ export async function recordForkOrigin(
 
 /** The fork's chain starts from an anchor: the hash of the source checkpoint it was made from. */
 export async function recordForkAnchor(tx: WorkspaceTx, args: { agentRunId: string; hash: string }): Promise<void> {
-  await tx`insert into checkpoint_anchors (workspace_id, agent_run_id, anchor_seq, anchor_hash)
-           values (${tx.workspaceId}, ${args.agentRunId}, 0, ${args.hash})`;
+  await tx`insert into checkpoint_anchors (workspace_id, agent_run_id, anchor_seq, anchor_hash, origin_hash)
+           values (${tx.workspaceId}, ${args.agentRunId}, 0, ${args.hash}, ${args.hash})`;
 }
 
 /** The lowest checkpoint seq a pruned run still has (its anchor's seq + 1), or undefined if never pruned. */

@@ -153,7 +153,7 @@ test('GET /api/storage and the Storage page show the bytes a known run holds, la
   await page.close();
 });
 
-test('retention set (CLI) is applied by the storage sweep: the run keeps its last K checkpoints, still verifies, bytes fall', async () => {
+test('retention set (CLI) is applied by the storage sweep: the run keeps its first and last K checkpoints, still verifies, bytes fall', async () => {
   const before = await runPostgresBytes(RUN);
   const cli = spawnNode(
     'scripts/workspace.ts',
@@ -169,16 +169,16 @@ test('retention set (CLI) is applied by the storage sweep: the run keeps its las
   const swept = await sweep();
   assert.deepEqual(
     swept.workspaces.map((w) => [w.workspaceId, w.rowsPruned]),
-    [[WS, 9]],
+    [[WS, 8]],
   );
   const seqs =
     await su`select checkpoint_seq from worker_checkpoints where agent_run_id = ${RUN} order by checkpoint_seq`;
   assert.deepEqual(
     seqs.map((r) => r.checkpoint_seq),
-    [10, 11, 12],
+    [1, 10, 11, 12],
   );
   assert.ok((await runPostgresBytes(RUN)) < before / 2, 'the bytes fell');
-  assert.equal((await storage()).runs.find((r) => r.agentRunId === RUN)!.checkpointRows, 3);
+  assert.equal((await storage()).runs.find((r) => r.agentRunId === RUN)!.checkpointRows, 4);
   const run = await (
     await fetch(`${server.url}/api/runs/${RUN}`, { headers: { authorization: `Bearer ${token}` } })
   ).json();
@@ -224,17 +224,17 @@ test('Prune now on the Storage page previews what goes, asks, then applies the p
   await Promise.all([page.waitForURL(`${server.url}/storage`), page.click('button[type=submit]')]);
   assert.equal(
     await page.getAttribute('[data-testid="prune-preview"]', 'data-rows'),
-    '4',
-    'keep-last 3 of 7: 4 would go',
+    '3',
+    'keep-last 3 of 7: 3 would go (the first stays)',
   );
   await page.click('[data-testid="prune-now"]');
   await page.waitForSelector('[data-testid="confirm"]');
-  assert.match(await page.locator('[data-testid="confirm"]').innerText(), /removes 4 checkpoints of 1 runs/);
+  assert.match(await page.locator('[data-testid="confirm"]').innerText(), /removes 3 checkpoints of 1 runs/);
   const [still] = await su`select count(*)::int as n from worker_checkpoints where agent_run_id = 'run-extra'`;
   assert.equal(still!.n, 7, 'nothing goes before the confirmation');
   await Promise.all([page.waitForURL(`${server.url}/storage`), page.click('[data-testid="confirm-yes"]')]);
   const [left] = await su`select count(*)::int as n from worker_checkpoints where agent_run_id = 'run-extra'`;
-  assert.equal(left!.n, 3);
+  assert.equal(left!.n, 4);
   assert.equal(await page.getAttribute('[data-testid="prune-preview"]', 'data-rows'), '0');
   await page.close();
 });

@@ -1,7 +1,7 @@
 // The storage sweep prunes git as well as Postgres: a finished run of six real checkpoints (the real
-// writer, each a commit with its note) under a keep-last-2 policy loses the four older rows and their
-// notes, keeps the notes of the two it keeps (and every other run's), its chain and notes still
-// verify, and the workspace's git bytes, as the sweep measures them for the quota, fall. With a
+// writer, each a commit with its note) under a keep-last-2 policy loses rows 2-4 and their notes,
+// keeps the notes of its first and last two (and every other run's), its chain (across the gap) and
+// notes still verify, and the workspace's git bytes, as the sweep measures them for the quota, fall. With a
 // checkpoint remote (a bare repository behind a real `git daemon`), the run's notes ref there, and
 // this host's copy of it, keep the kept checkpoints' notes only.
 import assert from 'node:assert/strict';
@@ -12,7 +12,9 @@ import { after, before, test } from 'node:test';
 import type { Sql } from 'postgres';
 import { checkRunIntegrity } from '../operator/integrity.ts';
 import { sweepStoragePolicies } from '../operator/storage-sweep.ts';
+import { verifyChain } from '../core/checkpoint-hash.ts';
 import { checkpointChain } from '../store/checkpoints.ts';
+import { chainAnchors } from '../store/retention.ts';
 import { createWorkspace } from '../store/runs.ts';
 import { setQuota, setRetention } from '../store/storage.ts';
 import { withWorkspace } from '../store/workspace.ts';
@@ -71,14 +73,24 @@ test("the sweep removes the pruned checkpoints' notes with their rows; git bytes
 
   await withWorkspace(t.db.app, WS, (tx) => setRetention(tx, 2, 0));
   const [pruned] = (await sweep()).workspaces;
-  assert.equal(pruned!.rowsPruned, 4);
-  assert.equal(pruned!.notesRemoved, 4);
+  assert.equal(pruned!.rowsPruned, 3);
+  assert.equal(pruned!.notesRemoved, 3);
   assert.deepEqual(pruned!.pending, []);
   assert.ok(pruned!.gitBytes < measured!.gitBytes, `git bytes fell: ${measured!.gitBytes} -> ${pruned!.gitBytes}`);
 
   const noted = await notedCommits(repo, t.config.WORKER_NOTES_REF);
-  for (const oid of bigCommits.slice(0, 4)) assert.ok(!noted.has(oid), `pruned ${oid.slice(0, 8)} lost its note`);
-  for (const oid of [...bigCommits.slice(4), ...smallCommits]) assert.ok(noted.has(oid), `kept ${oid.slice(0, 8)}`);
+  const keptCommits = [bigCommits[0]!, ...bigCommits.slice(4), ...smallCommits];
+  for (const oid of bigCommits.slice(1, 4)) assert.ok(!noted.has(oid), `pruned ${oid.slice(0, 8)} lost its note`);
+  for (const oid of keptCommits) assert.ok(noted.has(oid), `kept ${oid.slice(0, 8)}`);
+  const rows = await withWorkspace(t.db.app, WS, (tx) => checkpointChain(tx, big.run.id));
+  assert.deepEqual(
+    rows.map((r) => r.checkpoint_seq),
+    [1, 5, 6],
+    'the first checkpoint and the last two',
+  );
+  const anchors = await withWorkspace(t.db.app, WS, (tx) => chainAnchors(tx, big.run.id));
+  assert.ok(verifyChain(rows, anchors).ok, 'the chain verifies across the gap');
+  assert.equal(verifyChain([rows[0]!, rows[2]!], anchors).ok, false, 'a kept row missing breaks it');
   const report = await checkRunIntegrity(t.db, t.config, WS, big.run.id, { repairNotes: true });
   assert.equal(report?.intact, true, JSON.stringify(report?.findings));
   assert.deepEqual(report?.notesRepair, { rewritten: [], offBranch: [] }, 'every kept checkpoint had its note');
@@ -113,8 +125,8 @@ test("with a checkpoint remote, the run's notes ref there keeps the kept checkpo
     });
     const swept = result.workspaces.find((w) => w.workspaceId === ws)!;
     assert.deepEqual(swept.pending, []);
-    assert.equal(swept.rowsPruned, 2);
-    const kept = commits.slice(2).sort();
+    assert.equal(swept.rowsPruned, 1);
+    const kept = [commits[0]!, ...commits.slice(2)].sort();
     assert.deepEqual((await notesIn(remoteDir)).sort(), kept, "the remote's notes ref: the kept checkpoints' notes");
     assert.deepEqual((await notesIn(repo)).sort(), kept, "this host's copy follows");
   } finally {

@@ -5,17 +5,17 @@
 // the run ever touched) is still verified in full against the latest row's digest, which is in
 // the chain. The whole chain, row by row, is integrity-check's job. Rows migrated from the old
 // cumulative formats (1 and 2) need the fold from seq 1, so a tail holding one reads everything.
-import { DELTA_FORMAT } from '../../core/checkpoint-hash.ts';
+import { DELTA_FORMAT, type ChainAnchor } from '../../core/checkpoint-hash.ts';
 import { checkpointChain, checkpointTail, type CheckpointRow } from '../../store/checkpoints.ts';
-import { anchorOf } from '../../store/retention.ts';
+import { chainAnchors } from '../../store/retention.ts';
 import type { WorkspaceTx } from '../../store/workspace.ts';
 import { historyWindowRows } from './state.ts';
 
 export interface ResumeChain {
   /** The rows to verify and continue from, in seq order (the whole run, or its tail). */
   chain: CheckpointRow[];
-  /** The hash the first row must link to: the row before the tail, or pruning's / a fork's anchor. */
-  anchor: string | null;
+  /** What the first row links to: the row before the tail's hash, or the run's anchors (pruning's, a fork's). */
+  anchor: ChainAnchor[] | string;
   /** True when `chain` is only the run's last rows. */
   partial: boolean;
 }
@@ -27,13 +27,15 @@ export async function loadResumeChain(tx: WorkspaceTx, agentRunId: string, histo
   const whole = async (): Promise<ResumeChain> => {
     const [chain, anchor] = await Promise.all([
       tail.length < want ? tail : checkpointChain(tx, agentRunId),
-      anchorOf(tx, agentRunId),
+      chainAnchors(tx, agentRunId),
     ]);
-    return { chain, anchor: anchor ?? null, partial: false };
+    return { chain, anchor, partial: false };
   };
   if (tail.length < want) return whole();
   const [anchorRow, ...rows] = tail;
   const allDeltas = tail.every((row) => (row.payload_format ?? 1) === DELTA_FORMAT);
-  if (!allDeltas || historyWindowRows(rows, historyLimit) === Infinity) return whole();
+  // A tail across a retention gap (the first row kept, then the last ones) links to the run's anchor.
+  const contiguous = anchorRow!.checkpoint_seq + 1 === rows[0]!.checkpoint_seq;
+  if (!allDeltas || !contiguous || historyWindowRows(rows, historyLimit) === Infinity) return whole();
   return { chain: rows, anchor: anchorRow!.hash, partial: true };
 }

@@ -5,6 +5,7 @@ import { rm, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import type { CheckpointRow, ManifestEntry } from '../../store/checkpoints.ts';
 import type { RunRow } from '../../store/runs.ts';
+import type { ChainAnchor } from '../../core/checkpoint-hash.ts';
 import { EchodoError } from '../../core/errors.ts';
 import { runGit } from '../git/run-git.ts';
 import type { Logger } from '../log.ts';
@@ -22,7 +23,7 @@ export interface ResumeReport {
 export async function verifyAndRepair(args: {
   run: RunRow;
   chain: CheckpointRow[];
-  anchor: string | null;
+  anchor: readonly ChainAnchor[] | string | null;
   /** The run's manifest (store/checkpoints.ts runManifest): every file the run touched is verified. */
   manifest?: ManifestEntry[];
   repoRoot: string;

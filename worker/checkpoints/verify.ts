@@ -7,7 +7,7 @@ import type { RunRow } from '../../store/runs.ts';
 import { resolveCommit, runGit, type GitResult } from '../git/run-git.ts';
 import { inspectWorktree, repoCommonDir, type WorktreeState } from '../worktrees/worktree.ts';
 import { describeFiles } from './content.ts';
-import { ManifestDigest, verifyChain, type ChainVerdict } from '../../core/checkpoint-hash.ts';
+import { ManifestDigest, verifyChain, type ChainAnchor, type ChainVerdict } from '../../core/checkpoint-hash.ts';
 import { lookupNotes } from './note-lookup.ts';
 
 export type FindingKind =
@@ -61,7 +61,8 @@ export interface PrefetchedStatus {
 export async function inspectRun(args: {
   run: Pick<RunRow, 'id' | 'status' | 'branch' | 'worktree_path' | 'base_oid' | 'job'>;
   chain: CheckpointRow[];
-  anchor?: string | null;
+  /** What the first row (or a row after a pruned gap) links to: chainAnchors, or the hash before a tail. */
+  anchor?: readonly ChainAnchor[] | string | null;
   /** The run's manifest (runManifest); without it, rebuilt by folding the chain's deltas. */
   manifest?: ManifestEntry[];
   repoRoot: string;

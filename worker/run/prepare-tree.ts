@@ -4,6 +4,7 @@
 // doc-writer run the repository root, verified on a resume. Then the worktree and, on a resume,
 // its run_resumed event are recorded in one transaction fenced on the lease.
 import { existsSync } from 'node:fs';
+import type { ChainAnchor } from '../../core/checkpoint-hash.ts';
 import type { Config } from '../../core/config.ts';
 import { LeaseLostError, errorMessage } from '../../core/errors.ts';
 import { checkpointChain, type CheckpointRow, type ManifestEntry } from '../../store/checkpoints.ts';
@@ -74,7 +75,7 @@ export async function prepareTree(
   run: RunRow,
   harness: Harness,
   chain: CheckpointRow[],
-  anchor: string | null,
+  anchor: readonly ChainAnchor[] | string | null,
   resuming: boolean,
   manifest?: ManifestEntry[],
   prefetched: { status?: PrefetchedStatus; run?: PrefetchedRun; branchOwned?: Promise<void> } = {},
