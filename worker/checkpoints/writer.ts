@@ -43,6 +43,7 @@ import { redactString } from '../../core/redact.ts';
 import type { TouchTracker } from './tracker.ts';
 import { addUsage, type RoundUsage } from '../models/usage.ts';
 import { modelLabel, workerMetrics } from '../metrics.ts';
+import type { Attributes } from '@opentelemetry/api';
 import { recordSpan } from '../tracing.ts';
 
 /** Fail closed: a path the redactor cannot process is not stored. */
@@ -82,6 +83,13 @@ export function checkpointWriterFor(
   const { leaseMs, ...rest } = deps;
   const notes = { notesRef: config.WORKER_NOTES_REF, historyLimit: config.WORKER_CHECKPOINT_HISTORY_LIMIT };
   return new CheckpointWriter({ ...rest, ...notes, leaseMs: leaseMs ?? config.WORKER_LEASE_MS }, state);
+}
+
+/** A checkpoint phase that just ended: its latency in the histogram and its span. */
+function phaseDone(phase: 'commit' | 'row' | 'note', started: number, attributes: Attributes): void {
+  const ended = performance.now();
+  workerMetrics.checkpointSeconds.observe({ phase }, (ended - started) / 1000);
+  recordSpan(`echodo.checkpoint.${phase}`, attributes, started, ended);
 }
 
 export class CheckpointWriter {
@@ -188,14 +196,7 @@ export class CheckpointWriter {
         // change in the same second would otherwise make one commit, whose note each overwrites.
         message: `echodo checkpoint ${seq} (run ${run.agentRunId} of workspace ${run.workspaceId})`,
       });
-      const committed = performance.now();
-      workerMetrics.checkpointSeconds.observe({ phase: 'commit' }, (committed - commitStarted) / 1000);
-      recordSpan(
-        'echodo.checkpoint.commit',
-        { 'echodo.checkpoint_seq': seq, 'echodo.files': paths.length },
-        commitStarted,
-        committed,
-      );
+      phaseDone('commit', commitStarted, { 'echodo.checkpoint_seq': seq, 'echodo.files': paths.length });
       faultPoint('after-content-commit');
     }
     const commitOid = commit?.commitOid ?? null;
@@ -299,14 +300,7 @@ export class CheckpointWriter {
         `run ${run.agentRunId}: fenced off at checkpoint ${seq} (lease epoch ${lease.epoch} is no longer current)`,
       );
     lease.renewed();
-    const rowDone = performance.now();
-    workerMetrics.checkpointSeconds.observe({ phase: 'row' }, (rowDone - rowStarted) / 1000);
-    recordSpan(
-      'echodo.checkpoint.row',
-      { 'echodo.checkpoint_seq': seq, 'echodo.files': changed.length },
-      rowStarted,
-      rowDone,
-    );
+    phaseDone('row', rowStarted, { 'echodo.checkpoint_seq': seq, 'echodo.files': changed.length });
     workerMetrics.checkpointSeconds.observe({ phase: 'total' }, (performance.now() - c.started) / 1000);
     workerMetrics.checkpoints.inc({ workspace: run.workspaceId });
     if (commit) {
@@ -402,15 +396,8 @@ export class CheckpointWriter {
         await writeCheckpointNotes(this.deps.tree.root, this.deps.remote.notesRef, batch);
         this.deps.remote.pusher.notesWritten();
       }
-      const written = performance.now();
-      workerMetrics.checkpointSeconds.observe({ phase: 'note' }, (written - started) / 1000);
       const seqs = batch.map((b) => b.note.checkpointSeq);
-      recordSpan(
-        'echodo.checkpoint.note',
-        { 'echodo.checkpoint_seq': Math.max(...seqs), 'echodo.notes': seqs.length },
-        started,
-        written,
-      );
+      phaseDone('note', started, { 'echodo.checkpoint_seq': Math.max(...seqs), 'echodo.notes': seqs.length });
       faultPoint('after-note');
     } catch (err) {
       // Kept for the next checkpoint; resume rewrites whatever is still missing from Postgres.
