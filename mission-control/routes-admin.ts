@@ -11,6 +11,16 @@ import { sendPage } from './layout.ts';
 import { fleetContent, loginContent, messageContent } from './pages-admin.ts';
 import type { ChangeHub } from './sse-hub.ts';
 
+/** The guards of an admin-only view: JSON 403 for the API, a Forbidden page naming `what` for HTML. */
+export function adminOnly(db: Database, what: string) {
+  const forbiddenPage = (c: Parameters<typeof sendPage>[0]) =>
+    sendPage(c, { title: 'Forbidden', content: messageContent('Forbidden', `${what} needs an admin token.`) }, 403);
+  return {
+    api: requirePrincipal(db.admin, { surface: 'api', need: 'admin' }),
+    pages: requirePrincipal(db.admin, { surface: 'html', need: 'admin', forbiddenPage }),
+  };
+}
+
 export function mountAdminRoutes(app: Hono<McEnv>, db: Database, hub: ChangeHub): void {
   app.get('/login', (c) =>
     sendPage(c, { title: 'Sign in', content: loginContent(undefined, safeReturnPath(c.req.query('next'))) }),
@@ -32,14 +42,7 @@ export function mountAdminRoutes(app: Hono<McEnv>, db: Database, hub: ChangeHub)
     return c.redirect('/login', 303);
   });
 
-  const forbiddenPage = (c: Parameters<typeof sendPage>[0]) =>
-    sendPage(
-      c,
-      { title: 'Forbidden', content: messageContent('Forbidden', 'The fleet view needs an admin token.') },
-      403,
-    );
-  const api = requirePrincipal(db.admin, { surface: 'api', need: 'admin' });
-  const pages = requirePrincipal(db.admin, { surface: 'html', need: 'admin', forbiddenPage });
+  const { api, pages } = adminOnly(db, 'The fleet view');
 
   app.get('/api/fleet', api, async (c) => {
     const [workspaces, spend] = await Promise.all([fleetSummary(db.admin), fleetSpendToday(db.admin)]);

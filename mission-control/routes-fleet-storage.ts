@@ -2,23 +2,14 @@
 import type { Hono } from 'hono';
 import type { Database } from '../store/connection.ts';
 import { fleetStorage } from '../store/fleet-storage.ts';
-import { requirePrincipal } from './auth.ts';
 import type { McEnv } from './context.ts';
+import { adminOnly } from './routes-admin.ts';
 import { sendPage } from './layout.ts';
-import { messageContent } from './pages-admin.ts';
 import { formatBytes } from './pages-storage.ts';
-import { html } from './html.ts';
-import { timeCell } from './html.ts';
+import { html, timeCell } from './html.ts';
 
 export function mountFleetStorageRoutes(app: Hono<McEnv>, db: Database): void {
-  const forbiddenPage = (c: Parameters<typeof sendPage>[0]) =>
-    sendPage(
-      c,
-      { title: 'Forbidden', content: messageContent('Forbidden', 'Fleet storage needs an admin token.') },
-      403,
-    );
-  const api = requirePrincipal(db.admin, { surface: 'api', need: 'admin' });
-  const pages = requirePrincipal(db.admin, { surface: 'html', need: 'admin', forbiddenPage });
+  const { api, pages } = adminOnly(db, 'Fleet storage');
 
   app.get('/api/fleet/storage', api, async (c) => {
     const s = await fleetStorage(db.admin);
