@@ -1,6 +1,7 @@
 // The run finder: a filter form (status incl. stalled, convoy, text, worker, host, model, branch,
-// created and finished ranges) over a keyset-paged table of runs, newest first. The form is a
-// plain GET, so a filtered page is a link an operator can share, and "Older" keeps the filter.
+// created and finished ranges) over a keyset-paged table of runs, each with its model, newest
+// first. The form is a plain GET, so a filtered page is a link an operator can share, and "Older"
+// keeps the filter.
 import type { RunFilter, RunListItem, RunPage } from '../store/run-search.ts';
 import { RUN_STATUS_FILTERS } from '../store/run-search.ts';
 import { html, statusBadge, timeCell, type SafeHtml } from './html.ts';
@@ -74,6 +75,7 @@ function runRow(run: RunListItem): SafeHtml {
     <td><a href="/convoys/${enc(run.convoyId)}">${run.convoyId}</a></td>
     <td class="num big" data-field="checkpointCount">${run.checkpointCount}</td>
     <td class="mono">${run.workerId ?? '—'}${run.hostId ? html`<div class="muted">${run.hostId}</div>` : ''}</td>
+    <td class="mono wrap" data-field="model">${run.model ?? '—'}</td>
     <td class="mono wrap">${run.branch ?? '—'}</td>
     <td>${timeCell(run.createdAt, 'createdAt')}</td>
   </tr>`;
@@ -89,6 +91,7 @@ export function runListContent(page: RunPage, filter: RunFilter, cursor: string 
             <th>Convoy</th>
             <th>Checkpoints</th>
             <th>Worker · host</th>
+            <th>Model</th>
             <th>Branch</th>
             <th>Created</th>
           </tr>

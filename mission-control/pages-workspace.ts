@@ -1,7 +1,9 @@
 // The workspace pages: convoy list → convoy panel → run timeline. Checkpoint count and last
 // checkpoint time come first and largest everywhere: they are what an operator checks to see
 // whether work is moving.
-import type { ConvoyDetail, ConvoyPage, RunSummary } from '../store/mission-control.ts';
+import type { ConvoyDetail, ConvoyFilter, ConvoyPage, RunSummary } from '../store/mission-control.ts';
+import { RUN_STATUS_FILTERS } from '../store/run-search.ts';
+import { convoyQueryString } from './run-query.ts';
 import { stalledFlag } from './pages-runs.ts';
 import type { ChainVerdict } from '../store/chain-verdict.ts';
 import type { RunOverview, TimelineCheckpoint, TimelineEvent, TimelinePage, ToolCall } from '../store/run-timeline.ts';
@@ -11,24 +13,52 @@ import { checkpointActions, runActions, type ActionView } from './pages-actions.
 
 const enc = encodeURIComponent;
 
-export function convoyListContent(page: ConvoyPage, cursor: string | null): SafeHtml {
+/** The convoy list's filter: a plain GET form, so a filtered list is a link to share. */
+function convoyFilterForm(filter: ConvoyFilter, error?: string): SafeHtml {
+  return html`<form class="filters" method="get" action="/" data-testid="convoy-filter">
+    ${error ? html`<div class="error" role="alert">${error}</div>` : ''}
+    <label
+      >Search <input name="q" value="${filter.q ?? ''}" data-testid="convoy-filter-q" title="convoy id, a run's brief"
+    /></label>
+    <label
+      >With a run
+      <select name="status" data-testid="convoy-filter-status">
+        <option value="">any</option>
+        ${RUN_STATUS_FILTERS.map(
+          (s) => html`<option value="${s}" ${filter.status === s ? ' selected' : ''}>${s}</option>`,
+        )}
+      </select></label
+    >
+    <button type="submit" data-testid="convoy-filter-apply">Filter</button> <a href="/">clear</a>
+  </form>`;
+}
+
+export function convoyListContent(
+  page: ConvoyPage,
+  cursor: string | null,
+  filter: ConvoyFilter = {},
+  error?: string,
+): SafeHtml {
   const links = html`<p class="muted">
     <a href="/runs" data-testid="runs-link">Find runs</a> by status, convoy, brief, worker, branch ·
     <a href="/storage" data-testid="storage-link">Storage</a> ·
     <a href="/settings" data-testid="settings-link">Settings</a>: models, harnesses, routes
   </p>`;
   const pager = html`<nav class="pager">
-    ${cursor ? html`<a href="/" data-testid="newest">Newest</a>` : ''}${
-      page.cursor ? html`<a href="/?cursor=${enc(page.cursor)}" data-testid="older">Older →</a>` : ''
+    ${cursor ? html`<a href="/${convoyQueryString(filter)}" data-testid="newest">Newest</a>` : ''}${
+      page.cursor ? html`<a href="/${convoyQueryString(filter, page.cursor)}" data-testid="older">Older →</a>` : ''
     }
   </nav>`;
+  const filtered = Boolean(filter.q || filter.status);
   if (!page.convoys.length)
     return html`<h1>Convoys</h1>
-      ${links}
-      <div class="empty">No convoys in this workspace yet.</div>
+      ${links} ${convoyFilterForm(filter, error)}
+      <div class="empty" data-testid="convoy-list-empty">
+        ${filtered ? 'No convoy matches.' : 'No convoys in this workspace yet.'}
+      </div>
       ${pager}`;
   return html`<h1>Convoys</h1>
-    ${links}
+    ${links} ${convoyFilterForm(filter, error)}
     <table data-testid="convoy-list">
       <thead>
         <tr>

@@ -16,7 +16,7 @@ import { sendPage } from './layout.ts';
 import { messageContent } from './pages-admin.ts';
 import { runListContent } from './pages-runs.ts';
 import { convoyDetailContent, convoyListContent, runTimelineContent, type RunPageView } from './pages-workspace.ts';
-import { parseRunQuery } from './run-query.ts';
+import { parseConvoyQuery, parseRunQuery } from './run-query.ts';
 import {
   checkpointCosts,
   convoyCost,
@@ -87,9 +87,10 @@ export function mountWorkspaceRoutes(app: Hono<McEnv>, db: Database, hub: Change
 
   // ------------------------------------------------------------------ JSON
   app.get('/api/convoys', api, async (c) => {
-    const limit = Number(c.req.query('limit') ?? 50);
-    if (!Number.isInteger(limit) || limit < 1 || limit > MAX_PAGE) return c.json(badLimit, 400);
-    return c.json(convoysJson(await read(c, (tx) => listConvoys(tx, c.req.query('cursor') ?? null, limit))));
+    const parsed = parseConvoyQuery((name) => c.req.query(name));
+    if (!parsed.ok) return c.json({ error: 'bad_request', message: parsed.message }, 400);
+    const { filter, cursor, limit } = parsed.query;
+    return c.json(convoysJson(await read(c, (tx) => listConvoys(tx, cursor, limit, filter))));
   });
 
   app.get('/api/runs', api, async (c) => {
@@ -157,12 +158,14 @@ export function mountWorkspaceRoutes(app: Hono<McEnv>, db: Database, hub: Change
 
   // ------------------------------------------------------------------ pages
   app.get('/', pages, async (c) => {
-    const cursor = c.req.query('cursor') ?? null;
+    const parsed = parseConvoyQuery((name) => c.req.query(name));
+    const query = parsed.ok ? parsed.query : { filter: {}, cursor: null, limit: 50 };
     const [page, today, cap] = await read(c, (tx) =>
-      Promise.all([listConvoys(tx, cursor), workspaceDayCost(tx), dailyBudget(tx)]),
+      Promise.all([listConvoys(tx, query.cursor, query.limit, query.filter), workspaceDayCost(tx), dailyBudget(tx)]),
     );
-    const content = html`${spendTodayContent(today, cap)}${convoyListContent(page, cursor)}`;
-    return sendPage(c, { title: 'Convoys', who: who(c), live: { events: '/api/events' }, content });
+    const error = parsed.ok ? undefined : parsed.message;
+    const content = html`${spendTodayContent(today, cap)}${convoyListContent(page, query.cursor, query.filter, error)}`;
+    return sendPage(c, { title: 'Convoys', who: who(c), live: { events: '/api/events' }, content }, error ? 400 : 200);
   });
 
   app.get('/runs', pages, async (c) => {

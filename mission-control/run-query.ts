@@ -1,7 +1,8 @@
 // The run filter as the page's form and the JSON API spell it in the query string:
 // status, convoy, q, worker, host, model, branch, from and to (created), finishedFrom and finishedTo
 // (ISO dates or times), limit, cursor. One parser for both, so the HTML list and GET /api/runs
-// always agree on what a filter means.
+// always agree on what a filter means. The convoy list's filter (q, status) is read the same way.
+import type { ConvoyFilter } from '../store/mission-control.ts';
 import { MAX_PAGE, RUN_STATUS_FILTERS, type RunFilter, type RunStatusFilter } from '../store/run-search.ts';
 
 export interface RunQuery {
@@ -67,6 +68,44 @@ export function runQueryString(filter: RunFilter, cursor?: string | null): strin
   if (filter.createdTo) params.set('to', filter.createdTo.toISOString());
   if (filter.finishedFrom) params.set('finishedFrom', filter.finishedFrom.toISOString());
   if (filter.finishedTo) params.set('finishedTo', filter.finishedTo.toISOString());
+  if (cursor) params.set('cursor', cursor);
+  const text = params.toString();
+  return text ? `?${text}` : '';
+}
+
+export interface ConvoyQuery {
+  filter: ConvoyFilter;
+  cursor: string | null;
+  limit: number;
+}
+
+export type ParsedConvoyQuery = { ok: true; query: ConvoyQuery } | { ok: false; message: string };
+
+/** The convoy list's filter (q, status), limit and cursor, for the home page and GET /api/convoys alike. */
+export function parseConvoyQuery(get: (name: string) => string | undefined): ParsedConvoyQuery {
+  const value = (name: string) => get(name)?.trim() || undefined;
+  const problems: string[] = [];
+  const status = value('status');
+  if (status && !RUN_STATUS_FILTERS.includes(status as RunStatusFilter)) {
+    problems.push(`status must be one of ${RUN_STATUS_FILTERS.join(', ')}`);
+  }
+  const q = value('q');
+  if (q && q.length > 200) problems.push('q is limited to 200 characters');
+  const limitText = value('limit');
+  const limit = limitText === undefined ? DEFAULT_LIMIT : Number(limitText);
+  if (!Number.isInteger(limit) || limit < 1 || limit > MAX_PAGE) {
+    problems.push(`limit must be an integer from 1 to ${MAX_PAGE}`);
+  }
+  if (problems.length) return { ok: false, message: problems.join('; ') };
+  const filter: ConvoyFilter = { q, status: status as RunStatusFilter | undefined };
+  return { ok: true, query: { filter, cursor: value('cursor') ?? null, limit } };
+}
+
+/** The home page's query string for `filter` (and a cursor), so "Older" keeps the filter. */
+export function convoyQueryString(filter: ConvoyFilter, cursor?: string | null): string {
+  const params = new URLSearchParams();
+  if (filter.q) params.set('q', filter.q);
+  if (filter.status) params.set('status', filter.status);
   if (cursor) params.set('cursor', cursor);
   const text = params.toString();
   return text ? `?${text}` : '';

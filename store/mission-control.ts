@@ -4,7 +4,7 @@
 // that lead with workspace_id (and so a reader sees the scoping without knowing about RLS).
 import type { Sql } from 'postgres';
 import type { RunStatus } from './runs.ts';
-import { decodeKeyset, encodeKeyset, MAX_PAGE } from './run-search.ts';
+import { decodeKeyset, encodeKeyset, likeEscape, MAX_PAGE, type RunStatusFilter } from './run-search.ts';
 import type { WorkspaceTx } from './workspace.ts';
 
 export const RUN_STATUSES: readonly RunStatus[] = ['queued', 'running', 'completed', 'failed', 'cancelled'];
@@ -60,8 +60,22 @@ select v.id as convoy_id, v.created_at, v.created_at::text as created_key, r.que
     where c.workspace_id = v.workspace_id and c.convoy_id = v.id) cp
  where v.workspace_id = $1
    and ($3::text is null or (v.created_at, v.id) < ($3::text::timestamptz, $4::text))
+   and ($5::text is null or v.id ilike $5
+        or exists (select 1 from agent_runs a
+                    where a.workspace_id = v.workspace_id and a.convoy_id = v.id
+                      and (a.job->>'brief' ilike $5 or a.brief_id ilike $5)))
+   and ($6::text is null
+        or exists (select 1 from agent_runs a
+                    where a.workspace_id = v.workspace_id and a.convoy_id = v.id
+                      and (($6 = 'stalled' and a.status = 'running' and a.lease_expires_at < now()) or a.status = $6)))
  order by v.created_at desc, v.id desc
  limit $2`;
+
+/** Which convoys a list shows: `q` in the convoy id or a run's brief, `status` that of one of its runs at least. */
+export interface ConvoyFilter {
+  q?: string;
+  status?: RunStatusFilter;
+}
 
 export interface ConvoyPage {
   convoys: ConvoySummary[];
@@ -70,14 +84,23 @@ export interface ConvoyPage {
 }
 
 /** One keyset page of the workspace's convoys, newest first, each with its runs by status and checkpoint totals. */
-export async function listConvoys(tx: WorkspaceTx, cursor: string | null = null, limit = 50): Promise<ConvoyPage> {
+export async function listConvoys(
+  tx: WorkspaceTx,
+  cursor: string | null = null,
+  limit = 50,
+  filter: ConvoyFilter = {},
+): Promise<ConvoyPage> {
   const after = decodeKeyset(cursor);
   const size = Math.max(1, Math.min(MAX_PAGE, Math.floor(limit)));
+  // As for runs: a generic plan would keep the predicates a null switches off.
+  if (filter.q || filter.status) await tx.unsafe('set local plan_cache_mode = force_custom_plan');
   const rows = await tx.unsafe(LIST_CONVOYS_SQL, [
     tx.workspaceId,
     size + 1,
     after?.createdKey ?? null,
     after?.id ?? null,
+    filter.q ? `%${likeEscape(filter.q)}%` : null,
+    filter.status ?? null,
   ]);
   const page = rows.slice(0, size);
   const last = page.at(-1);

@@ -152,7 +152,7 @@ export async function searchRuns(
 }
 
 /** `%` and `_` in what the operator typed are literal characters, not patterns. */
-function likeEscape(text: string): string {
+export function likeEscape(text: string): string {
   return text.replace(/[\\%_]/g, (ch) => `\\${ch}`);
 }
 

@@ -4,7 +4,7 @@
 // lease runs out, Cancel asking first, sign-in returning to the deep link, and every page
 // fitting a 390 px screen; filters on worker, host, model, branch and the finished range; the stall
 // detector's re-dispatch appearing on an open run page; retention and quota edited in Settings, and
-// the admin's fleet storage.
+// the admin's fleet storage; the convoy list filtered by text and run status, paged the same way.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { chromium, type Browser, type Page } from 'playwright-core';
@@ -307,6 +307,58 @@ test('the convoy list pages past its first 50 by keyset, in the HTML and GET /ap
   await page.close();
 });
 
+test('the convoy list filters by id or brief and by a run status, in the HTML and GET /api/convoys alike', async () => {
+  const convoysWhere = async (where: string) =>
+    (
+      await su.unsafe(`select v.id from convoys v where v.workspace_id = '${WS}' and ${where}
+                        order by v.created_at desc, v.id desc`)
+    ).map((r) => r.id as string);
+  const pages = async (query: string) => {
+    const ids: string[] = [];
+    let cursor: string | null = null;
+    do {
+      const res = await api(`/api/convoys?${query}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`);
+      assert.equal(res.status, 200);
+      const body = (await res.json()) as { convoys: { convoyId: string }[]; cursor: string | null };
+      ids.push(...body.convoys.map((c) => c.convoyId));
+      cursor = body.cursor;
+    } while (cursor);
+    return ids;
+  };
+  const withRun = (cond: string) =>
+    `exists (select 1 from agent_runs a where a.workspace_id = v.workspace_id and a.convoy_id = v.id and ${cond})`;
+  assert.deepEqual(await pages('q=OLD-CONVOY-1&limit=4'), await convoysWhere(`v.id ilike '%old-convoy-1%'`));
+  assert.deepEqual(await pages('q=needle'), await convoysWhere(withRun(`a.job->>'brief' ilike '%needle%'`)));
+  const stalled = await convoysWhere(withRun(`a.status = 'running' and a.lease_expires_at < now()`));
+  assert.ok(stalled.length > 0);
+  assert.deepEqual(await pages('status=stalled&limit=2'), stalled);
+  assert.deepEqual(await pages('status=budget_exhausted'), []);
+  assert.equal((await api('/api/convoys?status=asleep')).status, 400);
+  assert.deepEqual(((await (await api('/api/convoys?q=convoy', otherToken)).json()) as { convoys: [] }).convoys, []);
+
+  const page = await signedInPage();
+  const rows = () =>
+    page.$$eval('[data-testid="convoy-list"] tr[data-convoy-id]', (trs) => trs.map((tr) => tr.dataset.convoyId!));
+  const [cancelled] = await su`select count(*)::int as n from agent_runs
+                                where workspace_id = ${WS} and convoy_id = 'convoy-1' and status = 'cancelled'`;
+  assert.equal(
+    await page.locator('tr[data-convoy-id="convoy-1"] [data-field="cancelled"]').innerText(),
+    String(cancelled!.n),
+    'the home page has a cancelled column',
+  );
+  await page.goto(`${server.url}/convoys/convoy-1`);
+  assert.equal(await page.locator('[data-field="runs-cancelled"]').innerText(), String(cancelled!.n));
+  await page.goto(`${server.url}/`);
+  await page.fill('[data-testid="convoy-filter-q"]', 'old-convoy');
+  await Promise.all([page.waitForURL(/q=old-convoy/), page.click('[data-testid="convoy-filter-apply"]')]);
+  const first = await rows();
+  assert.equal(first.length, 50);
+  await Promise.all([page.waitForURL(/cursor=/), page.click('[data-testid="older"]')]);
+  assert.match(page.url(), /q=old-convoy/, '"Older" keeps the filter');
+  assert.deepEqual([...first, ...(await rows())], await convoysWhere(`v.id like 'old-convoy-%'`));
+  await page.close();
+});
+
 async function signedInPage(width = 1280): Promise<Page> {
   const page = await browser.newPage({ viewport: { width, height: 900 } });
   await page.goto(`${server.url}/login`);
@@ -344,6 +396,11 @@ test('the runs page filters and pages 500 runs server-side, keeping the filter o
     await page.$$eval('[data-testid="run-list"] tr[data-run-id]', (rows) => rows.map((r) => r.dataset.runId)),
     await idsWhere(`job->>'model' = 'gpt-test-1'`),
   );
+  assert.deepEqual(
+    await page.locator('[data-testid="run-list"] [data-field="model"]').allInnerTexts(),
+    ['gpt-test-1', 'gpt-test-1', 'gpt-test-1'],
+    'each row shows its model',
+  );
   await page.close();
 });
 
@@ -362,6 +419,11 @@ test("a 2,000-checkpoint run's timeline: newest page first, the last page by 'ol
   assert.match(await page.locator('[data-testid="run-brief"]').innerText(), /The brief of run-long\./);
   assert.equal(await page.locator('[data-testid="run-model"]').innerText(), 'gpt-test-1');
   assert.equal(await page.locator('[data-testid="branch"]').innerText(), 'echodo/long');
+  assert.equal(await page.getAttribute('[data-testid="run-branch"] button.copy', 'data-copy'), 'echodo/long');
+  assert.equal(
+    await page.getAttribute('[data-testid="run-commit"] button.copy', 'data-copy'),
+    (2000).toString(16).padStart(40, '0'),
+  );
   assert.equal(await page.locator('[data-testid="worktree"]').innerText(), '/tmp/wt-long');
   assert.match(await page.locator('[data-testid="run-host"]').innerText(), /host-long/);
   await page.locator('[data-testid="calls-2000"] details summary').click();
@@ -404,10 +466,11 @@ test('a running run whose lease runs out turns "stalled" live, without a reload'
 
 test('Cancel asks for confirmation before it cancels', async () => {
   const [runId] = await idsWhere(`status = 'queued'`);
-  const page = await signedInPage();
+  const page = await signedInPage(390);
   await page.goto(`${server.url}/runs/${runId}`);
   await page.click('[data-testid="cancel"]');
   await page.waitForSelector('[data-testid="confirm"]');
+  assert.ok((await page.evaluate(() => document.documentElement.scrollWidth)) <= 390, 'the confirmation fits 390 px');
   const [still] = await su`select status from agent_runs where workspace_id = ${WS} and id = ${runId!}`;
   assert.equal(still?.status, 'queued', 'one click cancels nothing');
   await Promise.all([page.waitForURL(`${server.url}/runs/${runId}`), page.click('[data-testid="confirm-yes"]')]);
@@ -437,12 +500,25 @@ test('signing in from a deep link returns to the page asked for', async () => {
 test('at 390 px no page is wider than the viewport', async () => {
   const page = await signedInPage(390);
   const [stalled] = await idsWhere(`status = 'running' and lease_expires_at < now()`);
-  for (const path of ['/', '/convoys/convoy-0', `/runs/${LONG}`, `/runs/${stalled}`, '/runs', '/settings']) {
+  const paths = ['/', '/?q=needle', '/convoys/convoy-0', `/runs/${LONG}`, `/runs/${stalled}`, `/runs/${BARE}`];
+  paths.push('/runs', '/runs?status=nope', '/settings', '/storage', '/login');
+  for (const path of paths) {
     await page.goto(server.url + path);
     const width = await page.evaluate(() => document.documentElement.scrollWidth);
     assert.ok(width <= 390, `${path} is ${width} px wide at 390 px`);
   }
   await page.close();
+  // The admin's pages (the diff page and a doc-writer's review are measured where they have a real repository).
+  const admin = await browser.newPage({ viewport: { width: 390, height: 900 } });
+  await admin.goto(`${server.url}/login`);
+  await admin.fill('#token', await createAdminToken(t.db.admin));
+  await Promise.all([admin.waitForURL(`${server.url}/fleet`), admin.click('button[type=submit]')]);
+  for (const path of ['/fleet', '/fleet/storage']) {
+    await admin.goto(server.url + path);
+    const width = await admin.evaluate(() => document.documentElement.scrollWidth);
+    assert.ok(width <= 390, `${path} is ${width} px wide at 390 px`);
+  }
+  await admin.close();
 });
 
 test('settings: built-in harnesses stay listed beside a custom one, a route to a missing harness is flagged, fields have labels', async () => {
@@ -457,6 +533,14 @@ test('settings: built-in harnesses stay listed beside a custom one, a route to a
     rows.map((r) => r.getAttribute('data-harness')),
   );
   assert.deepEqual(aliases.sort(), ['code', 'doc-writer', 'lint']);
+  assert.match(await page.locator('tr[data-harness="code"]').innerText(), /built-in/);
+  // A row of a built-in's alias overrides it: listed once, as the workspace's own.
+  await su`insert into harness_providers (workspace_id, alias, needs_worktree) values (${WS}, 'code', false)`;
+  await page.reload();
+  assert.equal(await page.locator('tr[data-harness="code"]').count(), 1);
+  assert.doesNotMatch(await page.locator('tr[data-harness="code"]').innerText(), /built-in/);
+  assert.match(await page.locator('tr[data-harness="code"]').innerText(), /repo root/);
+  await su`delete from harness_providers where workspace_id = ${WS} and alias = 'code'`;
   assert.equal(
     await page.locator('[data-testid="route-missing-writer"]').count(),
     1,
