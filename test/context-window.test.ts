@@ -9,6 +9,7 @@ import { createScenario } from './support/scenario.ts';
 import { startChatServer } from './support/chat-server.ts';
 import { grantKey } from './support/grants.ts';
 import { waitFor } from './support/child.ts';
+import { MAX_SUMMARY_CHARS, recordToolCall, summarizeHistoryForPrompt } from '../worker/checkpoints/history.ts';
 
 const KEY_VAR = 'ECHODO_CONTEXT_API_KEY';
 const ROUNDS = 12;
@@ -114,4 +115,23 @@ test('WORKER_CONTEXT_ROUNDS=3: each request holds at least the last 3 rounds ver
     Array.from({ length: ROUNDS }, (_, i) => i),
   );
   assert.equal(withSeq('run completed')[0]?.seq, ROUNDS);
+});
+
+test('the summary of earlier rounds is the same text for the same rounds, and capped however many there are', () => {
+  const history = Array.from({ length: 2_000 }, (_, i) =>
+    recordToolCall({
+      round: i + 1,
+      tool: 'write_file',
+      input: { path: `src/file-${i + 1}.ts`, content: 'y'.repeat(5_000) },
+      output: { path: `src/file-${i + 1}.ts`, bytes: 5_000, sha256: 'a'.repeat(64) },
+    }),
+  );
+  const summary = summarizeHistoryForPrompt(history);
+  assert.equal(summarizeHistoryForPrompt(history), summary);
+  assert.ok(summary.length <= MAX_SUMMARY_CHARS + 100, `${summary.length} chars`);
+  assert.match(summary, /^- \(earlier calls not listed/);
+  assert.match(summary, /- round 2000: write_file .*src\/file-2000\.ts/);
+  assert.doesNotMatch(summary, /y{100}/, 'file contents are their size and hash');
+  // A short history is listed whole.
+  assert.equal(summarizeHistoryForPrompt(history.slice(0, 3)).split('\n').length, 3);
 });
