@@ -17,7 +17,7 @@ import { EchodoError } from '../core/errors.ts';
 import { redactString } from '../core/redact.ts';
 import { dispatchJob } from '../operator/dispatch.ts';
 import { withWorkspace } from '../store/workspace.ts';
-import { checkpointsAfter, lifecycleEventsAfter, progressRun } from '../store/run-progress.ts';
+import { checkpointsAfter, lifecycleEventsAfter, progressRun, type ProgressRun } from '../store/run-progress.ts';
 import { createQueue, type JobQueue } from '../worker/queue/index.ts';
 import type { Logger } from '../worker/log.ts';
 import { requirePrincipal, workspaceOf } from './auth.ts';
@@ -99,7 +99,25 @@ export function mountAgUiRoutes(
       chosen[key] = props[key] as string;
     }
     const agentRunId = `agui-${digest(workspaceId, input.threadId, input.runId).slice(0, 32)}`;
+    // Where a reconnecting client stopped: the SSE Last-Event-ID header (a plain SSE reconnect: the
+    // stream goes on after that event, RUN_STARTED not repeated), or forwardedProps.lastEventId (an
+    // AG-UI client's new request: RUN_STARTED first, as its client expects, then after that event).
+    const fromHeader = c.req.header('last-event-id');
+    const fromProps = props.lastEventId;
+    const resumeFrom = fromHeader ?? (typeof fromProps === 'string' ? fromProps : undefined);
+    let cursor: StreamCursor = START;
+    if (resumeFrom !== undefined) {
+      const parsedCursor = parseCursor(resumeFrom);
+      if (!parsedCursor)
+        return c.json(bad('Last-Event-ID / forwardedProps.lastEventId: not an id this stream sent'), 400);
+      cursor = parsedCursor;
+    }
     const existing = await withWorkspace(deps.db.app, workspaceId, (tx) => progressRun(tx, agentRunId));
+    // A reconnect is to a run of this workspace: one it does not have (another workspace's) is not
+    // started afresh under a stream position it never had.
+    if (!existing && resumeFrom !== undefined) {
+      return c.json({ error: 'not_found', message: 'no run of this workspace has this threadId and runId' }, 404);
+    }
     if (!existing) {
       const queue = queueOf();
       if (!queue || !deps.config?.WORKER_REPO_ROOT) {
@@ -125,21 +143,12 @@ export function mountAgUiRoutes(
         if (err instanceof EchodoError && ['invalid_job', 'repo_invalid', 'workspace_not_found'].includes(err.code)) {
           return c.json(bad(err.message), 400);
         }
+        // Refused by admission (over the storage quota, say): the reason, not a server error.
+        if (err instanceof EchodoError && err.code === 'action_refused') {
+          return c.json({ error: 'action_refused', message: redactString(err.message).slice(0, 2000) }, 409);
+        }
         throw err;
       }
-    }
-    // Where a reconnecting client stopped: the SSE Last-Event-ID header (a plain SSE reconnect: the
-    // stream goes on after that event, RUN_STARTED not repeated), or forwardedProps.lastEventId (an
-    // AG-UI client's new request: RUN_STARTED first, as its client expects, then after that event).
-    const fromHeader = c.req.header('last-event-id');
-    const fromProps = props.lastEventId;
-    const resumeFrom = fromHeader ?? (typeof fromProps === 'string' ? fromProps : undefined);
-    let cursor: StreamCursor = START;
-    if (resumeFrom !== undefined) {
-      const parsedCursor = parseCursor(resumeFrom);
-      if (!parsedCursor)
-        return c.json(bad('Last-Event-ID / forwardedProps.lastEventId: not an id this stream sent'), 400);
-      cursor = parsedCursor;
     }
     // Always SSE: the protobuf framing a client may also accept is not spoken here.
     const encoder = new EventEncoder();
@@ -151,10 +160,25 @@ export function mountAgUiRoutes(
         const write = (event: BaseEvent & Record<string, unknown>, id?: string) =>
           out.write(`${id === undefined ? '' : `id: ${id}\n`}${encoder.encodeSSE(event as BaseEvent)}`);
         const { threadId, runId } = input;
-        if (cursor.ended) return;
+        const final = (run: ProgressRun, seq: number): BaseEvent & Record<string, unknown> =>
+          run.status === 'completed'
+            ? { type: EventType.RUN_FINISHED, threadId, runId, result: { agentRunId, checkpoints: seq } }
+            : {
+                type: EventType.RUN_ERROR,
+                message: `run ${run.status}: ${redactString(run.failure_reason ?? run.status).slice(0, 500)}`,
+                code: run.status,
+              };
+        // After the final event an SSE reconnect has nothing left to read.
+        if (cursor.ended && fromHeader !== undefined) return;
         // Resumed from forwardedProps: RUN_STARTED again, without an id (the client's last id stands).
         if (fromHeader === undefined) {
           await write({ type: EventType.RUN_STARTED, threadId, runId }, resumeFrom ? undefined : formatCursor(START));
+        }
+        // An AG-UI client's repost after the final event: that event again, so its run is well formed.
+        if (cursor.ended) {
+          const run = await withWorkspace(deps.db.app, workspaceId, (tx) => progressRun(tx, agentRunId));
+          if (run && TERMINAL.has(run.status)) await write(final(run, cursor.seq), formatCursor(cursor));
+          return;
         }
         let { seq, sent, eventId } = cursor;
         const deadline = Date.now() + MAX_STREAM_MS;
@@ -181,19 +205,7 @@ export function mountAgUiRoutes(
           }
           // Finished only once every checkpoint was sent (a page of rows may still be pending).
           if (run && TERMINAL.has(run.status) && rows.length < 50) {
-            const end = formatCursor({ seq, sent, eventId, ended: true });
-            if (run.status === 'completed') {
-              await write(
-                { type: EventType.RUN_FINISHED, threadId, runId, result: { agentRunId, checkpoints: seq } },
-                end,
-              );
-            } else {
-              const reason = redactString(run.failure_reason ?? run.status).slice(0, 500);
-              await write(
-                { type: EventType.RUN_ERROR, message: `run ${run.status}: ${reason}`, code: run.status },
-                end,
-              );
-            }
+            await write(final(run, seq), formatCursor({ seq, sent, eventId, ended: true }));
             break;
           }
           if (Date.now() > deadline) break;
