@@ -129,7 +129,13 @@ export async function forkRun(
   });
   if (!parsed.ok) throw new EchodoError('invalid_job', parsed.problems.join('; '));
   const job: Job = { ...parsed.job, brief: redactString(parsed.job.brief) };
-  const seed: ForkSeed = { step: row.step, hash: row.hash, commitOid: row.commit_oid, history };
+  const seed: ForkSeed = {
+    step: row.step,
+    hash: row.hash,
+    commitOid: row.commit_oid,
+    history,
+    ...(row.agent_state ? { agentState: row.agent_state } : {}),
+  };
   const by = actorLabel(req.by);
   const from = {
     agentRunId: run.id,

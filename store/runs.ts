@@ -38,7 +38,13 @@ export interface RunRow {
   cancel_requested_by?: string | null;
   forked_from_run?: string | null;
   forked_from_seq?: number | null;
-  fork_seed?: { step: number; hash: string; commitOid: string | null; history: unknown[] } | null;
+  fork_seed?: {
+    step: number;
+    hash: string;
+    commitOid: string | null;
+    history: unknown[];
+    agentState?: Record<string, unknown> | null;
+  } | null;
 }
 
 export async function workspaceExists(tx: WorkspaceTx): Promise<boolean> {

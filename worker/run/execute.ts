@@ -37,7 +37,7 @@ import type { CheckpointState } from '../checkpoints/state.ts';
 import { acquireTree } from '../tree/registry.ts';
 import { sandboxFor, sandboxOptionsFromConfig } from '../sandbox/index.ts';
 import { finishCancelledRun } from './cancelled.ts';
-import { forkStartState } from './fork-start.ts';
+import { forkAgentState, forkStartState } from './fork-start.ts';
 import { endsInReview, enterDocReview } from './doc-review.ts';
 import { CheckpointRemoteError, RemotePusher, runNotesRef } from '../remote/push.ts';
 import { discardPrefetch, finishMirror, prefetchRun, type PrefetchedRun } from '../remote/resume.ts';
@@ -192,7 +192,8 @@ async function executeRun(
           attempt: run.attempt,
           history: () => state?.history ?? [],
           nextRound: () => (state?.step ?? 0) + 1,
-          resumed: chain.at(-1)?.agent_state,
+          // A fork's first attempt: its source's agent state at the fork's checkpoint.
+          resumed: chain.length ? chain.at(-1)?.agent_state : forkAgentState(run.fork_seed),
           keyGrant: keyGrants.find((g) => g.variable === harness.keyEnvVar),
           keyVarGlobs: parseKeyVarGlobs(config.WORKER_PROVIDER_KEY_VARS),
         })
