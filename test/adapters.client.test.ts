@@ -8,6 +8,7 @@ import { after, before, test } from 'node:test';
 import { EventType } from '@ag-ui/core';
 import { runAgUi } from '../worker/adapters/ag-ui-client.ts';
 import { remoteAgentModel } from '../worker/adapters/index.ts';
+import { PROBE_TIMEOUT_MS, probeAgUiEndpoint } from '../worker/adapters/probe.ts';
 import { builtinHarnesses } from '../worker/run/harnesses.ts';
 import { frame } from './support/ag-ui-agent.ts';
 
@@ -58,6 +59,10 @@ after(() => new Promise<void>((resolve) => (server.closeAllConnections(), server
 
 test('a silent agent times out, a redirect is refused, junk events are ignored, an unended call dropped', async () => {
   await assert.rejects(runAgUi({ url: `${base}/silent`, input, timeoutMs: 300 }), /did not finish within/);
+  // The Test of a harness: a silent agent is an error within its limit (10 s by default), not a hang.
+  assert.equal(PROBE_TIMEOUT_MS, 10_000);
+  const probe = await probeAgUiEndpoint({ url: `${base}/silent`, keyEnvVar: null }, { timeoutMs: 300 });
+  assert.ok(!probe.ok && /did not finish within/.test(probe.error) && probe.latencyMs < 5_000, JSON.stringify(probe));
   await assert.rejects(runAgUi({ url: `${base}/redirect`, input, timeoutMs: 2000 }), /could not be reached/);
   const result = await runAgUi({ url: `${base}/ok`, input, timeoutMs: 2000 });
   assert.equal(result.text, 'hello');

@@ -1,5 +1,6 @@
-// Agent adapters in mission control: Settings → Harnesses adds a remote harness whose Test shows ok
-// against a real AG-UI agent on loopback and the error against a dead port, in real Chromium.
+// Agent adapters in mission control: Settings → Harnesses lists the built-in harnesses, adds a remote
+// harness whose Test shows ok against a real AG-UI agent on loopback and the error against a dead
+// port, and removes one, in real Chromium.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { chromium, type Browser } from 'playwright-core';
@@ -44,6 +45,8 @@ test('Settings → Harnesses: add a remote harness; Test shows ok, then the erro
   await page.fill('#token', token);
   await Promise.all([page.waitForURL(`${server.url}/`), page.click('button[type=submit]')]);
   await page.goto(`${server.url}/settings`);
+  // The built-in harnesses are listed too, run by the worker's own loop.
+  assert.match(await page.locator('tr[data-harness="code"]').innerText(), /built-in[\s\S]*minimal/);
   const form = page.locator('form[action="/settings/harnesses"]');
   const add = async (alias: string, url: string) => {
     await form.locator('[name=alias]').fill(alias);
@@ -83,4 +86,18 @@ test('Settings → Harnesses: add a remote harness; Test shows ok, then the erro
     headers: { authorization: `Bearer ${token}` },
   });
   assert.equal(((await probe.json()) as { ok: boolean }).ok, true);
+
+  // Remove, confirmed: the row goes, the other stays.
+  await page.goto(`${server.url}/settings`);
+  await page.click('[data-testid="rm-harness-dead"]');
+  await Promise.all([page.waitForURL(`${server.url}/settings`), page.click('[data-testid="confirm-yes"]')]);
+  await page.locator('tr[data-harness="remote"]').waitFor();
+  assert.equal(await page.locator('tr[data-harness="dead"]').count(), 0);
+  const left = (await (
+    await fetch(`${server.url}/api/settings`, { headers: { authorization: `Bearer ${token}` } })
+  ).json()) as { harnesses: { alias: string }[] };
+  assert.deepEqual(
+    left.harnesses.map((h) => h.alias),
+    ['remote'],
+  );
 });

@@ -20,6 +20,8 @@ import { HttpAgent } from '@ag-ui/client';
 import { EventSchemas } from '@ag-ui/core/schemas';
 import { createMissionControl, type RunningMissionControl } from '../mission-control/server.ts';
 import { createWorkspaceToken } from '../store/tokens.ts';
+import { createWorkspace } from '../store/runs.ts';
+import { forkRun } from '../operator/fork.ts';
 import { createLogger } from '../worker/log.ts';
 import { grantKey } from './support/grants.ts';
 import { registerStartupSecrets } from '../worker/secrets.ts';
@@ -84,6 +86,7 @@ const scripts: Record<string, AgentEntry[]> = {
 let s: Scenario;
 let agent: AgUiAgent;
 let mc: RunningMissionControl;
+let token: string;
 
 before(async () => {
   s = await createScenario({ steps: [{ text: 'unused' }] });
@@ -96,6 +99,13 @@ before(async () => {
       );
     }
   });
+  mc = await createMissionControl({
+    db: s.t.db,
+    config: s.config,
+    queue: s.queue,
+    logger: createLogger({ level: 'silent' }),
+  }).start(0);
+  token = await createWorkspaceToken(s.t.db.app, s.workspaceId);
 });
 after(async () => {
   await mc?.close();
@@ -230,9 +240,16 @@ test('harness add --adapter --url --key-env; list shows the adapter; test probes
   assert.equal((await cli(['harness', 'test', ...W, 'nope'])).code, 2);
 });
 
-test('resume after SIGKILL: the same thread and state continue, no round runs twice', async () => {
+test('resume after SIGKILL: the same thread and state continue, no round runs twice; a fork keeps the state', async () => {
   const first = s.spawnWorker();
-  const { agentRunId } = await s.dispatch({ harnessAlias: 'slow', model: undefined });
+  // Dispatched and followed through POST /api/ag-ui: the crash reaches the client as CUSTOM events.
+  const brief = 'Write three files.';
+  const props = { harnessAlias: 'slow', convoyId: 'convoy-slow', baseRef: 'main' };
+  const posted = { threadId: 'slow', runId: 'slow-1', messages: [{ id: 'u', role: 'user', content: brief }] };
+  const streamed = readSse(await postAgUi({ ...posted, forwardedProps: props }, token));
+  const [dispatched] = await s.su`select id, convoy_id, job from agent_runs where job->>'brief' = ${brief}`;
+  const agentRunId: string = dispatched!.id;
+  assert.deepEqual([dispatched!.convoy_id, dispatched!.job.baseRef], ['convoy-slow', 'main'], 'forwardedProps');
   await waitFor(async () => ((agent.inputs.get('slow')?.length ?? 0) >= 3 ? true : undefined), {
     timeoutMs: 30_000,
     what: 'round 3 asked',
@@ -292,6 +309,40 @@ test('resume after SIGKILL: the same thread and state continue, no round runs tw
   );
   assert.deepEqual(resumedInput.state, expected, 'the state the agent got after the resume');
   for (const f of ['a.txt', 'b.txt', 'c.txt']) assert.ok(await git(run.worktree_path, 'show', `HEAD:${f}`));
+
+  // The stream went on across the crash: the re-dispatch and the resume as CUSTOM events, never RUN_ERROR.
+  const events = (await streamed).map((e) => JSON.parse(e.data) as { type: string; [k: string]: any });
+  for (const e of events) assert.ok(EventSchemas.safeParse(e).success, `${e.type} validates`);
+  assert.deepEqual([events[0]!.type, events.at(-1)!.type], [EventType.RUN_STARTED, EventType.RUN_FINISHED]);
+  assert.ok(!events.some((e) => e.type === EventType.RUN_ERROR));
+  const custom = events.filter((e) => e.type === EventType.CUSTOM).map((e) => e.name);
+  assert.ok(custom.includes('run_redispatched') && custom.includes('run_resumed'), custom.join());
+  const rows = await s.checkpoints(agentRunId);
+  assert.deepEqual(
+    events.filter((e) => e.type === EventType.STATE_SNAPSHOT).map((e) => e.snapshot),
+    rows.map((r) => ({
+      checkpointSeq: r.checkpoint_seq,
+      commitOid: r.commit_oid,
+      hash: r.hash,
+      filesTouched: r.files_touched.map((f: { path: string; sha256: string | null }) => ({
+        path: f.path,
+        sha256: f.sha256,
+      })),
+    })),
+    'a STATE_SNAPSHOT per checkpoint, as recorded',
+  );
+
+  // A fork from checkpoint 1: its agent starts from the state recorded there, on a thread of its own.
+  const log = createLogger({ level: 'silent' });
+  const fork = await forkRun(
+    { db: s.t.db, queue: s.queue, config: s.config, log },
+    { workspaceId: s.workspaceId, agentRunId, at: 1, by: 'cli' },
+  );
+  await s.waitForStatus(fork.agentRunId, 'completed');
+  const forkInput = agent.inputs.get('slow')!.find((i) => i.runId === `${fork.agentRunId}:1:0`)!;
+  assert.equal(forkInput.threadId, fork.agentRunId, "the fork's own thread");
+  assert.deepEqual(forkInput.state, recorded[0].state, "the source's state at checkpoint 1");
+  assert.deepEqual(ids(forkInput).slice(0, 2), agentIds.slice(0, 2), "round 1 under the agent's ids");
   await second.stop('SIGTERM');
 });
 
@@ -358,13 +409,6 @@ async function readSse(res: Response, max = Infinity): Promise<{ id?: string; da
 }
 
 test("POST /api/ag-ui: HttpAgent gets a run's checkpoints as events; a reconnect resumes after its last", async () => {
-  mc = await createMissionControl({
-    db: s.t.db,
-    config: s.config,
-    queue: s.queue,
-    logger: createLogger({ level: 'silent' }),
-  }).start(0);
-  const token = await createWorkspaceToken(s.t.db.app, s.workspaceId);
   const w = s.spawnWorker();
   const brief = 'Write the greeting module.';
   const client = new HttpAgent({
@@ -425,8 +469,19 @@ test("POST /api/ag-ui: HttpAgent gets a run's checkpoints as events; a reconnect
     await postAgUi({ ...input, forwardedProps: { lastEventId: whole[firstSnapshot]!.id } }, token),
   );
   assert.deepEqual(reposted, [{ data: whole[0]!.data }, ...whole.slice(firstSnapshot + 1)]);
+  // After the final event: an SSE reconnect reads nothing more, an AG-UI repost a well-formed run.
+  const end = whole.at(-1)!;
+  assert.deepEqual(await readSse(await postAgUi(input, token, { 'last-event-id': end.id! })), []);
+  const afterEnd = await readSse(await postAgUi({ ...input, forwardedProps: { lastEventId: end.id } }, token));
+  assert.deepEqual(afterEnd, [{ data: whole[0]!.data }, end], 'RUN_STARTED, then RUN_FINISHED');
   const bogus = await postAgUi(input, token, { 'last-event-id': 'nope' });
   assert.equal(bogus.status, 400);
+  // Another workspace's token reconnecting to this run: 404, nothing of the run streamed.
+  await withWorkspace(s.t.db.app, 'other', (tx) => createWorkspace(tx));
+  const other = await createWorkspaceToken(s.t.db.app, 'other');
+  const foreign = await postAgUi(input, other, { 'last-event-id': whole[2]!.id! });
+  assert.equal(foreign.status, 404);
+  assert.equal((await postAgUi({ ...input, forwardedProps: { lastEventId: end.id } }, other)).status, 404);
   assert.equal(
     (await s.su`select count(*)::int as n from agent_runs where job->>'brief' = ${brief}`)[0]!.n,
     1,
@@ -457,13 +512,15 @@ test('POST /api/ag-ui: 401 without a token, 403 read-only, 400 for a bad RunAgen
   assert.equal((await postAgUi(input, 'not-a-token')).status, 401);
   const readOnly = await createWorkspaceToken(s.t.db.app, s.workspaceId, { readOnly: true });
   assert.equal((await postAgUi(input, readOnly)).status, 403);
-  const token = await createWorkspaceToken(s.t.db.app, s.workspaceId);
   assert.equal((await postAgUi({ runId: 'r', messages: [] }, token)).status, 400);
   const noBrief = await postAgUi({ ...input, messages: [{ id: 'a', role: 'assistant', content: 'x' }] }, token);
   assert.equal(noBrief.status, 400);
   assert.match(await noBrief.text(), /last user message/);
   const badProp = await postAgUi({ ...input, forwardedProps: { harnessAlias: 7 } }, token);
   assert.equal(badProp.status, 400);
+  const foreignRepo = await postAgUi({ ...input, forwardedProps: { repoPath: path.join(s.repo, '..') } }, token);
+  assert.equal(foreignRepo.status, 400);
+  assert.match(await foreignRepo.text(), /not a repository registered to workspace/);
   const big = await postAgUi({ ...input, messages: [{ id: 'u', role: 'user', content: 'x'.repeat(100_000) }] }, token);
   assert.equal(big.status, 413, 'bodies are capped');
 });

@@ -15,7 +15,10 @@ interface StateEvents {
 }
 
 export type AgentEntry =
-  | ({ toolCalls: { name: string; args: string }[]; delayMs?: number } & StateEvents)
+  | ({
+      toolCalls: { name: string; args: string }[];
+      /** Before the entry's first play. */ delayMs?: number;
+    } & StateEvents)
   | ({ text: string; delayMs?: number } & StateEvents)
   | { raw: string }
   | { status: number; body: string };
@@ -38,6 +41,7 @@ export async function startAgUiAgent(scripts: Record<string, AgentEntry[]>): Pro
   const inputs = new Map<string, RunAgentInput[]>();
   const roundsPlayed = new Map<string, number[]>();
   const authorizations: string[] = [];
+  const delayed = new Set<string>();
   const server: Server = createServer((req, res) => {
     const name = (req.url ?? '/').slice(1);
     authorizations.push(req.headers.authorization ?? '');
@@ -53,7 +57,12 @@ export async function startAgUiAgent(scripts: Record<string, AgentEntry[]>): Pro
       const encoder = new EventEncoder(); // SSE only
       res.writeHead(200, { 'content-type': encoder.getContentType(), 'cache-control': 'no-cache' });
       if ('raw' in entry) return void res.end(entry.raw);
-      if (entry.delayMs) await new Promise((r) => setTimeout(r, entry.delayMs));
+      // A delay holds the entry's first play only (a client that lost that round gets it at once).
+      const key = `${name}#${index}`;
+      if (entry.delayMs && !delayed.has(key)) {
+        delayed.add(key);
+        await new Promise((r) => setTimeout(r, entry.delayMs));
+      }
       const send = (e: BaseEvent & Record<string, unknown>) => res.write(encoder.encodeSSE(e as BaseEvent));
       send({ type: EventType.RUN_STARTED, threadId: input.threadId, runId: input.runId });
       if (entry.snapshot) send({ type: EventType.STATE_SNAPSHOT, snapshot: entry.snapshot });
