@@ -16,7 +16,7 @@ export interface StorageView {
 
 function pruneNow(preview: RetentionPreview | undefined, csrf: string | undefined): SafeHtml {
   if (!preview) return html``;
-  const what = html`<span data-testid="prune-preview" data-rows="${preview.rows}"
+  const what = html`<span data-testid="prune-preview" data-rows="${preview.rows}" data-bytes="${preview.bytes}"
     >${preview.rows} checkpoints of ${preview.runs} runs (${formatBytes(preview.bytes)})</span
   >`;
   return html`<p>
@@ -91,10 +91,10 @@ export function storageContent(v: StorageView, csrf?: string): SafeHtml {
   );
   const convoys = v.convoys.map(
     (c) =>
-      html`<tr>
+      html`<tr data-convoy-id="${c.convoyId}">
         <td><a href="/convoys/${enc(c.convoyId)}">${c.convoyId}</a></td>
         <td class="num">${c.checkpointRows}</td>
-        <td class="num">${formatBytes(c.bytes)}</td>
+        <td class="num" data-field="postgresBytes" data-bytes="${c.bytes}">${formatBytes(c.bytes)}</td>
       </tr>`,
   );
   return html`<nav class="crumbs"><a href="/">Convoys</a> / storage</nav>

@@ -150,6 +150,15 @@ test('GET /api/storage and the Storage page show the bytes a known run holds, la
   );
   assert.equal(await row.locator('[data-field="gitBytes"]').getAttribute('data-bytes'), String(body.runs[0]!.gitBytes));
   assert.ok((await page.evaluate(() => document.documentElement.scrollWidth)) <= 390, 'fits a 390 px screen');
+  // Per convoy: its runs' rows and events, here the two runs of convoy-s.
+  const convoyBytes = (await runPostgresBytes(RUN)) + (await runPostgresBytes(SMALL));
+  assert.equal(
+    await page.getAttribute(
+      '[data-testid="storage-convoys"] tr[data-convoy-id="convoy-s"] [data-field="postgresBytes"]',
+      'data-bytes',
+    ),
+    String(convoyBytes),
+  );
   await page.close();
 });
 
@@ -219,14 +228,22 @@ test('Prune now on the Storage page previews what goes, asks, then applies the p
   ];
   await seedRun('run-extra', 7, 'echodo/extra', oid);
   const page = await browser.newPage();
+  // Runs that finished within the last D days are kept whole: these finished a day ago.
+  await su`update workspace_storage_policies set keep_days = 2 where workspace_id = ${WS}`;
   await page.goto(`${server.url}/login?next=%2Fstorage`);
   await page.fill('#token', token);
   await Promise.all([page.waitForURL(`${server.url}/storage`), page.click('button[type=submit]')]);
+  assert.equal(await page.getAttribute('[data-testid="prune-preview"]', 'data-rows'), '0', 'kept for 2 days');
+  await su`update workspace_storage_policies set keep_days = 0 where workspace_id = ${WS}`;
+  await page.reload();
   assert.equal(
     await page.getAttribute('[data-testid="prune-preview"]', 'data-rows'),
     '3',
     'keep-last 3 of 7: 3 would go (the first stays)',
   );
+  const [going] = await su`select sum(pg_column_size(c.*))::int as n from worker_checkpoints c
+                            where agent_run_id = 'run-extra' and checkpoint_seq between 2 and 4`;
+  assert.equal(await page.getAttribute('[data-testid="prune-preview"]', 'data-bytes'), String(going!.n));
   await page.click('[data-testid="prune-now"]');
   await page.waitForSelector('[data-testid="confirm"]');
   assert.match(await page.locator('[data-testid="confirm"]').innerText(), /removes 3 checkpoints of 1 runs/);
