@@ -273,13 +273,20 @@ test('in Chromium: sign in, open a run, open the diff of checkpoint 2, fork from
       'the breadcrumb keeps the convoy',
     );
     assert.equal(await page.getAttribute('[data-testid="diff-prev"]', 'href'), `/runs/${source}/checkpoints/1`);
+    assert.equal(await page.getAttribute('[data-testid="diff-next"]', 'href'), `/runs/${source}/checkpoints/3`);
     await page.screenshot({ path: path.join(output, 'diff.png'), fullPage: true });
+    // The diff page and the fork's preview fit a 390 px screen too.
+    const fits = () => page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth);
+    await page.setViewportSize({ width: 390, height: 844 });
+    assert.ok(await fits(), 'the diff page fits 390 px');
     await page.goBack();
 
     const runsBefore = (await s.su`select count(*)::int as n from agent_runs where forked_from_run = ${source}`)[0]!.n;
     await page.click('[data-testid="fork-2"]');
     // The preview: what differs between checkpoint 2 and the tip (checkpoint 3 wrote src/c.ts), the branch kept.
     await page.waitForSelector('[data-testid="fork-preview"]');
+    assert.ok(await fits(), 'the fork preview fits 390 px');
+    await page.setViewportSize({ width: 1280, height: 900 });
     assert.match(await page.locator('[data-testid="fork-preview-files"]').innerText(), /A\s+src\/c\.ts/);
     assert.match(await page.locator('[data-testid="fork-preview-branch"]').innerText(), /is kept/);
     const [srcCount] = await s.su`select count(*)::int as n from agent_runs where forked_from_run = ${source}`;

@@ -146,6 +146,18 @@ test('the Settings page: add a model, Test shows ok; server stopped, Test shows 
   assert.match(failed, /error: .*(ECONNREFUSED|connect|fetch)/i, failed);
   assert.equal((await page.content()).includes(KEY), false);
 
+  // Without the key in its environment, the Test names the process that lacks it: this one, not a worker.
+  delete process.env[KEY_VAR];
+  try {
+    await page.goto(`${server.url}/settings`);
+    await page.click('[data-testid="test-panel"]');
+    const unset = await page.locator('[data-testid="test-result-panel"]').innerText();
+    assert.match(unset, new RegExp(`${KEY_VAR} is not set in the environment of \\S+ \\(pid ${process.pid}\\)`), unset);
+    assert.doesNotMatch(unset, /worker/);
+  } finally {
+    process.env[KEY_VAR] = KEY;
+  }
+
   const apiRes = await fetch(`${server.url}/api/settings`, { headers: { authorization: `Bearer ${token}` } });
   const api = await apiRes.text();
   assert.match(api, /"alias":"panel"/);
