@@ -8,7 +8,7 @@ export interface StorageView {
   workspaceId: string;
   postgres: { checkpoints: number; events: number; runs: number; total: number };
   runs: (RunBytes & { gitBytes: number | null })[];
-  convoys: { convoyId: string; checkpointRows: number; bytes: number }[];
+  convoys: { convoyId: string; checkpointRows: number; bytes: number; gitBytes: number | null }[];
   policy: StoragePolicy;
   /** What the policy would prune now (a dry run); absent without a retention policy. */
   preview?: RetentionPreview;
@@ -95,6 +95,7 @@ export function storageContent(v: StorageView, csrf?: string): SafeHtml {
         <td><a href="/convoys/${enc(c.convoyId)}">${c.convoyId}</a></td>
         <td class="num">${c.checkpointRows}</td>
         <td class="num" data-field="postgresBytes" data-bytes="${c.bytes}">${formatBytes(c.bytes)}</td>
+        <td class="num" data-field="gitBytes" data-bytes="${c.gitBytes ?? ''}">${formatBytes(c.gitBytes)}</td>
       </tr>`,
   );
   return html`<nav class="crumbs"><a href="/">Convoys</a> / storage</nav>
@@ -130,6 +131,7 @@ export function storageContent(v: StorageView, csrf?: string): SafeHtml {
                 <th>Checkpoints</th>
                 <th>Postgres</th>
                 <th>Git</th>
+                <th>Git</th>
               </tr>
             </thead>
             <tbody>
@@ -147,6 +149,7 @@ export function storageContent(v: StorageView, csrf?: string): SafeHtml {
                 <th>Convoy</th>
                 <th>Checkpoints</th>
                 <th>Postgres</th>
+                <th>Git</th>
               </tr>
             </thead>
             <tbody>

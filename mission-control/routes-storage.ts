@@ -1,12 +1,13 @@
 // Storage: what a workspace holds in Postgres (per run, per convoy, in total) and in git (per
-// run, for the runs shown), with its retention policy and quota. GET /api/storage and /storage.
+// run and per convoy, for those shown), with its retention policy and quota. GET /api/storage and
+// /storage.
 import type { Hono } from 'hono';
 import type { Database } from '../store/connection.ts';
-import { convoyBytes, largestRuns, storagePolicy, workspacePostgresBytes } from '../store/storage.ts';
+import { convoyBranches, convoyBytes, largestRuns, storagePolicy, workspacePostgresBytes } from '../store/storage.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { requirePrincipal, workspaceOf } from './auth.ts';
 import type { McEnv } from './context.ts';
-import { runGitBytes } from '../worker/git/git-bytes.ts';
+import { branchesGitBytes, runGitBytes } from '../worker/git/git-bytes.ts';
 import { sendPage } from './layout.ts';
 import { storageContent, type StorageView } from './pages-storage.ts';
 import { applyStoragePolicy, type StorageSweepDeps } from '../operator/storage-sweep.ts';
@@ -29,10 +30,13 @@ export function mountStorageRoutes(
   async function storageView(workspaceId: string): Promise<StorageView> {
     const read = await withWorkspace(deps.db.app, workspaceId, async (tx) => {
       const policy = await storagePolicy(tx);
+      const convoys = await convoyBytes(tx, RUNS_SHOWN);
+      const convoyIds = convoys.map((c) => c.convoyId);
       return {
         postgres: await workspacePostgresBytes(tx),
         runs: await largestRuns(tx, RUNS_SHOWN),
-        convoys: await convoyBytes(tx, RUNS_SHOWN),
+        convoys,
+        branches: await convoyBranches(tx, convoyIds, deps.repoRoot ?? ''),
         policy,
         preview:
           policy.keepLast === null ? undefined : await retentionPreview(tx, policy.keepLast, policy.keepDays ?? 0),
@@ -44,7 +48,14 @@ export function mountStorageRoutes(
         gitBytes: await runGitBytes(run.repoPath ?? deps.repoRoot ?? null, run.branch, run.baseOid),
       })),
     );
-    return { workspaceId, ...read, runs };
+    const { branches, ...rest } = read;
+    const convoys = await Promise.all(
+      read.convoys.map(async (convoy) => ({
+        ...convoy,
+        gitBytes: await branchesGitBytes(branches.get(convoy.convoyId) ?? []),
+      })),
+    );
+    return { workspaceId, ...rest, runs, convoys };
   }
 
   app.get('/api/storage', api, async (c) => {

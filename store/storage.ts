@@ -95,14 +95,17 @@ export async function runBranches(
 }
 
 const CONVOY_BYTES_SQL = `
-select c.convoy_id, count(*)::int as rows, sum(pg_column_size(c.*))::bigint as bytes
-  from worker_checkpoints c
- where c.workspace_id = $1
- group by c.convoy_id
- order by bytes desc
+select x.convoy_id, sum(x.rows)::int as rows, sum(x.bytes)::bigint as bytes
+  from (select c.convoy_id, count(*) as rows, sum(pg_column_size(c.*)) as bytes
+          from worker_checkpoints c where c.workspace_id = $1 group by c.convoy_id
+        union all
+        select e.convoy_id, 0, sum(pg_column_size(e.*))
+          from convoy_events e where e.workspace_id = $1 group by e.convoy_id) x
+ group by x.convoy_id
+ order by bytes desc, x.convoy_id
  limit $2`;
 
-/** Checkpoint bytes per convoy, largest first. */
+/** Postgres bytes per convoy (its checkpoint rows and events), largest first. */
 export interface ConvoyBytes {
   convoyId: string;
   checkpointRows: number;
@@ -180,4 +183,24 @@ export async function overQuota(tx: WorkspaceTx): Promise<OverQuota | undefined>
       measuredAt: row.measured_at ?? null,
     }
   );
+}
+
+const CONVOY_BRANCHES_SQL = `
+select r.convoy_id, coalesce(r.job->>'repoPath', $3) as repo_path, r.branch, r.base_oid
+  from agent_runs r where r.workspace_id = $1 and r.convoy_id = any($2::text[]) and r.branch is not null`;
+
+/** Where the runs of these convoys keep their git bytes, by convoy. */
+export async function convoyBranches(
+  tx: WorkspaceTx,
+  convoyIds: string[],
+  defaultRepoPath: string,
+): Promise<Map<string, { repoPath: string; branch: string; baseOid: string | null }[]>> {
+  const byConvoy = new Map<string, { repoPath: string; branch: string; baseOid: string | null }[]>();
+  if (!convoyIds.length) return byConvoy;
+  const rows = await tx.unsafe(CONVOY_BRANCHES_SQL, [tx.workspaceId, convoyIds, defaultRepoPath]);
+  for (const r of rows) {
+    const loc = { repoPath: r.repo_path as string, branch: r.branch as string, baseOid: r.base_oid as string | null };
+    byConvoy.set(r.convoy_id, [...(byConvoy.get(r.convoy_id) ?? []), loc]);
+  }
+  return byConvoy;
 }

@@ -110,6 +110,7 @@ after(async () => {
 
 interface StorageJson {
   postgresBytes: number;
+  convoys: { convoyId: string; bytes: number; gitBytes: number | null }[];
   runs: { agentRunId: string; postgresBytes: number; gitBytes: number | null; checkpointRows: number }[];
 }
 const storage = async (): Promise<StorageJson> =>
@@ -150,14 +151,18 @@ test('GET /api/storage and the Storage page show the bytes a known run holds, la
   );
   assert.equal(await row.locator('[data-field="gitBytes"]').getAttribute('data-bytes'), String(body.runs[0]!.gitBytes));
   assert.ok((await page.evaluate(() => document.documentElement.scrollWidth)) <= 390, 'fits a 390 px screen');
-  // Per convoy: its runs' rows and events, here the two runs of convoy-s.
+  // Per convoy: its checkpoint rows and events (here those of its two runs) and its runs' branches in git.
   const convoyBytes = (await runPostgresBytes(RUN)) + (await runPostgresBytes(SMALL));
+  const convoyRow = page.locator('[data-testid="storage-convoys"] tr[data-convoy-id="convoy-s"]');
+  assert.equal(await convoyRow.locator('[data-field="postgresBytes"]').getAttribute('data-bytes'), String(convoyBytes));
   assert.equal(
-    await page.getAttribute(
-      '[data-testid="storage-convoys"] tr[data-convoy-id="convoy-s"] [data-field="postgresBytes"]',
-      'data-bytes',
-    ),
-    String(convoyBytes),
+    await convoyRow.locator('[data-field="gitBytes"]').getAttribute('data-bytes'),
+    String(body.runs[0]!.gitBytes),
+    "the convoy's git bytes are its one branch's",
+  );
+  assert.deepEqual(
+    body.convoys.map((c) => [c.convoyId, c.bytes, c.gitBytes]),
+    [['convoy-s', convoyBytes, body.runs[0]!.gitBytes]],
   );
   await page.close();
 });

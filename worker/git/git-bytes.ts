@@ -35,6 +35,44 @@ export async function runGitBytes(
   }
 }
 
+/**
+ * A set of runs' branches (a convoy's): objects reachable from any of them and not from the commits
+ * they started from, each object once. Null when none of the branches' repositories can be read.
+ */
+export async function branchesGitBytes(locations: GitLocation[]): Promise<number | null> {
+  const byRepo = new Map<string, GitLocation[]>();
+  for (const loc of locations) {
+    if (usableBranch(loc.branch)) byRepo.set(loc.repoPath, [...(byRepo.get(loc.repoPath) ?? []), loc]);
+  }
+  const sizes = await Promise.all(
+    [...byRepo].map(async ([repoPath, locs]) => {
+      if (!existsSync(repoPath)) return null;
+      try {
+        const usage = await runGit(repoPath, ['rev-list', '--ignore-missing', '--stdin', '--disk-usage', '--objects'], {
+          input: `${revsOf(locs)}\n`,
+          timeoutMs: TIMEOUT_MS,
+        });
+        const bytes = Number(usage.stdout.trim());
+        return Number.isFinite(bytes) ? bytes : null;
+      } catch {
+        return null;
+      }
+    }),
+  );
+  const known = sizes.filter((n): n is number => n !== null);
+  return known.length ? known.reduce((a, b) => a + b, 0) : null;
+}
+
+/** rev-list's input for these branches: each branch, less the commits they started from. */
+function revsOf(locs: GitLocation[]): string {
+  return [
+    ...new Set([
+      ...locs.map((l) => `refs/heads/${l.branch}`),
+      ...locs.filter((l) => l.baseOid && OID.test(l.baseOid)).map((l) => `^${l.baseOid}`),
+    ]),
+  ].join('\n');
+}
+
 export interface GitLocation {
   repoPath: string;
   branch: string | null;
@@ -75,12 +113,7 @@ async function repoGitBytes(
   locs: GitLocation[],
   notesRef: string,
 ): Promise<{ branches: number; notes: number }> {
-  const revs = [
-    ...new Set([
-      ...locs.map((l) => `refs/heads/${l.branch}`),
-      ...locs.filter((l) => l.baseOid && OID.test(l.baseOid)).map((l) => `^${l.baseOid}`),
-    ]),
-  ].join('\n');
+  const revs = revsOf(locs);
   const revList = (extra: string[]) =>
     runGit(repoPath, ['rev-list', '--ignore-missing', '--stdin', ...extra], {
       input: `${revs}\n`,
