@@ -10,7 +10,7 @@ import { runAgUi } from '../worker/adapters/ag-ui-client.ts';
 import { remoteAgentModel } from '../worker/adapters/index.ts';
 import { PROBE_TIMEOUT_MS, probeAgUiEndpoint } from '../worker/adapters/probe.ts';
 import { builtinHarnesses } from '../worker/run/harnesses.ts';
-import { frame } from './support/ag-ui-agent.ts';
+import { frame, startAgUiAgent } from './support/ag-ui-agent.ts';
 
 let server: Server;
 let base: string;
@@ -105,4 +105,24 @@ test('STATE_DELTA is a JSON Patch on the state; one that fails or reaches a prot
   assert.equal(({} as Record<string, unknown>).polluted, undefined);
   const none = await runAgUi({ url: `${base}/ok`, input, timeoutMs: 2000 });
   assert.equal(none.state, undefined, 'no state event: no state to record');
+});
+
+test('langgraph sends the thread as forwardedProps.config.configurable.thread_id; crewai adds nothing', async () => {
+  const agent = await startAgUiAgent({});
+  try {
+    const code = builtinHarnesses({ WORKER_ALLOWED_COMMANDS: undefined } as never).code!;
+    const prompt = [{ role: 'user' as const, content: [{ type: 'text' as const, text: 'hi' }] }];
+    for (const adapter of ['langgraph', 'crewai'] as const) {
+      const harness = { ...code, adapter, endpointUrl: agent.url(adapter), keyEnvVar: null };
+      const args = { agentRunId: 'run-lg', attempt: 1, history: () => [], nextRound: () => 1 };
+      await remoteAgentModel(harness, args).model.doGenerate({ prompt, tools: [] } as never);
+    }
+    assert.deepEqual(agent.inputs.get('langgraph')![0]!.forwardedProps, {
+      config: { configurable: { thread_id: 'run-lg' } },
+    });
+    assert.deepEqual(agent.inputs.get('crewai')![0]!.forwardedProps, {});
+    assert.equal(agent.inputs.get('crewai')![0]!.threadId, 'run-lg');
+  } finally {
+    await agent.close();
+  }
 });

@@ -66,6 +66,10 @@ const scripts: Record<string, AgentEntry[]> = {
     },
   ],
   http500: [{ status: 500, body: 'internal error' }],
+  // Never done: a tool round after another, until WORKER_MAX_TOOL_STEPS ends the run.
+  endless: ['x', 'y', 'z'].map((f) => ({
+    toolCalls: [{ name: 'write_file', args: JSON.stringify({ path: `${f}.txt`, content: `${f}\n` }) }],
+  })),
   slow: [
     {
       toolCalls: [{ name: 'write_file', args: JSON.stringify({ path: 'a.txt', content: 'a\n' }) }],
@@ -142,9 +146,9 @@ test("remote-ag-ui: the agent's calls run in the worktree, a checkpoint per roun
 });
 
 test('hostile agents: bad calls go back as errors; RUN_ERROR, cut, flood, HTTP 500 fail; daemon lives', async () => {
-  const w = s.spawnWorker();
+  const w = s.spawnWorker({ WORKER_MAX_TOOL_STEPS: '2' });
   const ids: Record<string, string> = {};
-  for (const name of ['unknownTool', 'badArgs', 'runError', 'cut', 'flood', 'http500']) {
+  for (const name of ['unknownTool', 'badArgs', 'runError', 'cut', 'flood', 'http500', 'endless']) {
     ids[name] = (await s.dispatch({ harnessAlias: name, model: undefined })).agentRunId;
   }
   for (const name of ['unknownTool', 'badArgs']) {
@@ -168,6 +172,9 @@ test('hostile agents: bad calls go back as errors; RUN_ERROR, cut, flood, HTTP 5
     const run = await s.waitForStatus(ids[name]!, 'failed');
     assert.match(run.failure_reason, reason, name);
   }
+  await s.waitForStatus(ids.endless!, 'completed');
+  assert.equal((await s.checkpoints(ids.endless!)).length, 2, 'WORKER_MAX_TOOL_STEPS rounds, each checkpointed');
+  assert.equal(agent.inputs.get('endless')!.length, 2, 'no run asked of the agent past the budget');
   assert.equal(w.process.exitCode, null, 'the daemon is still running');
   await w.stop('SIGTERM');
 });
@@ -491,6 +498,16 @@ test("POST /api/ag-ui: HttpAgent gets a run's checkpoints as events; a reconnect
     await fetch(`${mc.url}/api/runs/${run!.id}`, { headers: { authorization: `Bearer ${token}` } })
   ).json()) as { adapter: string; threadId: string };
   assert.deepEqual([shown.adapter, shown.threadId], ['remote-ag-ui', run!.id], 'the run shows its adapter and thread');
+  const page = await (
+    await fetch(`${mc.url}/runs/${run!.id}`, { headers: { authorization: `Bearer ${token}` } })
+  ).text();
+  assert.match(page, new RegExp(`data-testid="run-adapter">\\s*remote-ag-ui · thread ${run!.id}\\s*<`), 'the run page');
+  // A run that fails ends its stream with RUN_ERROR, the status as its code.
+  const failing = { threadId: 't-err', runId: 'r-err', messages: [{ id: 'u', role: 'user', content: 'fail' }] };
+  const failed = await readSse(await postAgUi({ ...failing, forwardedProps: { harnessAlias: 'runError' } }, token));
+  const last = JSON.parse(failed.at(-1)!.data);
+  assert.deepEqual([last.type, last.code], [EventType.RUN_ERROR, 'failed']);
+  assert.match(last.message, /model overloaded/);
   // What the run was claimed with, not what its harness says today.
   const setAdapter = (adapter: string) =>
     s.su`update harness_providers set adapter = ${adapter} where workspace_id = ${s.workspaceId} and alias = 'good'`;
