@@ -11,6 +11,7 @@ import { remoteAgentModel } from '../worker/adapters/index.ts';
 import { PROBE_TIMEOUT_MS, probeAgUiEndpoint } from '../worker/adapters/probe.ts';
 import { builtinHarnesses } from '../worker/run/harnesses.ts';
 import { frame, startAgUiAgent } from './support/ag-ui-agent.ts';
+import { checkpointEvents } from '../mission-control/ag-ui-events.ts';
 
 let server: Server;
 let base: string;
@@ -125,4 +126,32 @@ test('langgraph sends the thread as forwardedProps.config.configurable.thread_id
   } finally {
     await agent.close();
   }
+});
+
+test("mission control's events of a checkpoint: its tool calls redacted and bounded", () => {
+  const secret = 'sk-' + 'q'.repeat(40);
+  const events = checkpointEvents('run', {
+    checkpoint_seq: 1,
+    step: 1,
+    tool_history: [
+      { round: 1, tool: 'write_file', input: { path: 'a', content: secret + 'x'.repeat(10_000) }, ok: true },
+    ],
+    files_touched: [{ path: 'a', sha256: null }],
+    commit_oid: 'c',
+    hash: 'h',
+  });
+  const args = events.find((e) => e.type === EventType.TOOL_CALL_ARGS)!.delta as string;
+  assert.ok(!args.includes(secret) && args.includes('[redacted:sk]') && args.length <= 4_000, args.slice(0, 80));
+  assert.deepEqual(
+    events.map((e) => e.type),
+    [
+      'STEP_STARTED',
+      'TOOL_CALL_START',
+      'TOOL_CALL_ARGS',
+      'TOOL_CALL_END',
+      'TOOL_CALL_RESULT',
+      'STEP_FINISHED',
+      'STATE_SNAPSHOT',
+    ],
+  );
 });

@@ -481,6 +481,17 @@ test("POST /api/ag-ui: HttpAgent gets a run's checkpoints as events; a reconnect
   assert.deepEqual(await readSse(await postAgUi(input, token, { 'last-event-id': end.id! })), []);
   const afterEnd = await readSse(await postAgUi({ ...input, forwardedProps: { lastEventId: end.id } }, token));
   assert.deepEqual(afterEnd, [{ data: whole[0]!.data }, end], 'RUN_STARTED, then RUN_FINISHED');
+  // The same reconnects through HttpAgent itself, whose client checks each run's order of events.
+  const rerun = async (lastEventId: string) => {
+    const got: string[] = [];
+    await client.runAgent(
+      { runId: 'run-1', forwardedProps: { lastEventId } },
+      { onEvent: ({ event }) => void got.push(event.type) },
+    );
+    return got;
+  };
+  assert.deepEqual(await rerun(end.id!), [EventType.RUN_STARTED, EventType.RUN_FINISHED]);
+  assert.deepEqual(await rerun(whole[firstSnapshot]!.id!), [types[0], ...types.slice(firstSnapshot + 1)]);
   const bogus = await postAgUi(input, token, { 'last-event-id': 'nope' });
   assert.equal(bogus.status, 400);
   // Another workspace's token reconnecting to this run: 404, nothing of the run streamed.
