@@ -2,7 +2,8 @@
 // change that concerns the page, re-fetches what the page shows and updates it in place:
 // the convoy panel applies /api/convoys/:id JSON to its [data-field] cells; other pages
 // (and a convoy that gained a run) swap in the freshly rendered <main>. No reloads, no
-// polling: the only timer re-labels ages ("12 s ago") from timestamps already on the page.
+// polling: the only timer re-labels ages ("12 s ago") from timestamps already on the page, and
+// fetches again once when a running run's lease on the page passes.
 // Formatting matches html.ts (formatTime, formatAge).
 export const CLIENT_SCRIPT = String.raw`
 (() => {
@@ -31,12 +32,21 @@ export const CLIENT_SCRIPT = String.raw`
     }
   };
   // A running run whose lease runs out is stalled from that moment: no row changes, so no
-  // notification comes; the flag carries the lease and is raised here when it passes.
+  // notification comes; the flag carries the lease and is raised here when it passes. A heartbeat
+  // renews the lease without a notification either, so a lease the page read before it passed is
+  // read again first: the flag rises only on a lease fetched after its own expiry.
+  let fetchedAt = Date.now();
+  let leaseCheckAt = 0;
   const tickStalls = () => {
+    let stale = false;
     for (const el of document.querySelectorAll('[data-field="stalled"][data-kind="flag"]')) {
       if (el.dataset.lease === undefined) continue;
-      el.hidden = !(el.dataset.running === '1' && el.dataset.lease && Date.parse(el.dataset.lease) < Date.now());
+      const lease = el.dataset.lease ? Date.parse(el.dataset.lease) : NaN;
+      const expired = el.dataset.running === '1' && lease < Date.now();
+      if (expired && fetchedAt <= lease) stale = true;
+      el.hidden = !(expired && fetchedAt > lease);
     }
+    if (stale && Date.now() - leaseCheckAt > 2000) { leaseCheckAt = Date.now(); refresh(); }
   };
   setInterval(() => { tickAges(); tickStalls(); }, 1000);
 
@@ -100,7 +110,7 @@ export const CLIENT_SCRIPT = String.raw`
 
   const signIn = () => location.assign('/login?next=' + encodeURIComponent(location.pathname + location.search));
 
-  const swapMain = async () => {
+  const swapMain = async (asked) => {
     // The page's own query (filters, cursor, before) is kept: a refresh shows the same page.
     const query = new URLSearchParams(location.search);
     query.set('fragment', 'main');
@@ -109,14 +119,17 @@ export const CLIENT_SCRIPT = String.raw`
     if (!res.ok) return;
     const main = document.querySelector('main');
     if (main) main.innerHTML = await res.text();
+    fetchedAt = asked;
   };
 
   const refreshOnce = async () => {
-    if (!jsonUrl) return swapMain();
+    const asked = Date.now();
+    if (!jsonUrl) return swapMain(asked);
     const res = await fetch(jsonUrl, { credentials: 'same-origin', headers: { accept: 'application/json' } });
     if (res.status === 401) { signIn(); return; }
-    if (!res.ok) return swapMain();
-    if (!applyConvoy(await res.json())) await swapMain();
+    if (!res.ok) return swapMain(asked);
+    if (!applyConvoy(await res.json())) await swapMain(asked);
+    else fetchedAt = asked;
   };
 
   // At most one refresh in flight; changes that arrive meanwhile fold into one more.

@@ -455,6 +455,14 @@ test('a running run whose lease runs out turns "stalled" live, without a reload'
   const flag = page.locator('[data-testid="run-status"] [data-field="stalled"]');
   assert.equal(await flag.isHidden(), true, 'not stalled while the lease holds');
   await page.evaluate(() => ((window as unknown as { loadedOnce: boolean }).loadedOnce = true));
+  // A heartbeat renews the lease (no notification comes): the lease the page read passes, the run is not stalled.
+  const [{ first }] = (await su`update agent_runs set lease_expires_at = lease_expires_at + interval '6 seconds'
+                                 where workspace_id = ${WS} and id = ${runId!}
+                                 returning lease_expires_at - interval '6 seconds' as first`) as unknown as [
+    { first: Date },
+  ];
+  await new Promise((resolve) => setTimeout(resolve, Math.max(0, first.getTime() - Date.now()) + 3000));
+  assert.equal(await flag.isHidden(), true, 'a renewed lease is read again before the run is called stalled');
   await flag.waitFor({ state: 'visible', timeout: 15_000 });
   assert.equal(
     await page.evaluate(() => (window as unknown as { loadedOnce?: boolean }).loadedOnce),
