@@ -251,12 +251,16 @@ test('resume after SIGKILL: the same thread and state continue, no round runs tw
   const first = s.spawnWorker();
   // Dispatched and followed through POST /api/ag-ui: the crash reaches the client as CUSTOM events.
   const brief = 'Write three files.';
-  const props = { harnessAlias: 'slow', convoyId: 'convoy-slow', baseRef: 'main' };
+  const props = { harnessAlias: 'slow', convoyId: 'convoy-slow', baseRef: 'main', model: 'agent-own' };
   const posted = { threadId: 'slow', runId: 'slow-1', messages: [{ id: 'u', role: 'user', content: brief }] };
   const streamed = readSse(await postAgUi({ ...posted, forwardedProps: props }, token));
   const [dispatched] = await s.su`select id, convoy_id, job from agent_runs where job->>'brief' = ${brief}`;
   const agentRunId: string = dispatched!.id;
-  assert.deepEqual([dispatched!.convoy_id, dispatched!.job.baseRef], ['convoy-slow', 'main'], 'forwardedProps');
+  assert.deepEqual(
+    [dispatched!.convoy_id, dispatched!.job.baseRef, dispatched!.job.model],
+    ['convoy-slow', 'main', 'agent-own'],
+    'forwardedProps',
+  );
   await waitFor(async () => ((agent.inputs.get('slow')?.length ?? 0) >= 3 ? true : undefined), {
     timeoutMs: 30_000,
     what: 'round 3 asked',
@@ -546,6 +550,9 @@ test('POST /api/ag-ui: 401 without a token, 403 read-only, 400 for a bad RunAgen
   assert.match(await noBrief.text(), /last user message/);
   const badProp = await postAgUi({ ...input, forwardedProps: { harnessAlias: 7 } }, token);
   assert.equal(badProp.status, 400);
+  const noModel = await postAgUi({ ...input, forwardedProps: { model: '' } }, token);
+  assert.equal(noModel.status, 400);
+  assert.match(await noModel.text(), /model must not be empty/);
   const foreignRepo = await postAgUi({ ...input, forwardedProps: { repoPath: path.join(s.repo, '..') } }, token);
   assert.equal(foreignRepo.status, 400);
   assert.match(await foreignRepo.text(), /not a repository registered to workspace/);
