@@ -437,10 +437,22 @@ test("a 2,000-checkpoint run's timeline: newest page first, the last page by 'ol
   await page.close();
 });
 
-test('the chain verdict says "broken at N" and a failed run without checkpoints never shows "verifies"', async () => {
+test('the chain verdict says "broken at N", a failed run without checkpoints never "verifies"; calls redacted and cut', async () => {
+  // A call recorded before redaction, with a long result: the page redacts it and cuts it.
+  const secret = 'sk-live-0123456789abcdef0123456789';
+  const calls = [
+    { round: 4, tool: 'run_command', input: { command: `echo ${secret}` }, ok: true, result: 'x'.repeat(9000) },
+  ];
+  await su`update worker_checkpoints set tool_history = ${su.json(calls)}
+            where agent_run_id = ${BROKEN} and checkpoint_seq = 4`;
   const page = await signedInPage();
   await page.goto(`${server.url}/runs/${BROKEN}`);
   assert.equal(await page.locator('[data-testid="chain-verdict"]').innerText(), 'broken at 3');
+  const shown = (await page.locator('[data-testid="calls-4"]').textContent()) ?? '';
+  assert.match(shown, /echo /);
+  assert.ok(!shown.includes(secret), 'the secret is redacted on the page');
+  assert.match(shown, /\d+ more chars/, 'a long result is cut');
+  assert.ok(!shown.includes('x'.repeat(4001)));
   await page.goto(`${server.url}/runs/${BARE}`);
   assert.equal(await page.locator('[data-testid="chain-verdict"]').innerText(), 'no checkpoints yet');
   await page.close();
