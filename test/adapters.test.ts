@@ -247,7 +247,7 @@ test('harness add --adapter --url --key-env; list shows the adapter; test probes
   assert.equal((await cli(['harness', 'test', ...W, 'nope'])).code, 2);
 });
 
-test('resume after SIGKILL: the same thread and state continue, no round runs twice; a fork keeps the state', async () => {
+test('resume after SIGKILL: the same thread and state go on, no round runs twice; a fork keeps the state', async () => {
   const first = s.spawnWorker();
   // Dispatched and followed through POST /api/ag-ui: the crash reaches the client as CUSTOM events.
   const brief = 'Write three files.';
@@ -516,7 +516,8 @@ test("POST /api/ag-ui: HttpAgent gets a run's checkpoints as events; a reconnect
   const page = await (
     await fetch(`${mc.url}/runs/${run!.id}`, { headers: { authorization: `Bearer ${token}` } })
   ).text();
-  assert.match(page, new RegExp(`data-testid="run-adapter">\\s*remote-ag-ui · thread ${run!.id}\\s*<`), 'the run page');
+  const adapterLine = new RegExp(`data-testid="run-adapter">\\s*remote-ag-ui · thread ${run!.id}\\s*<`);
+  assert.match(page, adapterLine, 'the run page');
   // A run that fails ends its stream with RUN_ERROR, the status as its code.
   const failing = { threadId: 't-err', runId: 'r-err', messages: [{ id: 'u', role: 'user', content: 'fail' }] };
   const failed = await readSse(await postAgUi({ ...failing, forwardedProps: { harnessAlias: 'runError' } }, token));
