@@ -437,7 +437,7 @@ test("a 2,000-checkpoint run's timeline: newest page first, the last page by 'ol
   await page.close();
 });
 
-test('the chain verdict says "broken at N", a failed run without checkpoints never "verifies"; calls redacted and cut', async () => {
+test('chain verdicts "broken at N" and "no checkpoints yet"; tool calls redacted and cut', async () => {
   // A call recorded before redaction, with a long result: the page redacts it and cuts it.
   const secret = 'sk-live-0123456789abcdef0123456789';
   const calls = [
