@@ -44,12 +44,17 @@ export function runActions(
   </div>`;
 }
 
-/** Per checkpoint: the diff link for everyone; "Fork from here" for a viewer who may act. */
+/**
+ * Per checkpoint: the diff link for everyone; "Fork from here" for a viewer who may act, and while
+ * the run is queued or running "Rewind here" (a fork that cancels the source). Both confirm with
+ * the fork's preview first.
+ */
 export function checkpointActions(
   runId: string,
   seq: number,
   hasCommit: boolean,
   view: ActionView | undefined,
+  rewindable = false,
 ): SafeHtml {
   const diff = hasCommit
     ? html`<a href="/runs/${enc(runId)}/checkpoints/${seq}" data-testid="diff-${seq}">diff</a>`
@@ -65,7 +70,22 @@ export function checkpointActions(
           `fork-${seq}`,
         )
       : '';
-  return html`<span class="cp-actions">${diff}${fork}</span>`;
+  const rewind =
+    view && hasCommit && rewindable
+      ? actionForm(
+          runId,
+          'fork',
+          view,
+          'Rewind here',
+          html`<input type="hidden" name="at" value="${seq}" /><input
+              type="hidden"
+              name="cancelSource"
+              value="true"
+            />`,
+          `rewind-${seq}`,
+        )
+      : '';
+  return html`<span class="cp-actions">${diff}${fork}${rewind}</span>`;
 }
 
 /** Where a diff page sits: its run's convoy (for the breadcrumb) and the run's newest seq (for "next"). */

@@ -244,7 +244,7 @@ export function runTimelineContent(view: RunPageView, actions?: ActionView, now 
     ...page.checkpoints.map((c) => ({
       at: c.occurredAt.getTime(),
       order: 0,
-      view: checkpointItem(c, run.agentRunId, actions),
+      view: checkpointItem(c, run.agentRunId, actions, run.status === 'queued' || run.status === 'running'),
     })),
     ...events.map((e) => ({
       at: e.occurredAt.getTime(),
@@ -329,7 +329,7 @@ function callItem(call: ToolCall): SafeHtml {
 
 const CALL_TEXT_LIMIT = 4000;
 
-function checkpointItem(c: TimelineCheckpoint, runId: string, actions?: ActionView): SafeHtml {
+function checkpointItem(c: TimelineCheckpoint, runId: string, actions?: ActionView, rewindable = false): SafeHtml {
   return html`<li class="checkpoint" data-seq="${c.seq}">
     <div class="row">
       <span class="seq">#${c.seq}</span>${timeCell(c.occurredAt)}<span>step ${c.step}</span
@@ -337,7 +337,7 @@ function checkpointItem(c: TimelineCheckpoint, runId: string, actions?: ActionVi
       <span>${c.files.length} file${c.files.length === 1 ? '' : 's'}</span>
       <span class="mono" title="${c.commitOid ?? ''}">commit ${shortOid(c.commitOid)}</span>
       <span class="mono muted" title="${c.hash}">${c.hash.slice(0, 12)}</span>
-      ${checkpointActions(runId, c.seq, c.commitOid !== null, actions)}
+      ${checkpointActions(runId, c.seq, c.commitOid !== null, actions, rewindable)}
     </div>
     ${c.calls.length ? html`<div class="calls" data-testid="calls-${c.seq}">${c.calls.map(callItem)}</div>` : html`<span class="muted">no tools</span>`}
     ${

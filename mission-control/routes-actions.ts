@@ -306,14 +306,17 @@ export function mountActionRoutes(app: Hono<McEnv>, deps: ActionDeps): { close()
     for (const name of ['at', 'brief', 'model', 'cancelSource']) {
       if (typeof form[name] === 'string') fields[name] = form[name];
     }
+    const rewind = form.cancelSource === 'true';
     return sendConfirmation(c, `workspace ${workspaceOf(c)}`, {
-      title: `Fork run ${runId} at checkpoint ${at}?`,
-      consequence: `A new run starts from checkpoint ${at} on its own branch and worktree.`,
-      details: forkPreviewContent(await forkPreview(point), form.cancelSource === 'true'),
+      title: rewind ? `Rewind run ${runId} to checkpoint ${at}?` : `Fork run ${runId} at checkpoint ${at}?`,
+      consequence: `A new run starts from checkpoint ${at} on its own branch and worktree.${
+        rewind ? ' This run is cancelled.' : ''
+      }`,
+      details: forkPreviewContent(await forkPreview(point), rewind),
       action: `/runs/${encodeURIComponent(runId)}/actions/fork`,
       csrf: pageCsrfToken(c) ?? '',
       back: `/runs/${encodeURIComponent(runId)}`,
-      button: 'Yes, fork',
+      button: rewind ? 'Yes, rewind' : 'Yes, fork',
       fields,
     });
   }

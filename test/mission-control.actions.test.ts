@@ -220,7 +220,7 @@ test('cookie-authenticated writes need the CSRF token and the same origin', asyn
   assert.ok(page.includes('data-testid="fork-1"'), 'and offers "Fork from here"');
 });
 
-test('in Chromium: sign in, open a run, open the diff of checkpoint 2, fork from it and watch the fork progress live; a cross-site form POST is refused', async () => {
+test('in Chromium: sign in, open a run, open the diff of checkpoint 2, fork from it and watch the fork progress live; a cross-site form POST is refused; rewind a running run', async () => {
   const output = path.resolve(PROJECT_ROOT, process.env.ECHODO_TEST_OUTPUT ?? 'test-output', 'mission-control');
   await mkdir(output, { recursive: true });
   const dir = path.dirname(s.transcriptPath);
@@ -341,6 +341,29 @@ test('in Chromium: sign in, open a run, open the diff of checkpoint 2, fork from
       200,
       'it still reads',
     );
+    assert.equal(await reader.locator('[data-testid^="rewind-"]').count(), 0);
+
+    // Rewind a running run to checkpoint 1: the preview names what checkpoint 2 changed and that the run is cancelled.
+    const { agentRunId: live } = await s.dispatch();
+    await checkpointsOf(live, 2);
+    await page.goto(`${server.url}/runs/${live}`);
+    await page.click('[data-testid="rewind-1"]');
+    await page.waitForSelector('[data-testid="fork-preview"]');
+    const files = await page.locator('[data-testid="fork-preview-files"]').innerText();
+    assert.match(files, /M\s+src\/greet\.ts/);
+    assert.match(files, /A\s+notes\/secret\.txt/);
+    assert.match(await page.locator('[data-testid="confirm"]').innerText(), /the rewind discards them/);
+    assert.match(await page.locator('[data-testid="fork-preview-branch"]').innerText(), /source run is cancelled/);
+    assert.equal((await s.run(live)).status, 'running', 'the preview rewinds nothing');
+    await Promise.all([
+      page.waitForURL((u) => u.pathname.startsWith('/runs/') && !u.pathname.includes(live)),
+      page.click('[data-testid="confirm-yes"]'),
+    ]);
+    const rewound = decodeURIComponent(new URL(page.url()).pathname.split('/')[2]!);
+    assert.equal((await s.run(rewound)).forked_from_run, live);
+    const cancelled = await s.waitForStatus(live, 'cancelled', 120_000);
+    assert.match(cancelled.cancel_requested_by, /^panel:/);
+    await post(`/api/runs/${rewound}/cancel`, {});
   } finally {
     await browser.close();
     evil.close();
