@@ -1,11 +1,12 @@
 // Benchmark 5: mission control's reads through withWorkspace as the app role (RLS on) while
-// worker_checkpoints grows (10^4 to 10^6 rows): the convoy detail, the runs list's first page and
-// a filtered page, the run page (the only page of a 20-checkpoint run, the first and the last of a
-// 2,000-checkpoint run), GET /api/runs/:id/checkpoints' last page of that run, and the Storage
-// page of a workspace of 10^3 runs. What is read stays the same size; the rest of the table is
-// other convoys of the same workspace, bulk-loaded with generate_series, then VACUUM ANALYZE.
+// worker_checkpoints grows (10^4 to 10^6 rows): the convoy detail, the convoy list's and the runs
+// list's first page and a filtered page, the run page (the only page of a 20-checkpoint run, the
+// first and the last of a 2,000-checkpoint run), GET /api/runs/:id/checkpoints' last page of that
+// run, and the Storage page of a workspace of 10^3 runs. What is read stays the same size; the
+// rest of the table is other convoys of the same workspace, bulk-loaded with generate_series,
+// then VACUUM ANALYZE.
 import type { Sql } from 'postgres';
-import { convoyDetail, CONVOY_DETAIL_SQL } from '../store/mission-control.ts';
+import { convoyDetail, CONVOY_DETAIL_SQL, listConvoys } from '../store/mission-control.ts';
 import { chainPage, chainVerdict } from '../store/chain-verdict.ts';
 import { createWorkspace } from '../store/runs.ts';
 import { searchRuns, type RunFilter } from '../store/run-search.ts';
@@ -209,6 +210,13 @@ function reads(env: BenchEnv, runs: { short: string; long: string }) {
       const page = await searchRuns(tx, FILTER, null, PAGE);
       if (!page.runs.length || page.runs.some((r) => r.model !== FILTER.model))
         throw new Error('filter came back wrong');
+    }),
+    convoysFirst: inWs(async (tx) => {
+      if (!(await listConvoys(tx, null, PAGE)).convoys.length) throw new Error('convoy page came back empty');
+    }),
+    // The worst filter for a keyset walk: nothing matches, so every convoy of the workspace is looked at.
+    convoysFiltered: inWs(async (tx) => {
+      if ((await listConvoys(tx, null, PAGE, { status: 'failed' })).convoys.length) throw new Error('filter matched');
     }),
     timelineShort: inWs((tx) => timelinePage(tx, runs.short, null)),
     timelineLongFirst: inWs((tx) => timelinePage(tx, runs.long, null)),

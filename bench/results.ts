@@ -97,6 +97,8 @@ export const MC_READS = {
   convoyDetail: 'convoy detail (10 runs × 50 checkpoints)',
   runsFirst: 'runs list: first page (50)',
   runsFiltered: 'runs list: filtered page (model + status)',
+  convoysFirst: 'convoy list: first page (50)',
+  convoysFiltered: 'convoy list: filtered page (a status no run has)',
   timelineShort: 'run page: 20-checkpoint run',
   timelineLongFirst: 'run page: 2,000-checkpoint run, first page',
   timelineLongLast: 'run page: 2,000-checkpoint run, last page',
