@@ -75,16 +75,7 @@ export async function checkpointCosts(
   const rows = await tx`${costed(tx, where)}
     select checkpoint_seq, model_id, input_tokens::float8, output_tokens::float8, cache_read_tokens::float8,
            cache_write_tokens::float8, reasoning_tokens::float8, cost_usd::float8 from costed order by checkpoint_seq`;
-  return rows.map((r) => ({
-    seq: r.checkpoint_seq,
-    modelId: r.model_id,
-    costUsd: r.cost_usd,
-    inputTokens: r.input_tokens,
-    outputTokens: r.output_tokens,
-    cacheReadTokens: r.cache_read_tokens,
-    cacheWriteTokens: r.cache_write_tokens,
-    reasoningTokens: r.reasoning_tokens,
-  }));
+  return rows.map((r) => ({ seq: r.checkpoint_seq, ...usageCostOf(r) }));
 }
 
 /** The usage and cost of the run's final text-only answer (kept on the run), or null when it has none. */
@@ -95,7 +86,11 @@ export async function finalAnswerCost(
   const [r] = await tx`${costed(tx, tx`c.agent_run_id = ${agentRunId} and c.checkpoint_seq is null`)}
     select model_id, input_tokens::float8, output_tokens::float8, cache_read_tokens::float8,
            cache_write_tokens::float8, reasoning_tokens::float8, cost_usd::float8 from costed`;
-  if (!r) return null;
+  return r ? usageCostOf(r) : null;
+}
+
+/** A costed usage row (the columns `costed` selects) as the API names it. */
+function usageCostOf(r: Row): Omit<CheckpointCost, 'seq'> {
   return {
     modelId: r.model_id,
     costUsd: r.cost_usd,

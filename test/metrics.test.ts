@@ -3,14 +3,14 @@
 // budget stop and the resume of its retry), and mission control's /metrics shows the fleet (a stall
 // sweep included); a scrape a proxy forwarded, or one without the metrics token, is refused.
 import assert from 'node:assert/strict';
-import { createServer } from 'node:net';
 import { after, before, test } from 'node:test';
 import parse from 'parse-prometheus-text-format';
 import { waitFor, type Child } from './support/child.ts';
 import { createScenario, type Scenario, type TranscriptStep } from './support/scenario.ts';
 import { createMissionControl, type RunningMissionControl } from '../mission-control/server.ts';
 import { createLogger } from '../worker/log.ts';
-import { retryRun } from '../operator/dispatch.ts';
+import { freePort } from '../testbed/redis.ts';
+import { runStoppedByBudgetThenRetried } from './support/budget-run.ts';
 import { sweepStalledRuns } from '../operator/stall-detector.ts';
 
 const ROUNDS = 3;
@@ -39,14 +39,6 @@ let worker: Child;
 let port: number;
 let agentRunId: string;
 
-const freePort = () =>
-  new Promise<number>((resolve) => {
-    const srv = createServer().listen(0, '127.0.0.1', () => {
-      const { port: p } = srv.address() as { port: number };
-      srv.close(() => resolve(p));
-    });
-  });
-
 function sample(text: string, name: string, labels: Record<string, string> = {}) {
   const family = parse(text).find((f) => f.name === name);
   return family?.metrics.find((m) => Object.entries(labels).every(([k, v]) => m.labels?.[k] === v));
@@ -57,14 +49,8 @@ before(async () => {
   port = await freePort();
   worker = s.spawnWorker({ WORKER_METRICS_PORT: String(port) });
   await worker.waitForLine(/"worker started"/);
-  // 110 then 210 tokens: the third round would pass 250, so the run stops at checkpoint 2; its retry resumes it.
-  ({ agentRunId } = await s.dispatch({ maxTokens: 250 }));
-  await s.waitForStatus(agentRunId, 'budget_exhausted', 40_000);
-  await retryRun(s.t.db, s.queue, { workspaceId: s.workspaceId, agentRunId, maxTokens: 10_000 });
-  await waitFor(async () => ((await s.run(agentRunId)).status === 'completed' ? true : undefined), {
-    timeoutMs: 40_000,
-    what: 'the run to complete',
-  });
+  // The third round would pass the budget, so the run stops at checkpoint 2; its retry resumes it.
+  agentRunId = await runStoppedByBudgetThenRetried(s);
 });
 
 after(async () => {

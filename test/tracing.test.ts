@@ -6,9 +6,9 @@ import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, before, test } from 'node:test';
-import { waitFor, type Child } from './support/child.ts';
+import type { Child } from './support/child.ts';
 import { createScenario, type Scenario, type TranscriptStep } from './support/scenario.ts';
-import { retryRun } from '../operator/dispatch.ts';
+import { runStoppedByBudgetThenRetried } from './support/budget-run.ts';
 import { inSpan } from '../worker/tracing.ts';
 
 const CONTENT = (i: number) => `export const secretish${i} = 'file contents stay out of traces';\n`;
@@ -53,14 +53,8 @@ before(async () => {
   s = await createScenario({ steps: STEPS, workspaceId: 'traced' });
   worker = s.spawnWorker({ OTEL_EXPORTER_OTLP_ENDPOINT: endpoint });
   await worker.waitForLine(/"worker started"/);
-  // 110 then 210 tokens: the run stops at checkpoint 2 on its budget, and its retry resumes it there.
-  ({ agentRunId } = await s.dispatch({ maxTokens: 250 }));
-  await s.waitForStatus(agentRunId, 'budget_exhausted', 40_000);
-  await retryRun(s.t.db, s.queue, { workspaceId: s.workspaceId, agentRunId, maxTokens: 10_000 });
-  await waitFor(async () => ((await s.run(agentRunId)).status === 'completed' ? true : undefined), {
-    timeoutMs: 40_000,
-    what: 'the run to complete',
-  });
+  // The run stops at checkpoint 2 on its budget, and its retry resumes it there.
+  agentRunId = await runStoppedByBudgetThenRetried(s);
   await worker.stop('SIGTERM', 10_000); // the last spans are flushed on the way out
 });
 
