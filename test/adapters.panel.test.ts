@@ -3,7 +3,7 @@
 // port, and removes one, in real Chromium.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { chromium, type Browser } from 'playwright-core';
+import type { Browser } from 'playwright-core';
 import { createMissionControl, type RunningMissionControl } from '../mission-control/server.ts';
 import { createWorkspace } from '../store/runs.ts';
 import { createWorkspaceToken } from '../store/tokens.ts';
@@ -11,6 +11,7 @@ import { withWorkspace } from '../store/workspace.ts';
 import { createLogger } from '../worker/log.ts';
 import { createTestDatabase, type TestDatabase } from '../testbed/db.ts';
 import { startAgUiAgent, type AgUiAgent } from './support/ag-ui-agent.ts';
+import { launchChromium } from './support/browser.ts';
 
 const WS = 'acme';
 let t: TestDatabase;
@@ -27,10 +28,7 @@ before(async () => {
   server = await createMissionControl({ db: t.db, config: t.config, logger: createLogger({ level: 'silent' }) }).start(
     0,
   );
-  browser = await chromium.launch({
-    executablePath: '/usr/bin/chromium',
-    args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-sync'],
-  });
+  browser = await launchChromium();
 });
 after(async () => {
   await browser?.close();

@@ -13,10 +13,10 @@ import { csrfTokenFor } from '../mission-control/routes-actions.ts';
 import { createWorkspaceToken } from '../store/tokens.ts';
 import { recordUsage, setQuota } from '../store/storage.ts';
 import { withWorkspace } from '../store/workspace.ts';
-import { chromium } from 'playwright-core';
 import { PROJECT_ROOT } from '../core/config.ts';
 import { spawnNode, waitFor, type Child } from './support/child.ts';
 import { createScenario, type Scenario, type TranscriptStep } from './support/scenario.ts';
+import { launchChromium, signInAt } from './support/browser.ts';
 
 const DOC = '# X\n\nHow x works.\n';
 const DOC_Y = '# Y\n\nHow y works, written after the reviewer asked.\n';
@@ -179,15 +179,10 @@ test('the panel, in Chromium at 390 px: the files and hashes; Send back and Publ
   assert.equal((await api('send-back', { note: 'x', extra: 1 })).status, 400, 'an unknown field');
   assert.equal((await briefOf(runId)).status, 'doc_review', 'nothing refused changed the brief');
 
-  const browser = await chromium.launch({
-    executablePath: '/usr/bin/chromium',
-    args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-sync'],
-  });
+  const browser = await launchChromium();
   try {
     const page = await browser.newPage({ viewport: { width: 390, height: 844 } });
-    await page.goto(`${server.url}/login`);
-    await page.fill('#token', token);
-    await Promise.all([page.waitForURL(`${server.url}/`), page.click('button[type=submit]')]);
+    await signInAt(page, server.url, token);
     await page.goto(`${server.url}/runs/${runId}`);
     const files = await page.locator('[data-testid="doc-files"]').innerText();
     assert.ok(files.includes('docs/x.md') && files.includes(sha256(DOC)), files);

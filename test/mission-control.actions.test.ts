@@ -13,9 +13,9 @@ import { createWorkspace } from '../store/runs.ts';
 import { createWorkspaceToken } from '../store/tokens.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { PROJECT_ROOT } from '../core/config.ts';
-import { chromium } from 'playwright-core';
 import { waitFor, type Child } from './support/child.ts';
 import { createScenario, type Scenario, type TranscriptStep } from './support/scenario.ts';
+import { launchChromium, signInAt } from './support/browser.ts';
 
 const write = (file: string, content: string, delayMs = 10): TranscriptStep => ({
   toolCalls: [{ toolName: 'write_file', input: { path: file, content } }],
@@ -252,15 +252,10 @@ test('in Chromium: sign in, open a run, open the diff of checkpoint 2, fork from
     );
   });
   await new Promise<void>((resolve) => evil.listen(0, '127.0.0.1', resolve));
-  const browser = await chromium.launch({
-    executablePath: '/usr/bin/chromium',
-    args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-sync'],
-  });
+  const browser = await launchChromium();
   try {
     const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
-    await page.goto(`${server.url}/login`);
-    await page.fill('#token', token);
-    await Promise.all([page.waitForURL(`${server.url}/`), page.click('button[type=submit]')]);
+    await signInAt(page, server.url, token);
     await page.goto(`${server.url}/runs/${source}`);
     await page.click('[data-testid="diff-2"]');
     await page.waitForSelector('[data-testid="diff-files"]');

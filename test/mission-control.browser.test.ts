@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
-import { chromium, type Browser, type Page } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
 import { createMissionControl, type RunningMissionControl } from '../mission-control/server.ts';
 import { appendEvent, claimRun, completeRun, createWorkspace, recordRun, requeueRun } from '../store/runs.ts';
 import { createWorkspaceToken } from '../store/tokens.ts';
@@ -14,6 +14,7 @@ import { checkpointHash, type FileTouched } from '../core/checkpoint-hash.ts';
 import { PROJECT_ROOT } from '../core/config.ts';
 import { parseJob } from '../core/job.ts';
 import { createTestDatabase, superuserSql, type TestDatabase } from '../testbed/db.ts';
+import { launchChromium } from './support/browser.ts';
 
 const WS = 'acme';
 const CONVOY = 'convoy-1';
@@ -138,19 +139,7 @@ before(async () => {
   runs.docs = await recordAndClaim('document-greeting', 'doc-writer', null);
   token = await createWorkspaceToken(t.db.app, WS);
   server = await createMissionControl({ db: t.db, config: { ...t.config, LOG_LEVEL: 'silent' } }).start(0);
-  browser = await chromium.launch({
-    // Found by npm test's preflight (no skip: a missing Chromium stops the suite before it starts).
-    executablePath: process.env.ECHODO_CHROMIUM ?? '/usr/bin/chromium',
-    args: [
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-      '--no-first-run',
-      '--disable-quic',
-    ],
-  });
+  browser = await launchChromium();
 });
 
 after(async () => {

@@ -7,7 +7,7 @@
 // the admin's fleet storage; the convoy list filtered by text and run status, paged the same way.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { chromium, type Browser, type Page } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
 import type { Sql } from 'postgres';
 import { createMissionControl, type RunningMissionControl } from '../mission-control/server.ts';
 import { createWorkspace } from '../store/runs.ts';
@@ -18,6 +18,7 @@ import { createTestDatabase, superuserSql, type TestDatabase } from '../testbed/
 import { sweepStalledRuns } from '../operator/stall-detector.ts';
 import { createQueue } from '../worker/queue/index.ts';
 import { createLogger } from '../worker/log.ts';
+import { launchChromium } from './support/browser.ts';
 
 const WS = 'panel';
 const OTHER = 'panel-other';
@@ -134,18 +135,7 @@ before(async () => {
   token = await createWorkspaceToken(t.db.app, WS);
   otherToken = await createWorkspaceToken(t.db.app, OTHER);
   server = await createMissionControl({ db: t.db, config: { ...t.config, LOG_LEVEL: 'silent' } }).start(0);
-  browser = await chromium.launch({
-    executablePath: process.env.ECHODO_CHROMIUM ?? '/usr/bin/chromium',
-    args: [
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-      '--no-first-run',
-      '--disable-quic',
-    ],
-  });
+  browser = await launchChromium();
 });
 
 after(async () => {

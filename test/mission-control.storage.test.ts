@@ -11,7 +11,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
-import { chromium, type Browser } from 'playwright-core';
+import type { Browser } from 'playwright-core';
 import type { Sql } from 'postgres';
 import { createMissionControl, type RunningMissionControl } from '../mission-control/server.ts';
 import { dispatchJob } from '../operator/dispatch.ts';
@@ -24,6 +24,7 @@ import { createLogger } from '../worker/log.ts';
 import type { JobQueue } from '../worker/queue/types.ts';
 import { spawnNode } from './support/child.ts';
 import { createTestDatabase, superuserSql, type TestDatabase } from '../testbed/db.ts';
+import { launchChromium } from './support/browser.ts';
 
 const WS = 'storage';
 const RUN = 'run-big';
@@ -94,10 +95,7 @@ before(async () => {
   await seedRun(SMALL, 1, 'echodo/none', base);
   token = await createWorkspaceToken(t.db.app, WS);
   server = await createMissionControl({ db: t.db, config: { ...t.config, LOG_LEVEL: 'silent' } }).start(0);
-  browser = await chromium.launch({
-    executablePath: process.env.ECHODO_CHROMIUM ?? '/usr/bin/chromium',
-    args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--no-first-run', '--disable-sync'],
-  });
+  browser = await launchChromium();
 });
 
 after(async () => {

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { Writable } from 'node:stream';
 import { after, before, test } from 'node:test';
-import { chromium, type Browser } from 'playwright-core';
+import type { Browser } from 'playwright-core';
 import { createMissionControl, type RunningMissionControl } from '../mission-control/server.ts';
 import { createWorkspace } from '../store/runs.ts';
 import { createWorkspaceToken } from '../store/tokens.ts';
@@ -15,6 +15,7 @@ import { spawnNode } from './support/child.ts';
 import { startChatServer, type ChatServer } from './support/chat-server.ts';
 import { createTestDatabase, superuserSql, type TestDatabase } from '../testbed/db.ts';
 import { grantKey } from './support/grants.ts';
+import { launchChromium } from './support/browser.ts';
 
 const KEY_VAR = 'SETTINGS_TEST_API_KEY';
 const KEY = 'sk-settings-test-d41d8cd98f00b204e9800998ecf8427e';
@@ -41,10 +42,7 @@ before(async () => {
     config: { ...t.config, LOG_LEVEL: 'info' },
     logger: createLogger({ level: 'debug', destination }),
   }).start(0);
-  browser = await chromium.launch({
-    executablePath: '/usr/bin/chromium',
-    args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-sync'],
-  });
+  browser = await launchChromium();
 });
 after(async () => {
   await browser?.close();
