@@ -24,7 +24,7 @@ import { createLogger } from '../worker/log.ts';
 import type { JobQueue } from '../worker/queue/types.ts';
 import { spawnNode } from './support/child.ts';
 import { createTestDatabase, superuserSql, type TestDatabase } from '../testbed/db.ts';
-import { launchChromium } from './support/browser.ts';
+import { launchChromium, signInAt } from './support/browser.ts';
 
 const WS = 'storage';
 const RUN = 'run-big';
@@ -197,7 +197,7 @@ test('retention set (CLI) is applied by the storage sweep: the run keeps its fir
   assert.deepEqual(run.chain, { verdict: 'verifies' }, 'the chain verifies from the anchor the prune kept');
 });
 
-test('a workspace over its quota: dispatch refuses a new run with the reason', async () => {
+test("a workspace over its quota: dispatch and the panel's Retry refuse a new run with the reason", async () => {
   const cli = spawnNode('scripts/workspace.ts', ['quota', 'set', '--workspace', WS, '--bytes', '1000'], {
     env: { ...t.env, LOG_LEVEL: 'warn' },
   });
@@ -219,6 +219,19 @@ test('a workspace over its quota: dispatch refuses a new run with the reason', a
     assert.match(err.message, /over its storage quota: \d+ bytes used \(\d+ in Postgres, \d+ in git\) of 1000 allowed/);
     return true;
   });
+  // In the panel: the Storage page says so, and Retry of a failed run is refused with the reason.
+  await su`update agent_runs set status = 'failed' where id = ${SMALL}`;
+  const page = await browser.newPage({ viewport: { width: 390, height: 844 } });
+  await signInAt(page, server.url, token);
+  await page.goto(`${server.url}/storage`);
+  assert.match(await page.locator('[data-testid="over-quota"]').innerText(), /over quota: no run starts/);
+  await page.goto(`${server.url}/runs/${SMALL}`);
+  await page.click('[data-testid="retry"]');
+  if (await page.locator('[data-testid="confirm-yes"]').count()) await page.click('[data-testid="confirm-yes"]');
+  await page.waitForSelector('text=retry refused');
+  assert.match(await page.locator('main').innerText(), /over its storage quota: \d+ bytes used .* of 1000 allowed/);
+  assert.equal((await su`select status from agent_runs where id = ${SMALL}`)[0]!.status, 'failed', 'nothing started');
+  await page.close();
   await withWorkspace(t.db.app, WS, (tx) => tx`update workspace_storage_policies set quota_bytes = 1e12`);
   await sweep();
   const admitted = await dispatchJob(t.db, queue, job);
