@@ -46,6 +46,8 @@ function post(action: string, view: ActionView, fields: SafeHtml, label: string,
 }
 
 export function testResultText(r: ModelTestResult | HarnessTestResult): string {
+  if (r.ok && 'adapter' in r && r.adapter === 'minimal')
+    return "ok · the worker's own model loop: nothing remote to probe (its model has a Test of its own)";
   return r.ok ? `ok · ${r.latencyMs} ms` : `error: ${r.error}`;
 }
 
@@ -199,7 +201,9 @@ export function settingsContent(s: SettingsView, view: ActionView | undefined): 
             ${b.allowedCommands?.length ? b.allowedCommands.map((c) => html`<code>${c}</code> `) : html`<span class="muted">no run_command</span>`}
           </td>
           <td>${b.writePrefixes ? b.writePrefixes.join(', ') : html`<span class="muted">anywhere</span>`}</td>
-          <td></td>
+          <td>
+            ${view ? post(`/settings/harnesses/${enc(b.alias)}/test`, view, html``, 'Test', `test-harness-${b.alias}`) : ''}
+          </td>
         </tr>`,
     );
   const known = new Set([...overridden, ...(s.builtins ?? []).map((b) => b.alias)]);

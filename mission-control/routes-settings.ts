@@ -104,7 +104,11 @@ export function mountSettingsRoutes(app: Hono<McEnv>, deps: { db: Database; conf
       const row = await harnessOverride(tx, alias);
       return row && { row, keyGrant: row.key_env_var ? await keyGrantOf(tx, row.key_env_var) : undefined };
     });
-    if (!found) return undefined;
+    if (!found) {
+      // A built-in is the worker's own loop: nothing remote to probe (as `harness test` answers).
+      const builtin = builtinHarnesses(deps.config ?? {})[alias];
+      return builtin && { ok: true, latencyMs: 0, events: 0, adapter: builtin.adapter };
+    }
     const { row, keyGrant } = found;
     registerSecretsFromEnv(process.env, row.key_env_var ? [row.key_env_var] : []);
     return testHarness(row, { keyVarGlobs: globs(), keyGrant });

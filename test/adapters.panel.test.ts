@@ -61,6 +61,9 @@ test('Settings → Harnesses: add a remote harness; Test shows ok, then the erro
   await add('dead', agent.url('hello').replace(/:\d+\//, ':9/'));
   await page.click('[data-testid="test-harness-dead"]');
   assert.match(await page.locator('[data-testid="test-result-dead"]').innerText(), /error: .*could not be reached/);
+  // A built-in has its Test too: the worker's own loop, nothing remote to reach.
+  await page.click('[data-testid="test-harness-doc-writer"]');
+  assert.match(await page.locator('[data-testid="test-result-doc-writer"]').innerText(), /ok · the worker's own/);
 
   // A remote adapter without its URL is refused with the reason.
   await form.locator('[name=alias]').fill('nourl');
