@@ -13,26 +13,38 @@ const { values, fail } = command({
     'retention: removes old checkpoints of finished runs (keeping a chain anchor). With WORKER_CHECKPOINT_REMOTE ' +
     "set, each pruned run's refs on the remote are pruned too; a run whose remote refs could not be pruned is left " +
     'as it was (listed under remotePending, one line on stderr each) and the next prune retries it.',
-  usage: ['-- --older-than <N>d [--dry-run] [--delete-branches]'],
+  usage: ['[-- [--older-than <N>d] [--dry-run] [--delete-branches]]'],
   flags: {
-    'older-than': { type: 'string', value: '<N>d', help: 'finished runs older than N days, e.g. 30d' },
+    'older-than': {
+      type: 'string',
+      value: '<N>d',
+      help: 'finished runs older than N days, e.g. 30d (default: WORKER_CHECKPOINT_RETENTION_DAYS)',
+    },
     'dry-run': { type: 'boolean', help: 'report what would be pruned; change nothing' },
     'delete-branches': { type: 'boolean', help: "delete the pruned runs' branches too" },
   },
   exitCodes: { 0: 'done (pending remote runs included): a JSON report on stdout', 1: 'an error', 2: 'bad arguments' },
-  env: [...DATABASE_ENV, 'WORKER_REPO_ROOT', 'WORKER_NOTES_REF', 'WORKER_CHECKPOINT_REMOTE'],
+  env: [
+    ...DATABASE_ENV,
+    ['WORKER_CHECKPOINT_RETENTION_DAYS', 'the age without --older-than'],
+    'WORKER_REPO_ROOT',
+    'WORKER_NOTES_REF',
+    'WORKER_CHECKPOINT_REMOTE',
+  ],
 });
 const match = /^(\d+)d$/.exec(values['older-than'] ?? '');
-if (!match) fail('--older-than takes a number of days, e.g. 30d');
-const olderThanDays = Number(match![1]);
+if (values['older-than'] !== undefined && !match) fail('--older-than takes a number of days, e.g. 30d');
 exitOnStartupError('prune');
 
 const config = loadConfigOrExit();
+const olderThanDays = match ? Number(match[1]) : config.WORKER_CHECKPOINT_RETENTION_DAYS;
+if (olderThanDays === undefined)
+  fail('how old a finished run must be: --older-than <N>d, or WORKER_CHECKPOINT_RETENTION_DAYS in the environment');
 registerConfigSecrets(config); // before anything is logged or stored
 const db = await openDatabase(config);
 await registerStartupSecrets(config, db);
 const report = await pruneFinishedRuns(db, {
-  olderThanDays,
+  olderThanDays: olderThanDays!,
   dryRun: values['dry-run'] ?? false,
   deleteBranches: values['delete-branches'] ?? false,
   remote: config.WORKER_CHECKPOINT_REMOTE,

@@ -29,9 +29,14 @@ interface PruneReport {
   dryRun: boolean;
 }
 
-async function npmPrune(...args: string[]): Promise<PruneReport> {
-  const c = spawnProcess('npm', ['run', '--silent', 'prune', '--', '--older-than', '30d', ...args], { env: s.env });
+function spawnPrune(args: string[], env: NodeJS.ProcessEnv = s.env) {
+  const c = spawnProcess('npm', ['run', '--silent', 'prune', '--', ...args], { env });
   children.push(c);
+  return c;
+}
+
+async function npmPrune(...args: string[]): Promise<PruneReport> {
+  const c = spawnPrune(['--older-than', '30d', ...args]);
   const exit = await c.exited;
   assert.equal(exit.code, 0, `prune exited ${exit.code}: ${c.output()}`);
   return JSON.parse(c.stdout.join('\n')) as PruneReport;
@@ -123,6 +128,18 @@ test('--dry-run changes nothing and reports what it would do', async () => {
   assert.equal((await s.su`select count(*)::int as n from checkpoint_anchors`)[0]!.n, 0, 'no anchor written');
   for (const run of [clean, dirty, failed])
     assert.ok(existsSync(run.worktree_path), `${run.worktree_path} still there`);
+});
+
+test('without --older-than: WORKER_CHECKPOINT_RETENTION_DAYS is the age; with neither, exit 2 naming both', async () => {
+  const fromEnv = spawnPrune(['--dry-run'], { ...s.env, WORKER_CHECKPOINT_RETENTION_DAYS: '30' });
+  assert.equal((await fromEnv.exited).code, 0, fromEnv.output());
+  assert.deepEqual(JSON.parse(fromEnv.stdout.join('\n')), dryReport, 'the same report as --older-than 30d');
+  const env = { ...s.env };
+  delete env.WORKER_CHECKPOINT_RETENTION_DAYS;
+  const neither = spawnPrune([], env);
+  assert.equal((await neither.exited).code, 2, neither.output());
+  assert.match(neither.output(), /--older-than <N>d, or WORKER_CHECKPOINT_RETENTION_DAYS/);
+  assert.deepEqual(await snapshot(), before_, 'nothing changed');
 });
 
 test("prune keeps each run's last checkpoint and an anchor; the chain still verifies", async () => {
