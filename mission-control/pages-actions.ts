@@ -27,13 +27,16 @@ function actionForm(
   </form>`;
 }
 
+/** A run that Cancel applies to, and Rewind: still queued or running. */
+export const isCancellable = (status: string) => status === 'queued' || status === 'running';
+
 /** Retry (a failed, stalled or budget_exhausted run) and Cancel (a queued or running one), where they apply. */
 export function runActions(
   run: { agentRunId: string; status: string; stalled?: boolean },
   view: ActionView | undefined,
 ): SafeHtml {
   if (!view) return html``;
-  const canCancel = run.status === 'queued' || run.status === 'running';
+  const canCancel = isCancellable(run.status);
   const canRetry =
     run.status === 'failed' || run.status === 'budget_exhausted' || (run.status === 'running' && run.stalled === true);
   if (!canCancel && !canRetry) return html``;

@@ -2,7 +2,7 @@
 import type { FleetSpend } from '../store/fleet-metrics.ts';
 import type { FleetWorkspace } from '../store/mission-control.ts';
 import { html, timeCell, type SafeHtml } from './html.ts';
-import { formatUsd } from './pages-usage.ts';
+import { formatTokens, formatUsd } from './pages-usage.ts';
 
 /** `next`: the page asked for before sign-in, returned to after it. */
 export function loginContent(error?: string, next?: string): SafeHtml {
@@ -86,9 +86,7 @@ export function fleetContent(workspaces: FleetWorkspace[], spend: FleetSpend[] =
                     <td class="num">${w.stalled ? html`<span class="badge stalled">${w.stalled}</span>` : '0'}</td>
                     <td class="num">${w.completedLastDay}</td>
                     <td class="num">${w.failedLastDay}</td>
-                    <td class="num" data-tokens-today>
-                      ${(spendOf.get(w.workspaceId)?.tokens ?? 0).toLocaleString('en-US')}
-                    </td>
+                    <td class="num" data-tokens-today>${formatTokens(spendOf.get(w.workspaceId)?.tokens ?? 0)}</td>
                     <td class="num" data-spend-today>${spendCell(spendOf.get(w.workspaceId))}</td>
                     <td class="num" data-budget-stops>${spendOf.get(w.workspaceId)?.budget_exhausted ?? 0}</td>
                     <td>

@@ -16,7 +16,9 @@ export function formatUsd(usd: number | null): string {
   return `$${usd >= 1 || usd === 0 ? usd.toFixed(2) : Number(usd.toPrecision(3)).toString()}`;
 }
 
-const count = (n: number | null) => (n === null ? '—' : n.toLocaleString('en-US'));
+/** A token count as the panel writes it; null: not reported. */
+export const formatTokens = (n: number | null) => (n === null ? '—' : n.toLocaleString('en-US'));
+const count = formatTokens;
 
 function tokenCells(u: UsageTotals): SafeHtml {
   return html`<td class="num">${count(u.inputTokens)}</td>

@@ -9,7 +9,7 @@ import type { ChainVerdict } from '../store/chain-verdict.ts';
 import type { RunOverview, TimelineCheckpoint, TimelineEvent, TimelinePage, ToolCall } from '../store/run-timeline.ts';
 import { redactString, redactValue } from '../core/redact.ts';
 import { formatAge, html, shortOid, statusBadge, timeCell, type SafeHtml } from './html.ts';
-import { checkpointActions, runActions, type ActionView } from './pages-actions.ts';
+import { checkpointActions, isCancellable, runActions, type ActionView } from './pages-actions.ts';
 
 const enc = encodeURIComponent;
 
@@ -244,7 +244,7 @@ export function runTimelineContent(view: RunPageView, actions?: ActionView, now 
     ...page.checkpoints.map((c) => ({
       at: c.occurredAt.getTime(),
       order: 0,
-      view: checkpointItem(c, run.agentRunId, actions, run.status === 'queued' || run.status === 'running'),
+      view: checkpointItem(c, run.agentRunId, actions, isCancellable(run.status)),
     })),
     ...events.map((e) => ({
       at: e.occurredAt.getTime(),

@@ -65,6 +65,11 @@ export function mountSettingsRoutes(app: Hono<McEnv>, deps: { db: Database; conf
       routes: await listRoutes(tx),
       prices: await listPrices(tx),
       dailyCapUsd: await dailyBudget(tx),
+    }));
+  /** What only the page shows: today's spend against the cap, and the storage policy. */
+  const loadPage = (c: McContext) =>
+    inWs(c, async (tx) => ({
+      ...(await load(c)),
       spentTodayUsd: (await workspaceDayCost(tx)).pricedUsd,
       storage: await storagePolicy(tx),
     }));
@@ -79,7 +84,7 @@ export function mountSettingsRoutes(app: Hono<McEnv>, deps: { db: Database; conf
         title: 'Settings',
         who: `workspace ${workspaceOf(c)}`,
         content: settingsContent(
-          { ...(await load(c)), builtins: Object.values(builtinHarnesses(deps.config ?? {})), notice },
+          { ...(await loadPage(c)), builtins: Object.values(builtinHarnesses(deps.config ?? {})), notice },
           view(c),
         ),
       },

@@ -10,6 +10,7 @@ import { spawn } from 'node:child_process';
 import { commonDirOnDisk, runGit, safeGitEnv } from '../git/run-git.ts';
 import { commitTree, ObjectReader, parseTree, type TreeEntry } from '../git/objects.ts';
 import { notedCommits, readCheckpointNote, type CheckpointNote } from './notes.ts';
+import { parseNote } from './note-claims.ts';
 
 export interface NoteLookup {
   /** Commits (of those asked) that carry a note. */
@@ -75,13 +76,8 @@ async function batch(
   return replies;
 }
 
-function parseNote(body: Buffer | undefined): CheckpointNote | undefined {
-  if (!body) return undefined;
-  try {
-    return JSON.parse(body.toString('utf8')) as CheckpointNote;
-  } catch {
-    return undefined;
-  }
+function noteOfBody(body: Buffer | undefined): CheckpointNote | undefined {
+  return body ? parseNote(body.toString('utf8')) : undefined;
 }
 
 /**
@@ -114,10 +110,10 @@ export async function lookupNotes(
     if (latestNote) noted.add(latest);
     const tree = treeOf ? replies.at(-1)?.oid : undefined;
     // Every note found: the answer is complete. Otherwise git's own notes code decides below.
-    if (noted.size === new Set(commits).size) return { noted, note: parseNote(latestNote!.body), tree };
+    if (noted.size === new Set(commits).size) return { noted, note: noteOfBody(latestNote!.body), tree };
     const [listed, note] = await Promise.all([
       notedCommits(cwd, notesRef),
-      latestNote ? parseNote(latestNote.body) : readCheckpointNote(cwd, notesRef, latest),
+      latestNote ? noteOfBody(latestNote.body) : readCheckpointNote(cwd, notesRef, latest),
     ]);
     return { noted: listed, note, tree };
   }
@@ -189,7 +185,7 @@ export function readNotesInProcess(
       tree = commit?.type === 'commit' ? commitTree(commit.body) : undefined;
       if (!tree) return undefined;
     }
-    return { noted, note: parseNote(noteBlob.body), tree };
+    return { noted, note: noteOfBody(noteBlob.body), tree };
   } finally {
     reader.close();
   }
