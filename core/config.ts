@@ -102,6 +102,9 @@ const schema = z.object({
 
 export type Config = z.infer<typeof schema>;
 
+/** Every environment variable the configuration reads (docs/reference.md names each). */
+export const CONFIG_VARIABLES: readonly string[] = Object.keys(schema.shape);
+
 export class ConfigError extends Error {
   constructor(readonly issues: string[]) {
     super(`invalid configuration:\n${issues.map((i) => `  ${i}`).join('\n')}`);
