@@ -1,4 +1,5 @@
-// Benchmark 5: mission control's reads through withWorkspace as the app role (RLS on) while
+// Benchmark 5: mission control's pages and API as a user gets them (the Hono app's own routes,
+// a workspace token, each read through withWorkspace as the app role, RLS on) while
 // worker_checkpoints grows (10^4 to 10^6 rows): the convoy detail, the convoy list's and the runs
 // list's first page and a filtered page, the run page (the only page of a 20-checkpoint run, the
 // first and the last of a 2,000-checkpoint run), GET /api/runs/:id/checkpoints' last page of that
@@ -6,13 +7,13 @@
 // rest of the table is other convoys of the same workspace, bulk-loaded with generate_series,
 // then VACUUM ANALYZE.
 import type { Sql } from 'postgres';
-import { convoyDetail, CONVOY_DETAIL_SQL, listConvoys } from '../store/mission-control.ts';
-import { chainPage, chainVerdict } from '../store/chain-verdict.ts';
+import { CONVOY_DETAIL_SQL } from '../store/mission-control.ts';
 import { createWorkspace } from '../store/runs.ts';
-import { searchRuns, type RunFilter } from '../store/run-search.ts';
-import { checkpointPage, runEventsBetween, runOverview } from '../store/run-timeline.ts';
-import { convoyBytes, largestRuns, storagePolicy, workspacePostgresBytes } from '../store/storage.ts';
-import { withWorkspace, type WorkspaceTx } from '../store/workspace.ts';
+import type { RunFilter } from '../store/run-search.ts';
+import { createWorkspaceToken } from '../store/tokens.ts';
+import { withWorkspace } from '../store/workspace.ts';
+import { createMissionControl } from '../mission-control/server.ts';
+import { createLogger } from '../worker/log.ts';
 import { checkpointHash, type FileTouched } from '../core/checkpoint-hash.ts';
 import type { RowPayload } from './checkpoint-cost.ts';
 import type { BenchEnv } from './env.ts';
@@ -167,62 +168,73 @@ async function loadBackground(su: Sql, ws: string, fromRun: number, toRun: numbe
   }
 }
 
-/** What the run page reads: the run's row, one checkpoint page, its events and the (stored) chain verdict. */
-async function timelinePage(tx: WorkspaceTx, runId: string, before: number | null): Promise<void> {
-  const run = await runOverview(tx, runId);
-  const page = await checkpointPage(tx, runId, before, PAGE);
-  await runEventsBetween(tx, runId, null, null);
-  const verdict = await chainVerdict(tx, runId);
-  if (!run || verdict.state !== 'verifies' || !page.checkpoints.length) throw new Error(`run page of ${runId} wrong`);
+/** A page or an API answer as a user gets it: through the app's routes, auth and rendering included. */
+type Get = (path: string, token: string) => Promise<string>;
+
+function routeGetter(env: BenchEnv): Get {
+  const { app } = createMissionControl({
+    db: env.db,
+    config: { MISSION_CONTROL_PORT: 0, LOG_LEVEL: 'silent' },
+    logger: createLogger({ level: 'silent' }),
+  });
+  return async (path, token) => {
+    const res = await app.request(path, { headers: { authorization: `Bearer ${token}` } });
+    const body = await res.text();
+    if (res.status !== 200) throw new Error(`GET ${path}: ${res.status} ${body.slice(0, 200)}`);
+    return body;
+  };
 }
 
-/** What GET /api/runs/:id/checkpoints reads: the verdict carried forward and one page hashed again. */
-async function checkpointsApiPage(tx: WorkspaceTx, runId: string, before: number | null): Promise<void> {
-  const verdict = await chainVerdict(tx, runId);
-  const page = await chainPage(tx, runId, verdict, before, PAGE);
-  if (!page.verified.every(Boolean) || !page.rows.length) throw new Error(`checkpoints page of ${runId} wrong`);
-}
+const count = (body: string, marker: string) => body.split(marker).length - 1;
 
-/** What the Storage page reads from Postgres (its git bytes are measured per run shown, apart). */
-async function storageReads(tx: WorkspaceTx): Promise<void> {
-  const [bytes, runs] = [await workspacePostgresBytes(tx), await largestRuns(tx, PAGE)];
-  await convoyBytes(tx, PAGE);
-  await storagePolicy(tx);
-  if (!bytes.total || runs.length !== PAGE) throw new Error('storage read came back wrong');
-}
-
-/** Each read as the panel makes it: one workspace transaction as the app role. */
-function reads(env: BenchEnv, runs: { short: string; long: string }) {
-  const inWs =
-    (fn: (tx: WorkspaceTx) => Promise<void>, ws = env.workspaceId) =>
-    () =>
-      withWorkspace(env.db.app, ws, fn);
+/** Each read as the panel makes it: a GET of its page (or of the checkpoints API) with a workspace token. */
+async function reads(env: BenchEnv, runs: { short: string; long: string }) {
+  const get = routeGetter(env);
+  const token = await createWorkspaceToken(env.db.app, env.workspaceId);
+  const storageToken = await createWorkspaceToken(env.db.app, STORAGE_WORKSPACE);
   const lastPage = PAGE + 1;
+  const enc = encodeURIComponent;
+  /** The run page: the run's row, one checkpoint page, its events, costs and the (stored) chain verdict. */
+  const runPage = async (runId: string, before: number | null) => {
+    const body = await get(`/runs/${enc(runId)}${before === null ? '' : `?before=${before}`}`, token);
+    if (!body.includes('data-testid="chain-verdict">verifies<') || !count(body, '<li class="checkpoint"'))
+      throw new Error(`run page of ${runId} wrong`);
+  };
+  const filtered = `?status=${FILTER.status}&model=${enc(FILTER.model!)}`;
   const all: Record<McRead, () => Promise<void>> = {
-    convoyDetail: inWs(async (tx) => {
-      const d = await convoyDetail(tx, TARGET_CONVOY);
-      if (d?.runs.length !== RUNS_PER_CONVOY) throw new Error('convoy detail came back wrong');
-    }),
-    runsFirst: inWs(async (tx) => {
-      if ((await searchRuns(tx, {}, null, PAGE)).runs.length !== PAGE) throw new Error('runs page came back short');
-    }),
-    runsFiltered: inWs(async (tx) => {
-      const page = await searchRuns(tx, FILTER, null, PAGE);
-      if (!page.runs.length || page.runs.some((r) => r.model !== FILTER.model))
-        throw new Error('filter came back wrong');
-    }),
-    convoysFirst: inWs(async (tx) => {
-      if (!(await listConvoys(tx, null, PAGE)).convoys.length) throw new Error('convoy page came back empty');
-    }),
+    convoyDetail: async () => {
+      const body = await get(`/convoys/${TARGET_CONVOY}`, token);
+      if (count(body, '<tr data-run-id=') !== RUNS_PER_CONVOY) throw new Error('convoy detail came back wrong');
+    },
+    runsFirst: async () => {
+      if (count(await get('/runs', token), '<tr data-run-id=') !== PAGE) throw new Error('runs page came back short');
+    },
+    runsFiltered: async () => {
+      const body = await get(`/runs${filtered}`, token);
+      if (!count(body, '<tr data-run-id=') || body.includes('bench:other')) throw new Error('filter came back wrong');
+    },
+    convoysFirst: async () => {
+      if (!count(await get('/', token), '<tr data-convoy-id=')) throw new Error('convoy page came back empty');
+    },
     // The worst filter for a keyset walk: nothing matches, so every convoy of the workspace is looked at.
-    convoysFiltered: inWs(async (tx) => {
-      if ((await listConvoys(tx, null, PAGE, { status: 'failed' })).convoys.length) throw new Error('filter matched');
-    }),
-    timelineShort: inWs((tx) => timelinePage(tx, runs.short, null)),
-    timelineLongFirst: inWs((tx) => timelinePage(tx, runs.long, null)),
-    timelineLongLast: inWs((tx) => timelinePage(tx, runs.long, lastPage)),
-    checkpointsLongLast: inWs((tx) => checkpointsApiPage(tx, runs.long, lastPage)),
-    storagePage: inWs(storageReads, STORAGE_WORKSPACE),
+    convoysFiltered: async () => {
+      if (count(await get('/?status=failed', token), '<tr data-convoy-id=')) throw new Error('filter matched');
+    },
+    timelineShort: () => runPage(runs.short, null),
+    timelineLongFirst: () => runPage(runs.long, null),
+    timelineLongLast: () => runPage(runs.long, lastPage),
+    // The verdict carried forward and one page hashed again.
+    checkpointsLongLast: async () => {
+      const body = await get(`/api/runs/${enc(runs.long)}/checkpoints?cursor=${lastPage}`, token);
+      const page = JSON.parse(body) as { checkpoints: { verified: boolean }[] };
+      if (!page.checkpoints.length || !page.checkpoints.every((c) => c.verified))
+        throw new Error(`checkpoints page of ${runs.long} wrong`);
+    },
+    // Its Postgres reads, and git bytes per run shown (none here: the bench's runs have no repository).
+    storagePage: async () => {
+      const body = await get('/storage', storageToken);
+      if (count(body, '<tr data-run-id=') !== PAGE) throw new Error('storage page came back wrong');
+    },
   };
   return all;
 }
@@ -244,7 +256,7 @@ export async function measureMissionControl(
   await seedRun(env, payload, TIMELINE_CONVOY, short, TIMELINE_RUNS.short);
   await seedRun(env, payload, TIMELINE_CONVOY, long, TIMELINE_RUNS.long);
   await seedStorageWorkspace(env);
-  const measured = reads(env, { short, long });
+  const measured = await reads(env, { short, long });
   const [{ n: existing }] = (await env.su<
     { n: number }[]
   >`select count(*)::int as n from worker_checkpoints`) as unknown as [{ n: number }];
