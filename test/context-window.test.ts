@@ -88,7 +88,9 @@ test('WORKER_CONTEXT_ROUNDS=3: each request holds at least the last 3 rounds ver
   }
   assert.ok(Math.max(...summaries.slice(9)) <= summaries[9]! * 1.05, `summary sizes ${summaries.join(', ')}`);
 
-  // Every line of the run carries the run's identity; the round and checkpoint lines their seq.
+  // Every line of the run carries the run's identity; the round and checkpoint lines their seq. The
+  // completion is logged after the row says so: wait for the line before reading them all.
+  await worker.waitForLine(/"run completed"/);
   const lines = worker.lines.flatMap((l) => {
     try {
       return [JSON.parse(l) as Record<string, unknown>];
