@@ -1,15 +1,15 @@
 // Prometheus metrics, scraped and parsed with a real Prometheus text parser: the worker's own
 // /metrics (WORKER_METRICS_PORT) moves by exactly what a known run causes (its rounds, refusals, the
 // budget stop and the resume of its retry), and mission control's /metrics shows the fleet (a stall
-// sweep included); a scrape a proxy forwarded, or one without the metrics token, is refused.
+// sweep included, the queue's depth and the age of its oldest run); a scrape a proxy forwarded, or one
+// without the metrics token, is refused.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import parse from 'parse-prometheus-text-format';
 import { waitFor, type Child } from './support/child.ts';
+import { scrapeMetrics, workerMetricsPort, type Metrics } from './support/metrics.ts';
 import { createScenario, type Scenario, type TranscriptStep } from './support/scenario.ts';
 import { createMissionControl, type RunningMissionControl } from '../mission-control/server.ts';
 import { createLogger } from '../worker/log.ts';
-import { freePort } from '../testbed/redis.ts';
 import { runStoppedByBudgetThenRetried } from './support/budget-run.ts';
 import { sweepStalledRuns } from '../operator/stall-detector.ts';
 
@@ -36,18 +36,13 @@ const STEPS = [
 
 let s: Scenario;
 let worker: Child;
-let port: number;
+let metrics: Awaited<ReturnType<typeof workerMetricsPort>>;
 let agentRunId: string;
-
-function sample(text: string, name: string, labels: Record<string, string> = {}) {
-  const family = parse(text).find((f) => f.name === name);
-  return family?.metrics.find((m) => Object.entries(labels).every(([k, v]) => m.labels?.[k] === v));
-}
 
 before(async () => {
   s = await createScenario({ steps: STEPS, workspaceId: 'metered' });
-  port = await freePort();
-  worker = s.spawnWorker({ WORKER_METRICS_PORT: String(port) });
+  metrics = await workerMetricsPort();
+  worker = s.spawnWorker(metrics.env);
   await worker.waitForLine(/"worker started"/);
   // The third round would pass the budget, so the run stops at checkpoint 2; its retry resumes it.
   agentRunId = await runStoppedByBudgetThenRetried(s);
@@ -59,75 +54,74 @@ after(async () => {
 });
 
 test("the worker's /metrics counts what a known run caused: rounds, refusals, its budget stop and resume", async () => {
-  const text = await waitFor(
+  const m: Metrics = await waitFor(
     async () => {
-      const body = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-      return sample(body, 'echodo_worker_runs_finished_total', { outcome: 'completed' }) ? body : undefined;
+      const scraped = await metrics.scrape();
+      return scraped.value('echodo_worker_runs_finished_total', { outcome: 'completed' }) ? scraped : undefined;
     },
     { timeoutMs: 10_000, what: 'the run to be counted' },
   );
-  const value = (name: string, labels?: Record<string, string>) => sample(text, name, labels)?.value;
+  const value = m.value;
   assert.equal(value('echodo_checkpoints_written_total', { workspace: 'metered' }), String(ROUNDS));
   // The budget stop hands the run back (released); its retry completes it.
   assert.equal(value('echodo_worker_runs_finished_total', { outcome: 'released' }), '1');
   assert.equal(value('echodo_worker_runs_finished_total', { outcome: 'completed' }), '1');
-  assert.equal(value('echodo_resumes_total', { kind: 'same_host' }), '1');
-  assert.equal(value('echodo_resumes_total', { kind: 'remote' }), undefined);
+  // The retry resumed on this host, from a worktree as the budget stop left it; no other kind.
+  assert.deepEqual(m.byLabel('echodo_resumes_total', 'kind'), { same_host: '1' });
   assert.equal(value('echodo_lease_losses_total'), '0');
   assert.equal(value('echodo_tool_calls_total', { tool: 'write_file', outcome: 'ok' }), String(ROUNDS));
   assert.equal(value('echodo_tool_calls_total', { tool: 'write_file', outcome: 'refused' }), '1');
   assert.equal(value('echodo_tool_calls_total', { tool: 'read_file', outcome: 'refused' }), '1');
   // Only the confinement's refusal is a sandbox refusal; a missing file is not.
-  assert.equal(value('echodo_sandbox_refusals_total', { rule: 'path' }), '1');
-  assert.equal(parse(text).find((f) => f.name === 'echodo_sandbox_refusals_total')?.metrics.length, 1);
+  assert.deepEqual(m.byLabel('echodo_sandbox_refusals_total', 'rule'), { path: '1' });
   assert.equal(value('echodo_tokens_total', { workspace: 'metered', model: 'replay', kind: 'input' }), '650');
   assert.equal(value('echodo_tokens_total', { kind: 'output' }), '35');
   assert.equal(value('echodo_tokens_total', { kind: 'cache_read' }), undefined, 'unreported kinds are not counted');
-  // The parser folds a labelled histogram's series into one, so its counts are read from the text.
-  assert.ok(parse(text).some((f) => f.name === 'echodo_checkpoint_write_seconds' && f.type === 'HISTOGRAM'));
-  const count = (phase: string) =>
-    Number(text.match(new RegExp(`^echodo_checkpoint_write_seconds_count\\{phase="${phase}"\\} (\\d+)$`, 'm'))?.[1]);
+  assert.equal(m.type('echodo_checkpoint_write_seconds'), 'HISTOGRAM');
+  const count = (phase: string) => m.histogramCount('echodo_checkpoint_write_seconds', { phase });
   for (const phase of ['commit', 'row', 'total']) assert.equal(count(phase), ROUNDS, phase);
   // Notes are written behind the loop, several at a time when they queue up.
   assert.ok(count('note') >= 1 && count('note') <= ROUNDS, `note: ${count('note')}`);
-  assert.ok(!text.includes(agentRunId) && !text.includes(s.transcriptPath), 'no run id or path in any label');
-  assert.equal((await fetch(`http://127.0.0.1:${port}/other`)).status, 404);
+  assert.ok(!m.text.includes(agentRunId) && !m.text.includes(s.transcriptPath), 'no run id or path in any label');
+  assert.equal((await fetch(metrics.url.replace(/metrics$/, 'other'))).status, 404);
 });
 
 test('mission control /metrics: the fleet to a loopback scrape; refused when proxied or without the token', async (t) => {
   const log = createLogger({ level: 'silent' });
   // A run nobody takes (the worker is gone), re-enqueued by a sweep: a stall sweep the fleet counts.
   await worker.stop('SIGTERM', 5000);
+  const dispatchedAt = Date.now();
   const { agentRunId: waiting } = await s.dispatch({ briefId: 'brief-2', jobId: 'job-2' });
   const swept = await sweepStalledRuns({ config: s.config, db: s.t.db, queue: s.queue, log, queuedMs: 0 });
+  const sweptBy = Date.now();
   assert.deepEqual(swept.reenqueued, [waiting]);
   const open: RunningMissionControl = await createMissionControl({ db: s.t.db, config: s.config, logger: log }).start(
     0,
   );
   t.after(() => open.close());
-  const res = await fetch(`${open.url}/metrics`);
-  assert.equal(res.status, 200);
-  const text = await res.text();
-  assert.equal(sample(text, 'echodo_runs', { workspace: 'metered', status: 'completed' })?.value, '1');
-  assert.equal(sample(text, 'echodo_queue_depth')?.value, '1');
-  assert.equal(
-    sample(text, 'echodo_stall_redispatches_total', { workspace: 'metered', kind: 'reenqueued' })?.value,
-    '1',
+  const scrapedAt = Date.now();
+  const m = await scrapeMetrics(`${open.url}/metrics`);
+  assert.equal(m.value('echodo_runs', { workspace: 'metered', status: 'completed' }), '1');
+  assert.equal(m.value('echodo_queue_depth'), '1');
+  // Its age runs from when it was last queued (the sweep's re-enqueue queued it again), at most since its dispatch.
+  const age = Number(m.value('echodo_queue_oldest_age_seconds'));
+  assert.ok(
+    age >= (scrapedAt - sweptBy - 2) / 1000 && age > 0 && age <= (Date.now() - dispatchedAt) / 1000,
+    `age ${age} s`,
   );
+  assert.equal(m.value('echodo_stall_redispatches_total', { workspace: 'metered', kind: 'reenqueued' }), '1');
   // The retry was a re-dispatch an operator asked for, not a stall.
-  assert.equal(sample(text, 'echodo_stall_redispatches_total', { kind: 'redispatched' }), undefined);
-  assert.equal(sample(text, 'echodo_tokens', { workspace: 'metered', model: 'replay', kind: 'input' })?.value, '650');
-  assert.equal(sample(text, 'echodo_cost_usd', { workspace: 'metered', model: 'replay' })?.value, '0');
-  assert.equal(
-    sample(text, 'echodo_unpriced_checkpoints', { workspace: 'metered', model: 'replay' })?.value,
-    String(ROUNDS + 1),
-  );
+  assert.equal(m.value('echodo_stall_redispatches_total', { kind: 'redispatched' }), undefined);
+  assert.equal(m.value('echodo_tokens', { workspace: 'metered', model: 'replay', kind: 'input' }), '650');
+  assert.equal(m.value('echodo_cost_usd', { workspace: 'metered', model: 'replay' }), '0');
+  assert.equal(m.value('echodo_unpriced_checkpoints', { workspace: 'metered', model: 'replay' }), String(ROUNDS + 1));
   await s.su`insert into model_prices (workspace_id, model, input_per_mtok, output_per_mtok)
              values ('metered', ${s.transcriptPath}, 1000, 10000)`;
-  const priced = await (await fetch(`${open.url}/metrics`)).text();
+  const priced = await scrapeMetrics(`${open.url}/metrics`);
   // 650 input tokens at $1,000 and 35 output tokens at $10,000 per million.
-  assert.equal(Number(sample(priced, 'echodo_cost_usd', { workspace: 'metered', model: 'replay' })?.value), 1);
-  assert.equal(sample(priced, 'echodo_unpriced_checkpoints', { workspace: 'metered', model: 'replay' })?.value, '0');
+  assert.equal(Number(priced.value('echodo_cost_usd', { workspace: 'metered', model: 'replay' })), 1);
+  assert.equal(priced.value('echodo_unpriced_checkpoints', { workspace: 'metered', model: 'replay' }), '0');
+  assert.ok(Number(priced.value('echodo_queue_oldest_age_seconds')) > age, 'the wait grows between scrapes');
   assert.equal((await fetch(`${open.url}/metrics`, { headers: { 'x-forwarded-for': '203.0.113.9' } })).status, 403);
 
   const token = 'metrics-token-0123456789abcdef';
@@ -142,9 +136,13 @@ test('mission control /metrics: the fleet to a loopback scrape; refused when pro
     (await fetch(`${guarded.url}/metrics`, { headers: { authorization: 'Bearer wrong-token-0123456789ab' } })).status,
     401,
   );
-  const ok = await fetch(`${guarded.url}/metrics`, {
-    headers: { authorization: `Bearer ${token}`, 'x-forwarded-for': '203.0.113.9' },
+  // Nothing queued any more: depth and age are 0.
+  await s.su`update agent_runs set status = 'failed', finished_at = now() where id = ${waiting}`;
+  const ok = await scrapeMetrics(`${guarded.url}/metrics`, {
+    authorization: `Bearer ${token}`,
+    'x-forwarded-for': '203.0.113.9',
   });
-  assert.equal(ok.status, 200);
-  assert.ok(sample(await ok.text(), 'echodo_runs', { workspace: 'metered', status: 'completed' }));
+  assert.equal(ok.value('echodo_runs', { workspace: 'metered', status: 'completed' }), '1');
+  assert.equal(ok.value('echodo_queue_depth'), '0');
+  assert.equal(ok.value('echodo_queue_oldest_age_seconds'), '0');
 });

@@ -6,6 +6,7 @@ import { after, before, describe, test } from 'node:test';
 import { parseConfig } from '../core/config.ts';
 import { waitFor, type Child } from './support/child.ts';
 import { git } from './support/git.ts';
+import { workerMetricsPort } from './support/metrics.ts';
 import {
   assertFinishedOnRemote,
   dispatchToHosts,
@@ -135,9 +136,12 @@ describe('the remote standby', () => {
       const b = hosts.byName.b!;
       const { agentRunId, rows } = await killedOnA();
       // Host B's worker is up while the run is still held by dead host A (its lease not yet swept).
-      const wb = spawnOn(b, { WORKER_REMOTE_STANDBY_MS: '200' });
+      const metrics = await workerMetricsPort();
+      const wb = spawnOn(b, { WORKER_REMOTE_STANDBY_MS: '200', ...metrics.env });
       try {
         await checkTakeOver(b, wb, agentRunId, rows[2]!.commit_oid);
+        // One resume, into the spare the standby aimed: counted as that, not as a fetch from the remote.
+        assert.deepEqual((await metrics.scrape()).byLabel('echodo_resumes_total', 'kind'), { spare: '1' });
       } finally {
         await wb.stop('SIGTERM', 8000); // a failed check leaves no worker to take the next test's run
       }

@@ -1,12 +1,13 @@
 // Tampering with a crashed run's worktree, notes or rows: integrity-check reports each (exit 1),
-// resume repairs what can be repaired and fails the run on what cannot. Also: the check is
-// scoped to a workspace (another workspace's run is "not found", exit 2).
+// resume repairs what can be repaired (a "repaired" resume in the worker's metrics) and fails the run
+// on what cannot. Also: the check is scoped to a workspace (another workspace's run is "not found", exit 2).
 import assert from 'node:assert/strict';
 import { rm, appendFile } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { spawnNode, waitFor, type Child } from './support/child.ts';
 import { git } from './support/git.ts';
+import { workerMetricsPort } from './support/metrics.ts';
 import { createScenario, sampleSteps, type Scenario } from './support/scenario.ts';
 
 let s: Scenario;
@@ -97,7 +98,8 @@ test('integrity-check reports every tamper and resume repairs what it can', { ti
       assert.match(out, new RegExp(`DRIFT ${kind}`), `${tamper.name} is reported as ${kind}`);
   }
 
-  const finisher = s.spawnWorker();
+  const metrics = await workerMetricsPort();
+  const finisher = s.spawnWorker(metrics.env);
   children.push(finisher);
   await waitFor(
     async () => {
@@ -107,6 +109,10 @@ test('integrity-check reports every tamper and resume repairs what it can', { ti
     },
     { timeoutMs: 60_000, intervalMs: 200, what: 'every tampered run to finish' },
   );
+  // Each repairable run was resumed once, repaired first; the unrepairable one never resumed.
+  assert.deepEqual((await metrics.scrape()).byLabel('echodo_resumes_total', 'kind'), {
+    repaired: String(tampers.filter((t) => t.repairable).length),
+  });
 
   for (const [i, tamper] of tampers.entries()) {
     const run = await s.run(ids[i]!);

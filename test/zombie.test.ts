@@ -1,11 +1,15 @@
 // Fencing: a worker SIGSTOPped past its lease is replaced; when it wakes (SIGCONT) it writes
-// no row, no note and no file, and exits.
+// no row, no note and no file, and exits. A lease lost is counted once in the worker's metrics.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { readCheckpointNote } from '../worker/checkpoints/notes.ts';
-import { LEASE_LOST_EXIT } from '../worker/daemon.ts';
+import { LEASE_LOST_EXIT, WorkerDaemon } from '../worker/daemon.ts';
+import { createLogger } from '../worker/log.ts';
+import { workerRegistry } from '../worker/metrics.ts';
+import { createQueue } from '../worker/queue/index.ts';
 import { checkRunIntegrity } from '../operator/integrity.ts';
 import { waitFor, type Child } from './support/child.ts';
+import { readMetrics } from './support/metrics.ts';
 import { createScenario, sampleSteps, type Scenario } from './support/scenario.ts';
 
 let s: Scenario;
@@ -79,4 +83,31 @@ test('a paused worker is fenced off: after SIGCONT it writes nothing and exits',
   }
   const report = await checkRunIntegrity(s.t.db, s.config, s.workspaceId, agentRunId);
   assert.deepEqual(report?.findings, [], 'the worktree holds exactly what the checkpoints say: no stray file');
+});
+
+test('a lease lost is counted once in the metrics of the worker that lost it', { timeout: 60_000 }, async () => {
+  // In this process: a worker that lost its lease exits at once, so no scrape of another process
+  // could see its count. Heartbeats far apart, so the loss is read as a takeover, not a cut-off.
+  const config = { ...s.config, WORKER_HEARTBEAT_MS: 1000, WORKER_LEASE_MS: 10_000 };
+  const queue = createQueue({ config, db: s.t.db, workerId: 'in-process' });
+  const log = createLogger({ level: 'silent' });
+  const daemon = new WorkerDaemon({ config, db: s.t.db, queue, workerId: 'in-process', log });
+  const { agentRunId } = await s.dispatch();
+  const exited = daemon.run();
+  try {
+    await waitFor(async () => (await s.checkpoints(agentRunId)).length >= 1, {
+      timeoutMs: 20_000,
+      what: 'a checkpoint',
+    });
+    // Another holder takes the run over: the epoch moves on under the worker.
+    await s.su`update agent_runs set lease_epoch = lease_epoch + 1 where id = ${agentRunId}`;
+    assert.equal(await exited, LEASE_LOST_EXIT);
+  } finally {
+    daemon.stop();
+    await exited.catch(() => {});
+    await queue.close();
+  }
+  const m = readMetrics(await workerRegistry.metrics());
+  assert.equal(m.value('echodo_lease_losses_total'), '1');
+  assert.deepEqual(m.byLabel('echodo_worker_runs_finished_total', 'outcome'), { lease_lost: '1' });
 });
