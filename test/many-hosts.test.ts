@@ -15,6 +15,7 @@ import { checkRunIntegrity } from '../operator/integrity.ts';
 import { waitFor, type Child } from './support/child.ts';
 import { startGitDaemon, type GitDaemon } from '../testbed/git-daemon.ts';
 import { git } from './support/git.ts';
+import { workerMetricsPort } from './support/metrics.ts';
 import { finishWith, moveOn, NO_STANDBY } from './support/hosts.ts';
 import { createScenario, sampleSteps, type Scenario, type TranscriptStep } from './support/scenario.ts';
 
@@ -180,8 +181,13 @@ describe('many hosts: the checkpoint remote', () => {
         '100',
         'host B is 100 commits behind',
       );
-      await finishOn('b', agentRunId);
+      const metrics = await workerMetricsPort();
+      let resumes: Record<string, string> = {};
+      await finishWith(s, spawnOn('b', metrics.env), agentRunId, async () => {
+        resumes = (await metrics.scrape()).byLabel('echodo_resumes_total', 'kind');
+      });
       await assertFinished(agentRunId, 'b');
+      assert.deepEqual(resumes, { remote: '1' }, "host B's worker counted one resume, fetched from the remote");
 
       const [resumed] = await s.events(agentRunId, 'run_resumed');
       assert.ok(resumed, 'run_resumed recorded');

@@ -201,9 +201,14 @@ export async function assertFinishedOnRemote(
 
 /**
  * Lets worker `w` finish the run (completed or failed), sweeping as the stall detector would
- * (another host's dead worker leaves a lease to expire), then stops it.
+ * (another host's dead worker leaves a lease to expire), then (after `beforeStop`: e.g. a scrape) stops it.
  */
-export async function finishWith(s: Scenario, w: Child, agentRunId: string): Promise<void> {
+export async function finishWith(
+  s: Scenario,
+  w: Child,
+  agentRunId: string,
+  beforeStop?: () => Promise<void>,
+): Promise<void> {
   const deadline = Date.now() + 180_000;
   for (;;) {
     await s.sweep();
@@ -213,7 +218,11 @@ export async function finishWith(s: Scenario, w: Child, agentRunId: string): Pro
       throw new Error(`run ${agentRunId} not finished: ${run.status}\n${w.lines.slice(-30).join('\n')}`);
     await new Promise((r) => setTimeout(r, 200));
   }
-  await w.stop('SIGTERM', 8000);
+  try {
+    await beforeStop?.();
+  } finally {
+    await w.stop('SIGTERM', 8000);
+  }
 }
 
 /** Kills every process a test started; ECHODO_DUMP_WORKERS=file keeps their logs, in spawn order, for debugging. */
