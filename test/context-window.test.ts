@@ -9,7 +9,16 @@ import { createScenario } from './support/scenario.ts';
 import { startChatServer } from './support/chat-server.ts';
 import { grantKey } from './support/grants.ts';
 import { waitFor } from './support/child.ts';
-import { MAX_SUMMARY_CHARS, recordToolCall, summarizeHistoryForPrompt } from '../worker/checkpoints/history.ts';
+import {
+  boundHistory,
+  MAX_SUMMARY_CHARS,
+  recordToolCall,
+  summarizeHistoryForPrompt,
+  type ToolCallRecord,
+} from '../worker/checkpoints/history.ts';
+import { buildSystemPrompt, ContextWindow } from '../worker/run/context-window.ts';
+import { cachedSystem } from '../worker/models/prompt-cache.ts';
+import { builtinHarnesses } from '../worker/run/harnesses.ts';
 
 const KEY_VAR = 'ECHODO_CONTEXT_API_KEY';
 const ROUNDS = 12;
@@ -136,4 +145,46 @@ test('the summary of earlier rounds is the same text for the same rounds, and ca
   assert.doesNotMatch(summary, /y{100}/, 'file contents are their size and hash');
   // A short history is listed whole.
   assert.equal(summarizeHistoryForPrompt(history.slice(0, 3)).split('\n').length, 3);
+});
+
+test('the summary of earlier rounds is made again only when the rounds it covers change; the prompt is the same', () => {
+  const head = { roleId: 'coder', harness: builtinHarnesses({ WORKER_ALLOWED_COMMANDS: undefined }).code! };
+  const call = (round: number) =>
+    recordToolCall({
+      round,
+      tool: 'write_file',
+      input: { path: `src/f${round}.ts`, content: `${round}\n` },
+      output: { path: `src/f${round}.ts`, bytes: 2, sha256: 'a'.repeat(64) },
+    });
+  /** Plays `rounds` rounds; each prompt is compared with the one built afresh. Returns the summariser's calls. */
+  const play = (opts: { rounds: number; resumedAt: number; historyLimit: number }) => {
+    let calls = 0;
+    const counted = (h: ToolCallRecord[]) => {
+      calls++;
+      return summarizeHistoryForPrompt(h);
+    };
+    const window = new ContextWindow(head, 'the brief', KEEP, opts.resumedAt, counted);
+    let history = Array.from({ length: opts.resumedAt }, (_, i) => call(i + 1));
+    for (let i = 0; i <= opts.rounds; i++) {
+      const step = opts.resumedAt + i;
+      const kept = i < 2 * KEEP ? i : KEEP + ((i - 2 * KEEP) % KEEP);
+      const at = { resumedAt: opts.resumedAt, through: step - kept };
+      const prompt = window.prompt(history, step);
+      assert.deepEqual(prompt.system, cachedSystem(buildSystemPrompt(head, history, at)), `round ${step + 1}`);
+      assert.equal(prompt.messages.length, 1 + 2 * kept, `round ${step + 1}: the brief and ${kept} rounds`);
+      history.push(call(step + 1));
+      history = boundHistory(history, opts.historyLimit); // as each checkpoint does
+      window.push([
+        { role: 'assistant', content: `call ${step + 1}` },
+        { role: 'user', content: `result ${step + 1}` },
+      ]);
+    }
+    return calls;
+  };
+  // The history keeps every round: the summary changes when the window moves (KEEP rounds at a time).
+  const rounds = 5 * KEEP;
+  assert.equal(play({ rounds, resumedAt: 0, historyLimit: 1_000 }), (rounds - 2 * KEEP) / KEEP + 1);
+  // Resumed, and a history window shorter than the rounds summarised: its oldest round leaving changes it too.
+  const calls = play({ rounds, resumedAt: 7, historyLimit: KEEP + 2 });
+  assert.ok(calls > (rounds - 2 * KEEP) / KEEP + 1 && calls <= rounds + 1, `${calls} summaries`);
 });

@@ -3,7 +3,8 @@
 // the tools' answers, as the SDK made them; fewer than twice that). Every round before is summarised in the system
 // prompt, by the same summary a resumed attempt starts from (checkpoints/history.ts): one line per
 // call of the checkpoint's bounded history window, itself capped in characters. So neither what is
-// sent nor what is built for it grows with the round count.
+// sent nor what is built for it grows with the round count. The system prompt is built again only
+// when what it summarises changes: when the window moves, or the history window loses its oldest round.
 import type { ModelMessage } from 'ai';
 import { summarizeHistoryForPrompt, type ToolCallRecord } from '../checkpoints/history.ts';
 import { cachedSystem, cachedUser, withNewestCached } from '../models/prompt-cache.ts';
@@ -23,6 +24,7 @@ export function buildSystemPrompt(
   d: PromptHead,
   history: readonly ToolCallRecord[],
   at: { resumedAt: number; through: number },
+  summarize: (history: ToolCallRecord[]) => string = summarizeHistoryForPrompt,
 ): string {
   const parts = [
     d.rolePrompt ?? `You are the ${d.roleId} agent of an unattended software team.`,
@@ -39,7 +41,7 @@ export function buildSystemPrompt(
     const later = at.through > at.resumedAt ? ' The rounds after it follow in the conversation.' : '';
     parts.push(
       `What was done up to round ${at.through}:${later}`,
-      summarizeHistoryForPrompt(history.filter((h) => h.round <= at.through)),
+      summarize(history.filter((h) => h.round <= at.through)),
     );
   }
   return parts.join('\n');
@@ -50,6 +52,8 @@ export class ContextWindow {
   /** Each entry: one round's messages (the assistant's tool calls, then the tool results). */
   private readonly rounds: ModelMessage[][] = [];
   private readonly cachedBrief: ModelMessage;
+  /** The last system prompt, and what it was built from. */
+  private system?: { through: number; oldest: ToolCallRecord | undefined; text: string };
 
   constructor(
     private readonly head: PromptHead,
@@ -58,6 +62,7 @@ export class ContextWindow {
     private readonly keep: number,
     /** The rounds done before this attempt (the checkpoint's step). */
     private readonly resumedAt: number,
+    private readonly summarize: (history: ToolCallRecord[]) => string = summarizeHistoryForPrompt,
   ) {
     this.cachedBrief = cachedUser(brief);
   }
@@ -75,8 +80,15 @@ export class ContextWindow {
   /** What the next model call is sent, given the run's step and its bounded history. */
   prompt(history: readonly ToolCallRecord[], step: number) {
     const through = step - this.rounds.length;
+    // The history only gains rounds after `through` and loses whole rounds from its start (it is
+    // bounded at each checkpoint), so the rounds summarised are named by `through` and its oldest call.
+    const oldest = history[0];
+    if (this.system?.through !== through || this.system.oldest !== oldest) {
+      const at = { resumedAt: this.resumedAt, through };
+      this.system = { through, oldest, text: buildSystemPrompt(this.head, history, at, this.summarize) };
+    }
     return {
-      system: cachedSystem(buildSystemPrompt(this.head, history, { resumedAt: this.resumedAt, through })),
+      system: cachedSystem(this.system.text),
       messages: withNewestCached([this.cachedBrief, ...this.rounds.flat()]),
     };
   }
