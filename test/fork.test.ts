@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
-import { pruneRunCheckpoints } from '../store/retention.ts';
+import { LAST_ROW, pruneRuns } from '../store/retention.ts';
 import { createWorkspace } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { verifyChain } from '../core/checkpoint-hash.ts';
@@ -183,7 +183,7 @@ test('rewind: a fork with --cancel-source of a running run; the source stops at 
 });
 
 test('a pruned checkpoint is refused with the retention reason', async () => {
-  await withWorkspace(s.t.db.app, s.workspaceId, (tx) => pruneRunCheckpoints(tx, source, false));
+  await withWorkspace(s.t.db.app, s.workspaceId, (tx) => pruneRuns(tx, [source], LAST_ROW));
   const r = await fork(['--run', source, '--at', '3']);
   assert.equal(r.code, 2, r.err);
   assert.match(r.err, /pruned by retention/);

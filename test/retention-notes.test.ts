@@ -3,7 +3,8 @@
 // keeps the notes of its first and last two (and every other run's), its chain (across the gap) and
 // notes still verify, and the workspace's git bytes, as the sweep measures them for the quota, fall. With a
 // checkpoint remote (a bare repository behind a real `git daemon`), the run's notes ref there, and
-// this host's copy of it, keep the kept checkpoints' notes only.
+// this host's copy of it, keep the kept checkpoints' notes only; while the remote is down, the run
+// waits for the next sweep with its rows and notes.
 import assert from 'node:assert/strict';
 import { mkdtemp, realpath } from 'node:fs/promises';
 import os from 'node:os';
@@ -116,14 +117,31 @@ test("with a checkpoint remote, the run's notes ref there keeps the kept checkpo
     assert.deepEqual((await notesIn(remoteDir)).sort(), [...commits].sort(), 'every note on the remote');
 
     await withWorkspace(t.db.app, ws, (tx) => setRetention(tx, 2, 0));
-    const result = await sweepStoragePolicies({
-      db: t.db,
-      log: silentLog,
-      repoRoot: repo,
-      notesRef: t.config.WORKER_NOTES_REF,
-      remote: url,
-    });
-    const swept = result.workspaces.find((w) => w.workspaceId === ws)!;
+    const sweep = async () =>
+      (
+        await sweepStoragePolicies({
+          db: t.db,
+          log: silentLog,
+          repoRoot: repo,
+          notesRef: t.config.WORKER_NOTES_REF,
+          remote: url,
+        })
+      ).workspaces.find((w) => w.workspaceId === ws)!;
+    await daemon.stop();
+    const down = await sweep();
+    await daemon.start();
+    assert.deepEqual(
+      down.pending.map((p) => p.agentRunId),
+      [r.run.id],
+      'the remote down: the run waits',
+    );
+    assert.equal(down.rowsPruned, 0);
+    const noted = await notedCommits(repo, t.config.WORKER_NOTES_REF);
+    assert.ok(
+      commits.every((c) => noted.has(c)),
+      'its notes here stay too',
+    );
+    const swept = await sweep();
     assert.deepEqual(swept.pending, []);
     assert.equal(swept.rowsPruned, 1);
     const kept = [commits[0]!, ...commits.slice(2)].sort();
