@@ -7,8 +7,11 @@ import { html, statusBadge, timeCell, type SafeHtml } from './html.ts';
 export interface StorageView {
   workspaceId: string;
   postgres: { checkpoints: number; events: number; runs: number; total: number };
+  /** Git bytes, null (unknown) when none of the branches exists any more (pruned or deleted). */
   runs: (RunBytes & { gitBytes: number | null })[];
   convoys: { convoyId: string; checkpointRows: number; bytes: number; gitBytes: number | null }[];
+  /** The runs' git bytes added up, those unknown left out; null when every one is unknown. */
+  gitBytes: number | null;
   policy: StoragePolicy;
   /** What the policy would prune now (a dry run); absent without a retention policy. */
   preview?: RetentionPreview;
@@ -72,9 +75,20 @@ function policyCard(p: StoragePolicy): SafeHtml {
   </div>`;
 }
 
+/** A git figure: `—` when unknown (the branches are gone), never a false 0. */
+function gitCell(bytes: number | null): SafeHtml {
+  return html`<td
+    class="num"
+    data-field="gitBytes"
+    data-bytes="${bytes ?? ''}"
+    ${bytes === null ? html` title="unknown: the branch is gone (pruned or deleted)"` : ''}
+  >
+    ${formatBytes(bytes)}
+  </td>`;
+}
+
 /** `csrf`: the viewer may prune (absent for a read-only token). */
 export function storageContent(v: StorageView, csrf?: string): SafeHtml {
-  const gitTotal = v.runs.reduce((n, r) => n + (r.gitBytes ?? 0), 0);
   const runs = v.runs.map(
     (r) =>
       html`<tr data-run-id="${r.agentRunId}">
@@ -86,7 +100,7 @@ export function storageContent(v: StorageView, csrf?: string): SafeHtml {
         <td><a href="/convoys/${enc(r.convoyId)}">${r.convoyId}</a></td>
         <td class="num">${r.checkpointRows}</td>
         <td class="num" data-field="postgresBytes" data-bytes="${r.postgresBytes}">${formatBytes(r.postgresBytes)}</td>
-        <td class="num" data-field="gitBytes" data-bytes="${r.gitBytes ?? ''}">${formatBytes(r.gitBytes)}</td>
+        ${gitCell(r.gitBytes)}
       </tr>`,
   );
   const convoys = v.convoys.map(
@@ -95,7 +109,7 @@ export function storageContent(v: StorageView, csrf?: string): SafeHtml {
         <td><a href="/convoys/${enc(c.convoyId)}">${c.convoyId}</a></td>
         <td class="num">${c.checkpointRows}</td>
         <td class="num" data-field="postgresBytes" data-bytes="${c.bytes}">${formatBytes(c.bytes)}</td>
-        <td class="num" data-field="gitBytes" data-bytes="${c.gitBytes ?? ''}">${formatBytes(c.gitBytes)}</td>
+        ${gitCell(c.gitBytes)}
       </tr>`,
   );
   return html`<nav class="crumbs"><a href="/">Convoys</a> / storage</nav>
@@ -113,8 +127,10 @@ export function storageContent(v: StorageView, csrf?: string): SafeHtml {
       </div>
       <div class="card primary">
         <div class="label">Git (runs below)</div>
-        <div class="value small" data-testid="storage-git">${formatBytes(gitTotal)}</div>
-        <div class="muted">objects reachable only from each run's branch</div>
+        <div class="value small" data-testid="storage-git" data-bytes="${v.gitBytes ?? ''}">
+          ${formatBytes(v.gitBytes)}
+        </div>
+        <div class="muted">objects reachable only from each run's branch (— : its branch is gone)</div>
       </div>
       ${policyCard(v.policy)}
     </section>
@@ -130,7 +146,6 @@ export function storageContent(v: StorageView, csrf?: string): SafeHtml {
                 <th>Convoy</th>
                 <th>Checkpoints</th>
                 <th>Postgres</th>
-                <th>Git</th>
                 <th>Git</th>
               </tr>
             </thead>

@@ -3,22 +3,16 @@
 // /storage.
 import type { Hono } from 'hono';
 import type { Database } from '../store/connection.ts';
-import { convoyBranches, convoyBytes, largestRuns, storagePolicy, workspacePostgresBytes } from '../store/storage.ts';
-import { withWorkspace } from '../store/workspace.ts';
 import { requirePrincipal, workspaceOf } from './auth.ts';
 import type { McEnv } from './context.ts';
-import { branchesGitBytes, runGitBytes } from '../worker/git/git-bytes.ts';
 import { sendPage } from './layout.ts';
-import { storageContent, type StorageView } from './pages-storage.ts';
+import { storageContent } from './pages-storage.ts';
+import { storageView } from './storage-view.ts';
 import { applyStoragePolicy, type StorageSweepDeps } from '../operator/storage-sweep.ts';
-import { retentionPreview } from '../store/retention.ts';
 import { isConfirmed, sendConfirmation } from './confirm.ts';
 import { isReadOnly, mayWrite, pageCsrfToken } from './routes-actions.ts';
 import type { McContext } from './context.ts';
 import { formatBytes } from './pages-storage.ts';
-
-/** Runs listed (and measured in git) per request: the largest, which are what an operator prunes. */
-const RUNS_SHOWN = 50;
 
 export function mountStorageRoutes(
   app: Hono<McEnv>,
@@ -27,44 +21,15 @@ export function mountStorageRoutes(
   const api = requirePrincipal(deps.db.admin, { surface: 'api', need: 'workspace' });
   const pages = requirePrincipal(deps.db.admin, { surface: 'html', need: 'workspace' });
 
-  async function storageView(workspaceId: string): Promise<StorageView> {
-    const read = await withWorkspace(deps.db.app, workspaceId, async (tx) => {
-      const policy = await storagePolicy(tx);
-      const convoys = await convoyBytes(tx, RUNS_SHOWN);
-      const convoyIds = convoys.map((c) => c.convoyId);
-      return {
-        postgres: await workspacePostgresBytes(tx),
-        runs: await largestRuns(tx, RUNS_SHOWN),
-        convoys,
-        branches: await convoyBranches(tx, convoyIds, deps.repoRoot ?? ''),
-        policy,
-        preview:
-          policy.keepLast === null ? undefined : await retentionPreview(tx, policy.keepLast, policy.keepDays ?? 0),
-      };
-    });
-    const runs = await Promise.all(
-      read.runs.map(async (run) => ({
-        ...run,
-        gitBytes: await runGitBytes(run.repoPath ?? deps.repoRoot ?? null, run.branch, run.baseOid),
-      })),
-    );
-    const { branches, ...rest } = read;
-    const convoys = await Promise.all(
-      read.convoys.map(async (convoy) => ({
-        ...convoy,
-        gitBytes: await branchesGitBytes(branches.get(convoy.convoyId) ?? []),
-      })),
-    );
-    return { workspaceId, ...rest, runs, convoys };
-  }
+  const viewOf = (workspaceId: string) => storageView(deps.db, deps.repoRoot, workspaceId);
 
   app.get('/api/storage', api, async (c) => {
-    const view = await storageView(workspaceOf(c));
+    const view = await viewOf(workspaceOf(c));
     return c.json({
       workspaceId: view.workspaceId,
       postgresBytes: view.postgres.total,
       postgres: view.postgres,
-      gitBytes: view.runs.reduce((n, r) => n + (r.gitBytes ?? 0), 0),
+      gitBytes: view.gitBytes,
       policy: { ...view.policy, measuredAt: view.policy.measuredAt?.toISOString() ?? null },
       runs: view.runs.map((r) => ({
         agentRunId: r.agentRunId,
@@ -91,7 +56,7 @@ export function mountStorageRoutes(
     const form = (await c.req.parseBody()) as Record<string, unknown>;
     const workspaceId = workspaceOf(c);
     if (!isConfirmed(form)) {
-      const view = await storageView(workspaceId);
+      const view = await viewOf(workspaceId);
       const what = view.preview
         ? `${view.preview.rows} checkpoints of ${view.preview.runs} runs ` +
           `(${formatBytes(view.preview.bytes)} in Postgres)`
@@ -111,7 +76,7 @@ export function mountStorageRoutes(
   });
 
   app.get('/storage', pages, async (c) => {
-    const content = storageContent(await storageView(workspaceOf(c)), csrfOf(c));
+    const content = storageContent(await viewOf(workspaceOf(c)), csrfOf(c));
     return sendPage(c, { title: 'Storage', who: `workspace ${workspaceOf(c)}`, content });
   });
 }

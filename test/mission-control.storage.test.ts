@@ -1,6 +1,8 @@
 // Storage, retention and quota against a real database, a real git repository and real
 // Chromium: the Storage page and GET /api/storage show the bytes a known run added (Postgres by
-// pg_column_size, git by the objects only its branch holds); `retention set` through the CLI,
+// pg_column_size, git by the objects only its branch holds, each figure the one `git rev-list
+// --disk-usage` gives for it directly; a run or convoy whose branches are gone is unknown, never 0);
+// `retention set` through the CLI,
 // then the stall detector's storage sweep, prunes the run to its last K checkpoints (the chain
 // still verifies, the bytes fall); `quota set` over the measured bytes refuses a new run at
 // dispatch with the reason.
@@ -29,6 +31,8 @@ import { launchChromium, signInAt } from './support/browser.ts';
 const WS = 'storage';
 const RUN = 'run-big';
 const SMALL = 'run-small';
+const MID = 'run-mid';
+const GONE = 'run-gone';
 const BLOB_BYTES = 200_000;
 
 let t: TestDatabase;
@@ -47,11 +51,12 @@ const sweep = () =>
 const git = (...args: string[]) => execFileSync('git', ['-C', repo, ...args], { encoding: 'utf8' }).trim();
 
 /** A finished run with `count` chained checkpoints on `branch` of the test repository. */
-async function seedRun(runId: string, count: number, branch: string, baseOid: string): Promise<void> {
-  await su`insert into briefs (workspace_id, id, convoy_id, role_id) values (${WS}, ${'brief-' + runId}, 'convoy-s', 'coder')`;
-  await su`insert into agent_runs (workspace_id, id, convoy_id, brief_id, job_id, job, harness_alias, status, branch, base_oid,
-             created_at, finished_at)
-           values (${WS}, ${runId}, 'convoy-s', ${'brief-' + runId}, ${'job-' + runId}, ${su.json({ brief: 'b', repoPath: repo })},
+async function seedRun(runId: string, count: number, branch: string, baseOid: string, convoy = 'convoy-s') {
+  const brief = 'brief-' + runId;
+  await su`insert into briefs (workspace_id, id, convoy_id, role_id) values (${WS}, ${brief}, ${convoy}, 'coder')`;
+  await su`insert into agent_runs (workspace_id, id, convoy_id, brief_id, job_id, job, harness_alias, status, branch,
+             base_oid, created_at, finished_at)
+           values (${WS}, ${runId}, ${convoy}, ${brief}, ${'job-' + runId}, ${su.json({ brief: 'b', repoPath: repo })},
                    'code', 'completed', ${branch}, ${baseOid}, now() - interval '2 days', now() - interval '1 day')`;
   let prev: string | null = null;
   for (let seq = 1; seq <= count; seq++) {
@@ -71,7 +76,7 @@ async function seedRun(runId: string, count: number, branch: string, baseOid: st
     const hash = checkpointHash(prev, payload);
     await su`insert into worker_checkpoints (workspace_id, agent_run_id, convoy_id, brief_id, checkpoint_seq, step, attempt,
                lease_epoch, tool_history, files_touched, branch, worktree_path, commit_oid, prev_hash, hash)
-             values (${WS}, ${runId}, 'convoy-s', ${'brief-' + runId}, ${seq}, ${seq}, 1, 1, ${su.json(toolHistory)},
+             values (${WS}, ${runId}, ${convoy}, ${'brief-' + runId}, ${seq}, ${seq}, 1, 1, ${su.json(toolHistory)},
                      ${su.json(filesTouched)}, ${branch}, null, null, ${prev}, ${hash})`;
     prev = hash;
   }
@@ -88,11 +93,22 @@ before(async () => {
   writeFileSync(path.join(repo, 'blob.bin'), randomBytes(BLOB_BYTES)); // incompressible: its bytes are its size
   git('add', 'blob.bin');
   git('-c', 'user.name=t', '-c', 'user.email=t@t', 'commit', '-q', '-m', 'big');
+  // A second branch of the convoy, holding the big blob too (counted once for the convoy) and one of its own.
+  git('checkout', '-q', '-b', 'echodo/mid');
+  writeFileSync(path.join(repo, 'mid.bin'), randomBytes(5_000));
+  git('add', 'mid.bin');
+  git('-c', 'user.name=t', '-c', 'user.email=t@t', 'commit', '-q', '-m', 'mid');
+  // A run of its own convoy whose branch was deleted since.
+  git('checkout', '-q', '-b', 'echodo/gone', 'main');
+  git('-c', 'user.name=t', '-c', 'user.email=t@t', 'commit', '-q', '--allow-empty', '-m', 'gone');
   git('checkout', '-q', 'main');
+  git('branch', '-q', '-D', 'echodo/gone');
   await withWorkspace(t.db.app, WS, (tx) => createWorkspace(tx));
-  await su`insert into convoys (workspace_id, id) values (${WS}, 'convoy-s')`;
+  await su`insert into convoys (workspace_id, id) values (${WS}, 'convoy-s'), (${WS}, 'convoy-gone')`;
   await seedRun(RUN, 12, 'echodo/big', base);
   await seedRun(SMALL, 1, 'echodo/none', base);
+  await seedRun(MID, 1, 'echodo/mid', base);
+  await seedRun(GONE, 1, 'echodo/gone', base, 'convoy-gone');
   token = await createWorkspaceToken(t.db.app, WS);
   server = await createMissionControl({ db: t.db, config: { ...t.config, LOG_LEVEL: 'silent' } }).start(0);
   browser = await launchChromium();
@@ -108,6 +124,7 @@ after(async () => {
 
 interface StorageJson {
   postgresBytes: number;
+  gitBytes: number | null;
   convoys: { convoyId: string; bytes: number; gitBytes: number | null }[];
   runs: { agentRunId: string; postgresBytes: number; gitBytes: number | null; checkpointRows: number }[];
 }
@@ -123,19 +140,32 @@ async function runPostgresBytes(runId: string): Promise<number> {
   return Number(row!.n);
 }
 
+/** The estimate computed directly, one rev-list for these branches less the base; null when git refuses. */
+function directGitBytes(branches: string[]): number | null {
+  const base = git('rev-parse', 'main');
+  try {
+    return Number(
+      git('rev-list', '--disk-usage', '--objects', ...branches.map((b) => `refs/heads/${b}`), '--not', base),
+    );
+  } catch {
+    return null;
+  }
+}
+
 test('GET /api/storage and the Storage page show the bytes a known run holds, largest first', async () => {
   const body = await storage();
+  const gitOf = (id: string) => body.runs.find((r) => r.agentRunId === id)!.gitBytes;
   assert.equal(body.runs[0]!.agentRunId, RUN, 'the largest run first');
   assert.equal(body.runs[0]!.postgresBytes, await runPostgresBytes(RUN));
-  assert.ok(
-    body.runs[0]!.gitBytes! >= BLOB_BYTES,
-    `git bytes ${body.runs[0]!.gitBytes} hold the ${BLOB_BYTES}-byte blob`,
+  assert.ok(gitOf(RUN)! >= BLOB_BYTES, `git bytes ${gitOf(RUN)} hold the ${BLOB_BYTES}-byte blob`);
+  // Each figure is what rev-list says of that branch alone (the old per-run process, now batched).
+  assert.deepEqual(
+    [RUN, MID, SMALL, GONE].map(gitOf),
+    [directGitBytes(['echodo/big']), directGitBytes(['echodo/mid']), null, null],
+    'per run: the direct estimate; a branch that is not there (never made, or deleted) is unknown, not 0',
   );
-  assert.equal(
-    body.runs.find((r) => r.agentRunId === SMALL)!.gitBytes,
-    null,
-    'a branch that is not there is unknown, not 0',
-  );
+  assert.ok(gitOf(MID)! > gitOf(RUN)!, 'the mid branch holds the big blob too');
+  assert.equal(body.gitBytes, gitOf(RUN)! + gitOf(MID)!, 'the total adds the known runs');
   assert.equal((await fetch(`${server.url}/api/storage`)).status, 401);
 
   const page = await browser.newPage({ viewport: { width: 390, height: 800 } });
@@ -148,19 +178,24 @@ test('GET /api/storage and the Storage page show the bytes a known run holds, la
     String(body.runs[0]!.postgresBytes),
   );
   assert.equal(await row.locator('[data-field="gitBytes"]').getAttribute('data-bytes'), String(body.runs[0]!.gitBytes));
+  const gone = page.locator(`[data-testid="storage-runs"] tr[data-run-id="${GONE}"] [data-field="gitBytes"]`);
+  assert.equal((await gone.innerText()).trim(), '—', 'a run whose branch is gone shows —, not 0 B');
   assert.ok((await page.evaluate(() => document.documentElement.scrollWidth)) <= 390, 'fits a 390 px screen');
-  // Per convoy: its checkpoint rows and events (here those of its two runs) and its runs' branches in git.
-  const convoyBytes = (await runPostgresBytes(RUN)) + (await runPostgresBytes(SMALL));
+  // Per convoy: its checkpoint rows and events (those of its runs) and its runs' branches in git, each object once.
+  const convoyBytes = (await runPostgresBytes(RUN)) + (await runPostgresBytes(SMALL)) + (await runPostgresBytes(MID));
   const convoyRow = page.locator('[data-testid="storage-convoys"] tr[data-convoy-id="convoy-s"]');
   assert.equal(await convoyRow.locator('[data-field="postgresBytes"]').getAttribute('data-bytes'), String(convoyBytes));
-  assert.equal(
-    await convoyRow.locator('[data-field="gitBytes"]').getAttribute('data-bytes'),
-    String(body.runs[0]!.gitBytes),
-    "the convoy's git bytes are its one branch's",
-  );
+  const convoyGit = directGitBytes(['echodo/big', 'echodo/mid']);
+  assert.ok(convoyGit! < gitOf(RUN)! + gitOf(MID)!, 'the blob the two branches share counts once');
+  assert.equal(await convoyRow.locator('[data-field="gitBytes"]').getAttribute('data-bytes'), String(convoyGit));
+  const goneConvoy = page.locator('[data-testid="storage-convoys"] tr[data-convoy-id="convoy-gone"]');
+  assert.equal((await goneConvoy.locator('[data-field="gitBytes"]').innerText()).trim(), '—');
   assert.deepEqual(
     body.convoys.map((c) => [c.convoyId, c.bytes, c.gitBytes]),
-    [['convoy-s', convoyBytes, body.runs[0]!.gitBytes]],
+    [
+      ['convoy-s', convoyBytes, convoyGit],
+      ['convoy-gone', await runPostgresBytes(GONE), null],
+    ],
   );
   await page.close();
 });

@@ -1,77 +1,18 @@
-// Bytes in git, estimated from the objects a run (or a workspace) alone holds: the objects
-// reachable from its branches and not from the commits they started from (git rev-list
-// --disk-usage), i.e. what deleting the branches would let `git gc` give back, and for a workspace
-// also the notes on its checkpoint commits (their blobs' size on disk), which retention removes.
-// Every git process reads the repository's object store and refs, through runGit; none reads a
-// worktree. A run whose repository or branch is gone counts as null (unknown), never as zero.
+// Bytes in git, one estimate for every figure: the on-disk size of the objects reachable from a
+// set of branches and not from the commits they started from (git rev-list --disk-usage
+// --objects), each object once, i.e. what deleting the branches would let `git gc` give back. A
+// workspace's figure adds the notes on those branches' commits (their blobs' size on disk), which
+// retention removes. Only branches that exist are counted: a set none of whose branches exists, or
+// whose repository git cannot read, is null (unknown), never 0. Every git process reads the
+// repository's object store and refs, through runGit; none reads a worktree.
 import { existsSync } from 'node:fs';
 import { runGit } from './run-git.ts';
 
 const TIMEOUT_MS = 10_000;
+/** Git jobs one measure runs at once, however many runs and convoys it covers. */
+const AT_ONCE = 4;
 const OID = /^[0-9a-f]{40,64}$/;
 const REF = /^[A-Za-z0-9._\/-]+$/;
-
-const usableBranch = (branch: string | null): branch is string =>
-  !!branch && REF.test(branch) && !branch.startsWith('-');
-
-/** The run's branch: objects reachable from it and not from the commit it started from. */
-export async function runGitBytes(
-  repoPath: string | null,
-  branch: string | null,
-  baseOid: string | null,
-): Promise<number | null> {
-  if (!repoPath || !usableBranch(branch) || !existsSync(repoPath)) return null;
-  const not = baseOid && OID.test(baseOid) ? ['--not', baseOid] : [];
-  try {
-    const result = await runGit(repoPath, ['rev-list', '--disk-usage', '--objects', `refs/heads/${branch}`, ...not], {
-      allowExitCodes: [128],
-      timeoutMs: TIMEOUT_MS,
-    });
-    if (result.exitCode !== 0) return null;
-    const bytes = Number(result.stdout.trim());
-    return Number.isFinite(bytes) ? bytes : null;
-  } catch {
-    return null;
-  }
-}
-
-/**
- * A set of runs' branches (a convoy's): objects reachable from any of them and not from the commits
- * they started from, each object once. Null when none of the branches' repositories can be read.
- */
-export async function branchesGitBytes(locations: GitLocation[]): Promise<number | null> {
-  const byRepo = new Map<string, GitLocation[]>();
-  for (const loc of locations) {
-    if (usableBranch(loc.branch)) byRepo.set(loc.repoPath, [...(byRepo.get(loc.repoPath) ?? []), loc]);
-  }
-  const sizes = await Promise.all(
-    [...byRepo].map(async ([repoPath, locs]) => {
-      if (!existsSync(repoPath)) return null;
-      try {
-        const usage = await runGit(repoPath, ['rev-list', '--ignore-missing', '--stdin', '--disk-usage', '--objects'], {
-          input: `${revsOf(locs)}\n`,
-          timeoutMs: TIMEOUT_MS,
-        });
-        const bytes = Number(usage.stdout.trim());
-        return Number.isFinite(bytes) ? bytes : null;
-      } catch {
-        return null;
-      }
-    }),
-  );
-  const known = sizes.filter((n): n is number => n !== null);
-  return known.length ? known.reduce((a, b) => a + b, 0) : null;
-}
-
-/** rev-list's input for these branches: each branch, less the commits they started from. */
-function revsOf(locs: GitLocation[]): string {
-  return [
-    ...new Set([
-      ...locs.map((l) => `refs/heads/${l.branch}`),
-      ...locs.filter((l) => l.baseOid && OID.test(l.baseOid)).map((l) => `^${l.baseOid}`),
-    ]),
-  ].join('\n');
-}
 
 export interface GitLocation {
   repoPath: string;
@@ -87,41 +28,59 @@ export interface GitBytes {
   total: number;
 }
 
-/**
- * A workspace's bytes in git: per repository, one rev-list over all its runs' branches (missing
- * ones ignored) and one look at the notes of their commits. A repository git cannot read adds 0:
- * the sweep must not stop on one lost repository.
- */
-export async function workspaceGitBytes(locations: GitLocation[], notesRef: string): Promise<GitBytes> {
-  const byRepo = new Map<string, GitLocation[]>();
-  for (const loc of locations) {
-    if (!usableBranch(loc.branch)) continue;
-    byRepo.set(loc.repoPath, [...(byRepo.get(loc.repoPath) ?? []), loc]);
-  }
-  const sizes = await Promise.all(
-    [...byRepo].map(([repoPath, locs]) =>
-      existsSync(repoPath) ? repoGitBytes(repoPath, locs, notesRef).catch(() => ({ branches: 0, notes: 0 })) : null,
-    ),
-  );
-  const branches = sizes.reduce((n, s) => n + (s?.branches ?? 0), 0);
-  const notes = sizes.reduce((n, s) => n + (s?.notes ?? 0), 0);
-  return { branches, notes, total: branches + notes };
+type Limit = <T>(job: () => Promise<T>) => Promise<T>;
+
+/** Runs jobs at most `n` at a time, in the order they were asked for. */
+function limiter(n: number): Limit {
+  let active = 0;
+  const waiting: (() => void)[] = [];
+  return async (job) => {
+    while (active >= n) await new Promise<void>((resolve) => waiting.push(resolve));
+    active++;
+    try {
+      return await job();
+    } finally {
+      active--;
+      waiting.shift()?.();
+    }
+  };
 }
 
-async function repoGitBytes(
-  repoPath: string,
-  locs: GitLocation[],
-  notesRef: string,
-): Promise<{ branches: number; notes: number }> {
-  const revs = revsOf(locs);
-  const revList = (extra: string[]) =>
-    runGit(repoPath, ['rev-list', '--ignore-missing', '--stdin', ...extra], {
-      input: `${revs}\n`,
+/** The repository's branches (full ref names), one for-each-ref; null when git cannot read it. */
+async function liveBranches(repoPath: string): Promise<Set<string> | null> {
+  if (!repoPath || !existsSync(repoPath)) return null;
+  try {
+    const refs = await runGit(repoPath, ['for-each-ref', '--format=%(refname)', 'refs/heads/'], {
       timeoutMs: TIMEOUT_MS,
     });
-  const [usage, commits, notes] = await Promise.all([
-    revList(['--disk-usage', '--objects']),
-    revList([]),
+    return new Set(refs.stdout.split('\n').filter(Boolean));
+  } catch {
+    return null;
+  }
+}
+
+/** rev-list's input: each branch, less the commits they started from (a base git no longer has is skipped). */
+function revsOf(locs: GitLocation[]): string {
+  const heads = locs.map((l) => `refs/heads/${l.branch}`);
+  const bases = locs.filter((l) => l.baseOid && OID.test(l.baseOid)).map((l) => `^${l.baseOid}`);
+  return [...new Set([...heads, ...bases])].sort().join('\n');
+}
+
+/** The estimate, for branches of one repository that exist. */
+async function reachableBytes(repoPath: string, revs: string): Promise<number> {
+  const usage = await runGit(repoPath, ['rev-list', '--ignore-missing', '--stdin', '--disk-usage', '--objects'], {
+    input: `${revs}\n`,
+    timeoutMs: TIMEOUT_MS,
+  });
+  const bytes = Number(usage.stdout.trim());
+  if (!usage.stdout.trim() || !Number.isFinite(bytes)) throw new Error('rev-list --disk-usage printed no number');
+  return bytes;
+}
+
+/** The notes under `notesRef` on the commits reachable only from these branches: their blobs' size on disk. */
+async function notesBytes(repoPath: string, revs: string, notesRef: string): Promise<number> {
+  const [commits, notes] = await Promise.all([
+    runGit(repoPath, ['rev-list', '--ignore-missing', '--stdin'], { input: `${revs}\n`, timeoutMs: TIMEOUT_MS }),
     runGit(repoPath, ['notes', `--ref=${notesRef}`, 'list'], { allowExitCodes: [1, 128], timeoutMs: TIMEOUT_MS }),
   ]);
   const ours = new Set(commits.stdout.split('\n').filter(Boolean));
@@ -130,13 +89,87 @@ async function repoGitBytes(
     .map((line) => line.split(' '))
     .filter(([blob, commit]) => blob && commit && ours.has(commit))
     .map(([blob]) => blob!);
-  let noteBytes = 0;
-  if (blobs.length) {
-    const sizes = await runGit(repoPath, ['cat-file', '--batch-check=%(objectsize:disk)'], {
-      input: `${blobs.join('\n')}\n`,
-      timeoutMs: TIMEOUT_MS,
-    });
-    for (const line of sizes.stdout.split('\n')) noteBytes += Number(line) || 0;
-  }
-  return { branches: Number(usage.stdout.trim()) || 0, notes: noteBytes };
+  if (!blobs.length) return 0;
+  const sizes = await runGit(repoPath, ['cat-file', '--batch-check=%(objectsize:disk)'], {
+    input: `${blobs.join('\n')}\n`,
+    timeoutMs: TIMEOUT_MS,
+  });
+  return sizes.stdout.split('\n').reduce((n, line) => n + (Number(line) || 0), 0);
+}
+
+/** Per repository, the locations whose branch it still has; a repository git cannot read is left out. */
+async function liveByRepo(locations: GitLocation[], limit: Limit): Promise<Map<string, GitLocation[]>> {
+  const repos = [...new Set(locations.map((l) => l.repoPath))];
+  const live = await Promise.all(repos.map((repo) => limit(() => liveBranches(repo))));
+  const byRepo = new Map<string, GitLocation[]>();
+  repos.forEach((repo, i) => {
+    const heads = live[i];
+    if (!heads) return;
+    const here = locations.filter(
+      (l) =>
+        l.repoPath === repo &&
+        !!l.branch &&
+        REF.test(l.branch) &&
+        !l.branch.startsWith('-') &&
+        heads.has(`refs/heads/${l.branch}`),
+    );
+    if (here.length) byRepo.set(repo, here);
+  });
+  return byRepo;
+}
+
+/**
+ * The estimate for each set of branches (a run's one, a convoy's several): null when none of its
+ * branches exists or git fails on every repository it has some in. One for-each-ref per
+ * repository, then one rev-list per distinct set (a convoy of one run reuses that run's), all of
+ * them at most AT_ONCE at a time.
+ */
+export async function gitBytesOf(sets: GitLocation[][]): Promise<(number | null)[]> {
+  const limit = limiter(AT_ONCE);
+  const byRepo = await liveByRepo(sets.flat(), limit);
+  const asked = new Map<string, Promise<number | null>>();
+  const measure = (repoPath: string, revs: string) => {
+    const key = `${repoPath}\0${revs}`;
+    if (!asked.has(key))
+      asked.set(
+        key,
+        limit(() => reachableBytes(repoPath, revs)).catch(() => null),
+      );
+    return asked.get(key)!;
+  };
+  return Promise.all(
+    sets.map(async (set) => {
+      const mine = new Set(set);
+      const parts = await Promise.all(
+        [...byRepo].map(([repoPath, live]) => {
+          const here = live.filter((l) => mine.has(l));
+          return here.length ? measure(repoPath, revsOf(here)) : undefined;
+        }),
+      );
+      const known = parts.filter((n): n is number => typeof n === 'number');
+      return known.length ? known.reduce((a, b) => a + b, 0) : null;
+    }),
+  );
+}
+
+/**
+ * A workspace's bytes in git, for the quota: per repository, the estimate over all its runs'
+ * branches and the notes on their commits. A repository git cannot read adds 0: the sweep must not
+ * stop on one lost repository.
+ */
+export async function workspaceGitBytes(locations: GitLocation[], notesRef: string): Promise<GitBytes> {
+  const limit = limiter(AT_ONCE);
+  const sizes = await Promise.all(
+    [...(await liveByRepo(locations, limit))].map(async ([repoPath, live]) => {
+      const revs = revsOf(live);
+      const [branches, notes] = await Promise.all([
+        limit(() => reachableBytes(repoPath, revs)).catch(() => 0),
+        limit(() => notesBytes(repoPath, revs, notesRef)).catch(() => 0),
+      ]);
+      return { branches, notes };
+    }),
+  );
+  const branches = sizes.reduce((n, s) => n + s.branches, 0);
+  const notes = sizes.reduce((n, s) => n + s.notes, 0);
+  return { branches, notes, total: branches + notes };
 }
