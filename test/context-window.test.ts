@@ -147,7 +147,7 @@ test('the summary of earlier rounds is the same text for the same rounds, and ca
   assert.equal(summarizeHistoryForPrompt(history.slice(0, 3)).split('\n').length, 3);
 });
 
-test('the summary of earlier rounds is made again only when the rounds it covers change; the prompt is the same', () => {
+test('the summary of earlier rounds is made again only when the rounds it covers change; the same prompt', () => {
   const head = { roleId: 'coder', harness: builtinHarnesses({ WORKER_ALLOWED_COMMANDS: undefined }).code! };
   const call = (round: number) =>
     recordToolCall({
