@@ -1,7 +1,8 @@
 // The integrity check: resume's verification, read-only, from any process. Every checkpoint note
 // is audited against its row and its commit against the run's branch (notes-audit.ts), so a
-// wrong note on an old checkpoint shows as drift too; the repair rewrites missing and wrong notes
-// from Postgres and never touches the worktree.
+// wrong note on an old checkpoint shows as drift too. The run's notes are read once, for the
+// verification and the audit alike. The repair rewrites missing and wrong notes from Postgres and
+// never touches the worktree; then only the notes it rewrote are read and judged again.
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import type { Config } from '../core/config.ts';
@@ -11,7 +12,14 @@ import { chainAnchors } from '../store/retention.ts';
 import { getRun } from '../store/runs.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { gitStatus, inspectRun, type Finding, type FindingKind } from '../worker/checkpoints/verify.ts';
-import { auditFindings, auditNotes, repairNotes, type NotesAudit } from '../worker/checkpoints/notes-audit.ts';
+import {
+  auditFindings,
+  auditNotes,
+  auditRepaired,
+  repairNotes,
+  type NotesAudit,
+} from '../worker/checkpoints/notes-audit.ts';
+import { readRunNotes } from '../worker/checkpoints/note-lookup.ts';
 import {
   inspectRemote,
   RemoteVerifyError,
@@ -55,20 +63,44 @@ export async function checkRunIntegrity(
   options: IntegrityOptions = {},
 ): Promise<IntegrityReport | undefined> {
   const first = await inspectIntegrity(db, config, workspaceId, agentRunId, options);
-  if (!options.repairNotes || !first) return first?.report;
-  if (!first.audit) return { ...first.report, notesRepair: { rewritten: [], offBranch: [] } };
-  const rewritten = await repairNotes(first.audit.repoPath, config.WORKER_NOTES_REF, first.audit.audit);
-  // Checked again from scratch: what is left is the drift a note cannot fix.
-  const after = rewritten.length ? await inspectIntegrity(db, config, workspaceId, agentRunId, options) : first;
-  if (!after) return undefined;
-  const offBranch = first.audit.audit.offBranch.map((r) => r.checkpoint_seq);
-  return { ...after.report, notesRepair: { rewritten, offBranch } };
+  if (!options.repairNotes || !first) return first && reportOf(first);
+  if (!first.audit) return { ...reportOf(first), notesRepair: { rewritten: [], offBranch: [] } };
+  const { repoPath, audit } = first.audit;
+  const rewritten = await repairNotes(repoPath, config.WORKER_NOTES_REF, audit);
+  // What is left is the drift a note cannot fix, and any note the repair did not make right.
+  const after = rewritten.length
+    ? { ...first, audit: { repoPath, audit: await auditRepaired(repoPath, config.WORKER_NOTES_REF, audit) } }
+    : first;
+  const offBranch = audit.offBranch.map((r) => r.checkpoint_seq);
+  return { ...reportOf(after), notesRepair: { rewritten, offBranch } };
 }
 
 interface Inspected {
-  report: IntegrityReport;
+  /** The report without its findings. */
+  base: Omit<IntegrityReport, 'intact' | 'findings'>;
+  /** The verification's findings; its note findings give way to the audit's when it ran. */
+  local: Finding[];
+  remote: RemoteFinding[];
+  notesRef: string;
   /** The notes audit, when it ran: what a repair works from. */
   audit?: { repoPath: string; audit: NotesAudit };
+}
+
+function reportOf(inspected: Inspected): IntegrityReport {
+  const { base, local, remote, notesRef, audit } = inspected;
+  // The audit's note findings cover every row (the verification reads only the latest note's text).
+  const notes = audit
+    ? [...local.filter((f) => !NOTE_KINDS.has(f.kind)), ...auditFindings(audit.audit, notesRef)]
+    : local;
+  const findings = [...notes, ...remote];
+  const { remote: remoteInspection, manifest, ...head } = base;
+  return {
+    ...head,
+    intact: findings.length === 0,
+    findings,
+    ...(remoteInspection ? { remote: remoteInspection } : {}),
+    manifest,
+  };
 }
 
 async function inspectIntegrity(
@@ -98,53 +130,63 @@ async function inspectIntegrity(
     return undefined;
   }
   const { run, chain, manifest, anchor } = loaded;
+  const repoPath = run.job.repoPath ?? config.WORKER_REPO_ROOT;
+  const notesRef = config.WORKER_NOTES_REF;
+  // Read once for the verification and the audit. Notes git cannot read leave the audit out, and
+  // the verification asks git on its own (or returns before it waits for them: hence the catch).
+  const notes = run.branch
+    ? readRunNotes(
+        repoPath,
+        notesRef,
+        chain.flatMap((row) => (row.commit_oid ? [row.commit_oid] : [])),
+      )
+    : undefined;
+  notes?.catch(() => {});
+  const audited =
+    run.branch && notes
+      ? auditNotes({ repoPath, branch: run.branch, chain, notes }).then(
+          (audit) => ({ repoPath, audit }),
+          () => undefined,
+        )
+      : undefined;
   const inspection = await inspectRun({
     run,
     chain,
     anchor,
     manifest,
     repoRoot: config.WORKER_REPO_ROOT,
-    notesRef: config.WORKER_NOTES_REF,
+    notesRef,
     prefetchedStatus,
+    notes,
   });
   if (prefetchedStatus && prefetchedStatus.path !== run.worktree_path) await prefetchedStatus.result.catch(() => {});
   const remote = options.remote
     ? await inspectRemote({
-        repoPath: run.job.repoPath ?? config.WORKER_REPO_ROOT,
+        repoPath,
         remote: config.WORKER_CHECKPOINT_REMOTE!,
         run,
         chain,
       })
     : undefined;
-  let local: Finding[] = inspection.findings;
-  let audited: Inspected['audit'];
-  if (run.branch) {
-    const repoPath = run.job.repoPath ?? config.WORKER_REPO_ROOT;
-    const notesRef = config.WORKER_NOTES_REF;
-    // A repository git cannot read: inspectRun has said so already.
-    const audit = await auditNotes({ repoPath, notesRef, branch: run.branch, chain }).catch(() => undefined);
-    if (audit) {
-      audited = { repoPath, audit };
-      // The audit's note findings cover every row (the inspection reads only the latest note's text).
-      local = [...local.filter((f) => !NOTE_KINDS.has(f.kind)), ...auditFindings(audit, notesRef)];
-    }
-  }
-  const findings = [...local, ...(remote?.findings ?? [])];
+  const audit = await audited;
   const latest = chain.at(-1);
-  const report: IntegrityReport = {
-    workspaceId,
-    agentRunId,
-    status: run.status,
-    checkpoints: chain.length,
-    latestSeq: latest?.checkpoint_seq ?? null,
-    commitOid: latest?.commit_oid ?? null,
-    worktreePath: run.worktree_path,
-    intact: findings.length === 0,
-    findings,
-    ...(remote ? { remote } : {}),
-    manifest,
+  return {
+    base: {
+      workspaceId,
+      agentRunId,
+      status: run.status,
+      checkpoints: chain.length,
+      latestSeq: latest?.checkpoint_seq ?? null,
+      commitOid: latest?.commit_oid ?? null,
+      worktreePath: run.worktree_path,
+      ...(remote ? { remote } : {}),
+      manifest,
+    },
+    local: inspection.findings,
+    remote: remote?.findings ?? [],
+    notesRef,
+    ...(audit ? { audit } : {}),
   };
-  return { report, ...(audited ? { audit: audited } : {}) };
 }
 
 const NOTE_KINDS: ReadonlySet<FindingKind> = new Set(['note_missing', 'note_mismatch']);

@@ -5,7 +5,8 @@
 // the worktree byte-identical.
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { lstat, readdir, readFile, readlink } from 'node:fs/promises';
+import { chmod, lstat, mkdtemp, readdir, readFile, readlink, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { checkRunIntegrity } from '../operator/integrity.ts';
@@ -29,16 +30,17 @@ after(async () => {
   await t?.drop();
 });
 
-/** A run with three checkpoints, each a commit on its branch with its note. */
-async function runOfThree(): Promise<{ repo: string; r: DrivenRun; chain: CheckpointRow[] }> {
+/** A run with `n` checkpoints, each a commit on its branch with its note. */
+async function runOf(n: number): Promise<{ repo: string; r: DrivenRun; chain: CheckpointRow[] }> {
   const repo = await makeRepo({ 'src/a.ts': 'export const a = 0;\n' });
   const r = await startDrivenRun({ db: t.db, config: t.config, workspaceId: WS, repo });
-  for (let i = 1; i <= 3; i++) await r.round({ 'src/a.ts': `export const a = ${i};\n`, [`src/f${i}.ts`]: `${i}\n` });
+  for (let i = 1; i <= n; i++) await r.round({ 'src/a.ts': `export const a = ${i};\n`, [`src/f${i}.ts`]: `${i}\n` });
   await r.writer.settleNotes();
   const chain = await withWorkspace(t.db.app, WS, (tx) => checkpointChain(tx, r.run.id));
-  assert.equal(chain.length, 3);
+  assert.equal(chain.length, n);
   return { repo, r, chain };
 }
+const runOfThree = () => runOf(3);
 
 /** Every entry under `dir` (the worktree's .git file included): path → type and content hash. */
 async function snapshot(dir: string, into = new Map<string, string>(), rel = ''): Promise<Map<string, string>> {
@@ -61,9 +63,35 @@ async function snapshot(dir: string, into = new Map<string, string>(), rel = '')
   return into;
 }
 
-async function integrityCheck(runId: string, ...flags: string[]): Promise<{ code: number | null; out: string }> {
-  const c = spawnNode('scripts/integrity-check.ts', ['--workspace', WS, '--run', runId, ...flags], { env: t.env });
-  return { code: (await c.exited).code, out: c.output() };
+async function integrityCheck(
+  runId: string,
+  ...flags: string[]
+): Promise<{ code: number | null; out: string; gits: string[] }> {
+  // git on the script's PATH is a wrapper that logs each git process (its subcommand and first
+  // argument after the -c settings) before running the real one.
+  const dir = await mkdtemp(path.join(os.tmpdir(), 'echodo-gitlog-'));
+  const log = path.join(dir, 'log');
+  const real = path.join(await git(dir, '--exec-path'), 'git');
+  await writeFile(
+    path.join(dir, 'git'),
+    `#!/bin/sh\nprintf '%s\\037' "$@" >> '${log}'\necho >> '${log}'\nexec '${real}' "$@"\n`,
+  );
+  await chmod(path.join(dir, 'git'), 0o755);
+  try {
+    const env = { ...t.env, PATH: `${dir}:${process.env.PATH}`, WORKER_SANDBOX: 'off' };
+    const c = spawnNode('scripts/integrity-check.ts', ['--workspace', WS, '--run', runId, ...flags], { env });
+    const code = (await c.exited).code;
+    const lines = (await readFile(log, 'utf8').catch(() => '')).split('\n').filter(Boolean);
+    const gits = lines.map((line) => {
+      const args = line.split('\x1f');
+      let i = 0;
+      while (args[i] === '-c') i += 2;
+      return args.slice(i, i + 2).join(' ');
+    });
+    return { code, out: c.output(), gits };
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
 }
 
 test('notes ref deleted and a note overwritten: reported (exit 1), then rewritten from Postgres (exit 0)', async () => {
@@ -125,4 +153,37 @@ test('a rebased branch: the note of the commit still on it is rewritten, the rew
   for (const oid of [c2!, c3!]) assert.equal(await readCheckpointNote(repo, notesRef, oid), undefined);
   assert.deepEqual(await snapshot(r.worktree), before, 'the worktree is byte-identical');
   assert.equal(await git(repo, 'rev-parse', `refs/heads/${r.branch}`), tip, 'the branch is where the operator put it');
+});
+
+test('a run of many checkpoints: each note read once, and a repair reads again only the notes it rewrote', async () => {
+  const { repo, r, chain } = await runOf(25);
+  const notesRef = t.config.WORKER_NOTES_REF;
+  const count = (gits: string[], command: RegExp) => gits.filter((g) => command.test(g)).length;
+  const intact = await integrityCheck(r.run.id);
+  assert.equal(intact.code, 0, intact.out);
+  // Every note found in this process, for the verification and the audit: no git reads one.
+  assert.deepEqual(
+    intact.gits.filter((g) => /^(ls-tree|notes|cat-file --batch(-command)?)( |$)/.test(g)),
+    [],
+    intact.gits.join('; '),
+  );
+
+  await git(repo, 'update-ref', '-d', notesRef);
+  await git(repo, 'notes', `--ref=${notesRef}`, 'add', '-m', '{"agentRunId":"someone else"}', chain[5]!.commit_oid!);
+  const repaired = await integrityCheck(r.run.id, '--repair-notes');
+  assert.equal(repaired.code, 0, repaired.out);
+  const seqs = chain.map((row) => row.checkpoint_seq).join(', ');
+  assert.match(
+    repaired.out,
+    new RegExp(`rewritten from Postgres for checkpoint\\(s\\) ${seqs}; no longer on the branch: none`),
+  );
+  assert.match(repaired.out, /intact: /);
+  // git lists the notes and reads them once; the inspection is not run again (one status), and the
+  // rewritten notes are read again in this process.
+  const gits = repaired.gits.join('; ');
+  assert.equal(count(repaired.gits, /^ls-tree /), 1, gits);
+  assert.equal(count(repaired.gits, /^cat-file --batch$/), 1, gits);
+  assert.equal(count(repaired.gits, /^(notes|cat-file --batch-command)( |$)/), 0, gits);
+  assert.equal(count(repaired.gits, /(^| )status( |$)/), 1, gits);
+  assert.equal(count(repaired.gits, /^fast-import /), 1, gits);
 });

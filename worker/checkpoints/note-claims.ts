@@ -27,9 +27,16 @@ export function parseNote(text: string): CheckpointNote | undefined {
   }
 }
 
-/** Blob oid of every note in a notes tree, by the annotated object (the fanout's slashes removed). */
-export async function notesIn(repoPath: string, notesCommit: string): Promise<Map<string, string>> {
-  const r = await runGit(repoPath, ['ls-tree', '-r', notesCommit]);
+/**
+ * Blob oid of every note in a notes tree, by the annotated object (the fanout's slashes removed).
+ * With `missingOk`, a notes commit that does not resolve (a notes ref not made yet) holds none.
+ */
+export async function notesIn(
+  repoPath: string,
+  notesCommit: string,
+  options: { missingOk?: boolean } = {},
+): Promise<Map<string, string>> {
+  const r = await runGit(repoPath, ['ls-tree', '-r', notesCommit], options.missingOk ? { allowExitCodes: [128] } : {});
   const notes = new Map<string, string>();
   for (const line of r.stdout.split('\n').filter(Boolean)) {
     const [meta, name] = line.split('\t');

@@ -3,14 +3,16 @@
 // spawned, every object checked against its id); when a note is not found there, by one
 // `git cat-file --batch-command` (each commit's three candidate paths); and when a note is found
 // at none of them, or this git has no --batch-command (< 2.36), by `git notes`. So a note
-// reported missing is always git's own answer.
+// reported missing is always git's own answer. The integrity check reads every note's text once
+// (readRunNotes), for the verification and the notes audit alike: in this process, or by a
+// listing of the notes tree and one `git cat-file --batch`.
 // A note lives at <notes-ref>:<commit oid> split by a fanout of 0, 1 or 2 levels (git picks it
 // from the number of notes).
 import { spawn } from 'node:child_process';
 import { commonDirOnDisk, runGit, safeGitEnv } from '../git/run-git.ts';
 import { commitTree, ObjectReader, parseTree, type TreeEntry } from '../git/objects.ts';
 import { notedCommits, readCheckpointNote, type CheckpointNote } from './notes.ts';
-import { parseNote } from './note-claims.ts';
+import { notesIn, parseNote, readBlobs } from './note-claims.ts';
 
 export interface NoteLookup {
   /** Commits (of those asked) that carry a note. */
@@ -118,12 +120,53 @@ export async function lookupNotes(
     return { noted: listed, note, tree };
   }
   const [noted, note] = await Promise.all([notedCommits(cwd, notesRef), readCheckpointNote(cwd, notesRef, latest)]);
-  let tree: string | undefined;
-  if (treeOf) {
-    const r = await runGit(cwd, ['rev-parse', '--verify', '--quiet', `${treeOf}^{tree}`], { allowExitCodes: [1, 128] });
-    tree = r.exitCode === 0 ? r.stdout.trim() : undefined;
+  return { noted, note, tree: treeOf ? await treeWithGit(cwd, treeOf) : undefined };
+}
+
+async function treeWithGit(cwd: string, commit: string): Promise<string | undefined> {
+  const r = await runGit(cwd, ['rev-parse', '--verify', '--quiet', `${commit}^{tree}`], { allowExitCodes: [1, 128] });
+  return r.exitCode === 0 ? r.stdout.trim() : undefined;
+}
+
+/** The tree of `commit`: read in this process, or by git when it is not found here. */
+export async function treeOfCommit(cwd: string, commit: string): Promise<string | undefined> {
+  const commonDir = commonDirOnDisk(cwd);
+  const reader = commonDir ? ObjectReader.open(commonDir) : undefined;
+  try {
+    const object = reader?.read(commit);
+    const tree = object?.type === 'commit' ? commitTree(object.body) : undefined;
+    if (tree) return tree;
+  } finally {
+    reader?.close();
   }
-  return { noted, note, tree };
+  return treeWithGit(cwd, commit);
+}
+
+/**
+ * The text of the note on each of `commits` (a commit without one is left out), read once for
+ * every reader of a run's notes: in this process when every note is found here; otherwise git
+ * lists the notes tree and reads the notes in one `cat-file --batch`, so a note reported missing
+ * is git's own answer.
+ */
+export async function readRunNotes(cwd: string, notesRef: string, commits: string[]): Promise<Map<string, string>> {
+  const inProcess = findInProcess(cwd, notesRef, new Set(commits), ({ reader, notes }) => {
+    const texts = new Map<string, string>();
+    for (const [commit, note] of notes) {
+      const blob = reader.read(note);
+      if (blob?.type !== 'blob') return undefined;
+      texts.set(commit, blob.body.toString('utf8'));
+    }
+    return texts;
+  });
+  if (inProcess) return inProcess;
+  const listed = await notesIn(cwd, notesRef, { missingOk: true });
+  const blobs = await readBlobs(cwd, [...new Set(commits.map((c) => listed.get(c)).filter((b): b is string => !!b))]);
+  const texts = new Map<string, string>();
+  for (const commit of commits) {
+    const text = blobs.get(listed.get(commit) ?? '');
+    if (text !== undefined) texts.set(commit, text);
+  }
+  return texts;
 }
 
 /** Where a note on `oid` sits in a notes tree: its full name, or under a two-hex-digit folder (any depth). */
@@ -160,6 +203,29 @@ export function readNotesInProcess(
   latest: string,
   treeOf?: string,
 ): NoteLookup | undefined {
+  return findInProcess(cwd, notesRef, new Set([...commits, latest]), ({ reader, notes }) => {
+    const noteBlob = reader.read(notes.get(latest)!);
+    if (noteBlob?.type !== 'blob') return undefined;
+    let tree: string | undefined;
+    if (treeOf) {
+      const commit = reader.read(treeOf);
+      tree = commit?.type === 'commit' ? commitTree(commit.body) : undefined;
+      if (!tree) return undefined;
+    }
+    return { noted: new Set(notes.keys()), note: noteOfBody(noteBlob.body), tree };
+  });
+}
+
+/**
+ * Where the note on each of `commits` is (commit -> note blob), found in this process and handed
+ * to `use` with the open reader; undefined when the notes ref or any note is not found here.
+ */
+function findInProcess<T>(
+  cwd: string,
+  notesRef: string,
+  commits: Set<string>,
+  use: (found: { reader: ObjectReader; notes: Map<string, string> }) => T | undefined,
+): T | undefined {
   const commonDir = commonDirOnDisk(cwd);
   const reader = commonDir ? ObjectReader.open(commonDir) : undefined;
   if (!reader) return undefined;
@@ -169,23 +235,13 @@ export function readNotesInProcess(
     const root = notesCommit?.type === 'commit' ? commitTree(notesCommit.body) : undefined;
     if (!root) return undefined;
     const trees = new Map<string, Map<string, TreeEntry> | undefined>();
-    const noted = new Set<string>();
-    let latestNote: string | undefined;
-    for (const oid of new Set([...commits, latest])) {
+    const notes = new Map<string, string>();
+    for (const oid of commits) {
       const note = findNote(reader, trees, root, oid);
       if (!note) return undefined;
-      noted.add(oid);
-      if (oid === latest) latestNote = note;
+      notes.set(oid, note);
     }
-    const noteBlob = reader.read(latestNote!);
-    if (noteBlob?.type !== 'blob') return undefined;
-    let tree: string | undefined;
-    if (treeOf) {
-      const commit = reader.read(treeOf);
-      tree = commit?.type === 'commit' ? commitTree(commit.body) : undefined;
-      if (!tree) return undefined;
-    }
-    return { noted, note: noteOfBody(noteBlob.body), tree };
+    return use({ reader, notes });
   } finally {
     reader.close();
   }

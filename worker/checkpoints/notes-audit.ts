@@ -2,11 +2,14 @@
 // run's branch, and whether each of those carries the note its row makes (noteOfRow). A branch
 // rebased, squashed or reset leaves checkpoint commits off it: those are reported, never noted
 // again (a note on a commit no branch holds mirrors nothing). Postgres is the truth, so a repair
-// rewrites the missing and wrong notes from the rows, through the one notes writer. Git runs in
-// the repository (its object store and the notes ref), never in the run's worktree.
+// rewrites the missing and wrong notes from the rows, through the one notes writer, and only those
+// notes are read and judged again. The notes themselves are read by the caller (readRunNotes),
+// once for the audit and the verification. Git runs in the repository (its object store and the
+// notes ref), never in the run's worktree.
 import type { CheckpointRow } from '../../store/checkpoints.ts';
 import { resolveCommit } from '../git/run-git.ts';
-import { noteClaims, notesIn, parseNote, reachableSince, readBlobs, rowClaims } from './note-claims.ts';
+import { noteClaims, parseNote, reachableSince, rowClaims } from './note-claims.ts';
+import { readRunNotes } from './note-lookup.ts';
 import { noteOfRow, writeCheckpointNotes } from './notes.ts';
 import type { Finding } from './verify.ts';
 
@@ -24,37 +27,42 @@ export interface NotesAudit {
 
 export async function auditNotes(args: {
   repoPath: string;
-  notesRef: string;
   branch: string;
   chain: CheckpointRow[];
+  /** The text of each note on the chain's commits (readRunNotes). */
+  notes: Promise<ReadonlyMap<string, string>>;
 }): Promise<NotesAudit> {
   const rows = args.chain.filter((row) => row.commit_oid);
   const audit: NotesAudit = { branch: args.branch, branchTip: null, missing: [], wrong: [], offBranch: [] };
   if (!rows.length) return audit;
-  const [tip, notesTip] = await Promise.all([
-    resolveCommit(args.repoPath, `refs/heads/${args.branch}`),
-    resolveCommit(args.repoPath, args.notesRef),
-  ]);
+  const tip = await resolveCommit(args.repoPath, `refs/heads/${args.branch}`);
   audit.branchTip = tip ?? null;
   const [onBranch, notes] = await Promise.all([
     tip ? reachableSince(args.repoPath, tip, rows) : new Set<string>(),
-    notesTip ? notesIn(args.repoPath, notesTip) : new Map<string, string>(),
+    args.notes,
   ]);
-  const kept = rows.filter((row) => onBranch.has(row.commit_oid!));
   audit.offBranch = rows.filter((row) => !onBranch.has(row.commit_oid!));
-  const blobs = await readBlobs(args.repoPath, [
-    ...new Set(kept.map((row) => notes.get(row.commit_oid!)).filter((b): b is string => !!b)),
-  ]);
-  for (const row of kept) {
-    const blob = notes.get(row.commit_oid!);
-    const text = blob ? blobs.get(blob) : undefined;
-    if (text === undefined) audit.missing.push(row);
+  return {
+    ...audit,
+    ...judgeNotes(
+      rows.filter((row) => onBranch.has(row.commit_oid!)),
+      notes,
+    ),
+  };
+}
+
+/** Which of `rows` have no note and which a note that does not say what the row says. */
+function judgeNotes(rows: CheckpointRow[], notes: ReadonlyMap<string, string>): Pick<NotesAudit, 'missing' | 'wrong'> {
+  const judged: Pick<NotesAudit, 'missing' | 'wrong'> = { missing: [], wrong: [] };
+  for (const row of rows) {
+    const text = notes.get(row.commit_oid!);
+    if (text === undefined) judged.missing.push(row);
     else {
       const note = parseNote(text);
-      if (!note || noteClaims(note) !== rowClaims(row)) audit.wrong.push(row);
+      if (!note || noteClaims(note) !== rowClaims(row)) judged.wrong.push(row);
     }
   }
-  return audit;
+  return judged;
 }
 
 const seqs = (rows: CheckpointRow[]) => rows.map((r) => r.checkpoint_seq).join(', ');
@@ -87,13 +95,31 @@ export function auditFindings(audit: NotesAudit, notesRef: string): Finding[] {
   return findings;
 }
 
+/** The rows a repair rewrites the notes of: the missing and the wrong, in chain order. */
+const toRepair = (audit: NotesAudit) =>
+  [...audit.missing, ...audit.wrong].sort((a, b) => a.checkpoint_seq - b.checkpoint_seq);
+
 /** Rewrites the missing and wrong notes from their rows (one notes commit); returns the seqs rewritten. */
 export async function repairNotes(repoPath: string, notesRef: string, audit: NotesAudit): Promise<number[]> {
-  const rows = [...audit.missing, ...audit.wrong].sort((a, b) => a.checkpoint_seq - b.checkpoint_seq);
+  const rows = toRepair(audit);
   await writeCheckpointNotes(
     repoPath,
     notesRef,
     rows.map((row) => ({ commitOid: row.commit_oid!, note: noteOfRow(row) })),
   );
   return rows.map((r) => r.checkpoint_seq);
+}
+
+/**
+ * The audit after repairNotes: the notes it rewrote read and judged again, and nothing else (a
+ * repair moves no branch and touches no other note, so the rest of the audit stands).
+ */
+export async function auditRepaired(repoPath: string, notesRef: string, audit: NotesAudit): Promise<NotesAudit> {
+  const rows = toRepair(audit);
+  const notes = await readRunNotes(
+    repoPath,
+    notesRef,
+    rows.map((row) => row.commit_oid!),
+  );
+  return { ...audit, ...judgeNotes(rows, notes) };
 }

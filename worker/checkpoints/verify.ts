@@ -8,7 +8,8 @@ import { resolveCommit, runGit, type GitResult } from '../git/run-git.ts';
 import { inspectWorktree, repoCommonDir, type WorktreeState } from '../worktrees/worktree.ts';
 import { describeFiles } from './content.ts';
 import { ManifestDigest, verifyChain, type ChainAnchor, type ChainVerdict } from '../../core/checkpoint-hash.ts';
-import { lookupNotes } from './note-lookup.ts';
+import { lookupNotes, treeOfCommit, type NoteLookup } from './note-lookup.ts';
+import { parseNote } from './note-claims.ts';
 
 export type FindingKind =
   | 'hash_chain_broken'
@@ -74,6 +75,11 @@ export async function inspectRun(args: {
    * before the run row arrived: used only when the row names that same path.
    */
   prefetchedStatus?: PrefetchedStatus;
+  /**
+   * The text of each note on the chain's commits, already being read by a caller that reads them
+   * anyway (readRunNotes): the verification's note reads come from it.
+   */
+  notes?: Promise<ReadonlyMap<string, string>>;
 }): Promise<Inspection> {
   const findings: Finding[] = [];
   const latest = args.chain.at(-1);
@@ -120,7 +126,7 @@ export async function inspectRun(args: {
     // The commit's presence and the notes: two git processes, side by side.
     const [missingCommit, notes] = await Promise.all([
       unreachable(),
-      compareNotes(repoPath, args.notesRef, args.chain),
+      compareNotes(repoPath, args.notesRef, args.chain, args.notes),
     ]);
     findings.push(...missingCommit, ...notes.findings);
     return { targetOid, worktree: wt, findings, notesToRewrite: notes.seqs };
@@ -131,7 +137,7 @@ export async function inspectRun(args: {
     const [missingCommit, tip, notes] = await Promise.all([
       unreachable(),
       resolveCommit(repoPath, `refs/heads/${args.run.branch}`),
-      compareNotes(repoPath, args.notesRef, args.chain),
+      compareNotes(repoPath, args.notesRef, args.chain, args.notes),
     ]);
     findings.push(...missingCommit);
     if (targetOid && tip !== targetOid)
@@ -148,7 +154,7 @@ export async function inspectRun(args: {
     findings.push(...chainFindings());
     const [missingCommit, notes] = await Promise.all([
       unreachable(),
-      compareNotes(repoPath, args.notesRef, args.chain),
+      compareNotes(repoPath, args.notesRef, args.chain, args.notes),
     ]);
     findings.push(
       ...missingCommit,
@@ -180,6 +186,7 @@ export async function inspectRun(args: {
       args.run.worktree_path,
       args.notesRef,
       args.chain,
+      args.notes,
       latest?.tree_oid ? (targetOid ?? undefined) : undefined,
     ),
     latest ? compareFiles(args.run.worktree_path, manifest) : Promise.resolve([]),
@@ -240,12 +247,16 @@ async function compareNotes(
   cwd: string,
   notesRef: string,
   chain: CheckpointRow[],
+  read: Promise<ReadonlyMap<string, string>> | undefined,
   treeOf?: string,
 ): Promise<{ findings: Finding[]; seqs: number[]; tree?: string }> {
   const latest = chain.at(-1);
   if (!latest?.commit_oid) return { findings: [], seqs: [] };
   const commits = chain.map((row) => row.commit_oid).filter((oid): oid is string => !!oid);
-  const { noted, note, tree } = await lookupNotes(cwd, notesRef, commits, latest.commit_oid, treeOf);
+  // The caller's read failing (git could not read the notes), the lookup asks git on its own.
+  const { noted, note, tree } =
+    (read && (await notesRead(cwd, read, latest.commit_oid, treeOf).catch(() => undefined))) ??
+    (await lookupNotes(cwd, notesRef, commits, latest.commit_oid, treeOf));
   const findings: Finding[] = [];
   const missing = chain
     .filter((row) => row !== latest && row.commit_oid && !noted.has(row.commit_oid))
@@ -271,6 +282,18 @@ async function compareNotes(
     seqs: findings.some((f) => f.kind === 'note_mismatch') ? [...missing, latest.checkpoint_seq] : missing,
     tree,
   };
+}
+
+/** The lookup's answer from notes a caller read (readRunNotes); the tree read beside them. */
+async function notesRead(
+  cwd: string,
+  read: Promise<ReadonlyMap<string, string>>,
+  latest: string,
+  treeOf?: string,
+): Promise<NoteLookup> {
+  const [texts, tree] = await Promise.all([read, treeOf ? treeOfCommit(cwd, treeOf) : undefined]);
+  const text = texts.get(latest);
+  return { noted: new Set(texts.keys()), note: text === undefined ? undefined : parseNote(text), tree };
 }
 
 /**
