@@ -132,16 +132,21 @@ async function seedStorageWorkspace(env: BenchEnv): Promise<void> {
   });
 }
 
-/** Background convoys/runs/checkpoints from run index `fromRun` (inclusive) to `toRun` (exclusive). */
+/**
+ * Background convoys/runs/checkpoints from run index `fromRun` (inclusive) to `toRun` (exclusive): history
+ * written before today (UTC), as a table grows over days. Today's checkpoints are the bench's own runs, so
+ * the convoy list's spend-today card sums the same rows at every table size.
+ */
 async function loadBackground(su: Sql, ws: string, fromRun: number, toRun: number): Promise<void> {
   const CHUNK = 4000; // runs per transaction: 200k rows
+  const end = new Date(new Date().setUTCHours(0, 0, 0, 0) - 3_600_000);
   for (let a = fromRun; a < toRun; a += CHUNK) {
     const b = Math.min(toRun, a + CHUNK);
     await su.begin(async (tx) => {
       // A bulk load of generated, consistent rows: skip per-row triggers (FK checks, NOTIFY).
       await tx`set local session_replication_role = replica`;
       await tx`insert into convoys (workspace_id, id, created_at)
-               select ${ws}, 'bg-convoy-' || c, now() - make_interval(mins => c)
+               select ${ws}, 'bg-convoy-' || c, ${end}::timestamptz - make_interval(mins => c)
                  from generate_series(${Math.floor(a / RUNS_PER_CONVOY)}::int, ${Math.floor((b - 1) / RUNS_PER_CONVOY)}::int) c
                on conflict do nothing`;
       await tx`insert into briefs (workspace_id, id, convoy_id, role_id, status)
@@ -150,7 +155,8 @@ async function loadBackground(su: Sql, ws: string, fromRun: number, toRun: numbe
       await tx`insert into agent_runs (id, workspace_id, convoy_id, brief_id, job_id, job, status, attempt, step, harness_alias, started_at, finished_at, created_at)
                select 'bg-run-' || r, ${ws}, 'bg-convoy-' || (r / ${RUNS_PER_CONVOY}), 'bg-brief-' || r, 'bg-job-' || r,
                       jsonb_build_object('bench', true, 'model', case when r % 2 = 0 then ${FILTER.model!} else 'bench:other' end),
-                      'completed', 1, ${CHECKPOINTS_PER_RUN}, 'code', now() - interval '1 hour', now() - interval '30 minutes', now() - make_interval(secs => r)
+                      'completed', 1, ${CHECKPOINTS_PER_RUN}, 'code', ${end}::timestamptz - interval '1 hour', ${end}::timestamptz - interval '30 minutes',
+                      ${end}::timestamptz - make_interval(secs => r)
                  from generate_series(${a}::int, ${b - 1}::int) r`;
       await tx`insert into worker_checkpoints (workspace_id, agent_run_id, convoy_id, brief_id, checkpoint_seq, step, attempt, lease_epoch,
                  tool_history, files_touched, branch, worktree_path, commit_oid, prev_hash, hash, occurred_at)
@@ -162,7 +168,7 @@ async function loadBackground(su: Sql, ws: string, fromRun: number, toRun: numbe
                       'echodo/bg-' || r, '/tmp/bench/bg-' || r, md5('c' || r || ':' || s) || '00000000',
                       case when s > 1 then md5('h' || r || ':' || (s - 1)) || md5('h' || r || ':' || (s - 1)) end,
                       md5('h' || r || ':' || s) || md5('h' || r || ':' || s),
-                      now() - make_interval(secs => r) + make_interval(secs => s)
+                      ${end}::timestamptz - make_interval(secs => r) + make_interval(secs => s)
                  from generate_series(${a}::int, ${b - 1}::int) r cross join generate_series(1, ${CHECKPOINTS_PER_RUN}) s`;
     });
   }
