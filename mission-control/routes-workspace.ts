@@ -4,7 +4,7 @@
 import type { Hono } from 'hono';
 import type { Database } from '../store/connection.ts';
 import { convoyDetail, listConvoys } from '../store/mission-control.ts';
-import { chainPage, chainVerdict } from '../store/chain-verdict.ts';
+import { chainPage, chainVerdict, type ChainVerdict } from '../store/chain-verdict.ts';
 import { MAX_PAGE, searchRuns } from '../store/run-search.ts';
 import { checkpointPage, checkpointTime, runEventsBetween, runOverview } from '../store/run-timeline.ts';
 import { withWorkspace, type WorkspaceTx } from '../store/workspace.ts';
@@ -16,7 +16,7 @@ import { sendPage } from './layout.ts';
 import { messageContent } from './pages-admin.ts';
 import { runListContent } from './pages-runs.ts';
 import { convoyDetailContent, convoyListContent, runTimelineContent, type RunPageView } from './pages-workspace.ts';
-import { parseConvoyQuery, parseRunQuery } from './run-query.ts';
+import { parseConvoyQuery, parseRunQuery, parseSeqCursor } from './run-query.ts';
 import {
   checkpointCosts,
   convoyCost,
@@ -48,19 +48,38 @@ function actionView(c: McContext): { csrf: string } | undefined {
 const badLimit = { error: 'bad_request', message: `limit must be an integer from 1 to ${MAX_PAGE}` };
 const TIMELINE_PAGE = 50;
 
-/** One page of the run's timeline: its checkpoints older than `before` and the events among them. */
-async function runPageView(
+/**
+ * One page of a run's timeline, for the run page and GET /api/runs/:id/checkpoints alike: the run, its chain
+ * verdict, the checkpoints older than `before` that `readPage` reads (newest first) and the events among them,
+ * from the page's oldest checkpoint (all before it when it is the first) up to checkpoint `before`. Undefined
+ * when the run does not exist in this workspace.
+ */
+async function timelinePage<P extends { older: number | null }>(
   tx: WorkspaceTx,
   agentRunId: string,
   before: number | null,
-): Promise<RunPageView | undefined> {
+  readPage: (verdict: ChainVerdict) => Promise<P>,
+  oldestAt: (page: P) => Date | undefined,
+) {
   const run = await runOverview(tx, agentRunId);
   if (!run) return undefined;
-  const page = await checkpointPage(tx, agentRunId, before, TIMELINE_PAGE);
-  const from = page.older !== null ? (page.checkpoints.at(-1)?.occurredAt ?? null) : null;
+  const verdict = await chainVerdict(tx, agentRunId);
+  const page = await readPage(verdict);
+  const from = page.older !== null ? (oldestAt(page) ?? null) : null;
   const to = before !== null ? await checkpointTime(tx, agentRunId, before) : null;
-  const events = await runEventsBetween(tx, agentRunId, from, to);
-  return { run, page, events, verdict: await chainVerdict(tx, agentRunId), before };
+  return { run, verdict, page, before, events: await runEventsBetween(tx, agentRunId, from, to) };
+}
+
+/** The run page's view: a page of its checkpoints with their tool calls. */
+function runPageView(tx: WorkspaceTx, agentRunId: string, before: number | null): Promise<RunPageView | undefined> {
+  const readPage = () => checkpointPage(tx, agentRunId, before, TIMELINE_PAGE);
+  return timelinePage(tx, agentRunId, before, readPage, (page) => page.checkpoints.at(-1)?.occurredAt);
+}
+
+/** A page of GET /api/runs/:id/checkpoints: its own rows hashed again, checked against the verdict. */
+function checkpointsPage(tx: WorkspaceTx, agentRunId: string, before: number | null, limit: number) {
+  const readPage = (verdict: ChainVerdict) => chainPage(tx, agentRunId, verdict, before, limit);
+  return timelinePage(tx, agentRunId, before, readPage, (page) => page.rows.at(-1)?.occurred_at);
 }
 
 /** A doc-writer run's brief and files; undefined for any other run. */
@@ -136,20 +155,11 @@ export function mountWorkspaceRoutes(app: Hono<McEnv>, db: Database, hub: Change
   app.get('/api/runs/:agentRunId/checkpoints', api, async (c) => {
     const limit = Number(c.req.query('limit') ?? TIMELINE_PAGE);
     if (!Number.isInteger(limit) || limit < 1 || limit > MAX_PAGE) return c.json(badLimit, 400);
-    const cursorText = c.req.query('cursor');
-    if (cursorText && !/^[1-9][0-9]{0,9}$/.test(cursorText)) {
+    const cursor = parseSeqCursor(c.req.query('cursor'));
+    if (!cursor.ok) {
       return c.json({ error: 'bad_request', message: 'cursor must be the cursor of the page before' }, 400);
     }
-    const before = cursorText ? Number(cursorText) : null;
-    const found = await read(c, async (tx) => {
-      const run = await runOverview(tx, c.req.param('agentRunId'));
-      if (!run) return undefined;
-      const verdict = await chainVerdict(tx, run.agentRunId);
-      const page = await chainPage(tx, run.agentRunId, verdict, before, limit);
-      const from = page.older !== null ? (page.rows.at(-1)?.occurred_at ?? null) : null;
-      const to = before !== null ? await checkpointTime(tx, run.agentRunId, before) : null;
-      return { run, verdict, page, events: await runEventsBetween(tx, run.agentRunId, from, to) };
-    });
+    const found = await read(c, (tx) => checkpointsPage(tx, c.req.param('agentRunId'), cursor.before, limit));
     if (!found) return c.json(NOT_FOUND.run, 404);
     return c.json(checkpointPageJson(found.run, found.verdict, found.page, found.events));
   });
@@ -197,8 +207,8 @@ export function mountWorkspaceRoutes(app: Hono<McEnv>, db: Database, hub: Change
   });
 
   app.get('/runs/:agentRunId', pages, async (c) => {
-    const beforeText = c.req.query('before');
-    const before = beforeText && /^[1-9][0-9]{0,9}$/.test(beforeText) ? Number(beforeText) : null;
+    const cursor = parseSeqCursor(c.req.query('before'));
+    const before = cursor.ok ? cursor.before : null;
     const view = await read(c, async (tx) => {
       const found = await runPageView(tx, c.req.param('agentRunId'), before);
       const review = found && (await docReviewOf(tx, found.run));

@@ -73,6 +73,15 @@ export function runQueryString(filter: RunFilter, cursor?: string | null): strin
   return text ? `?${text}` : '';
 }
 
+/**
+ * A timeline page's cursor (`before` on the run page, `cursor` in the checkpoints API): the seq of the
+ * checkpoint the page is older than; absent or empty, the newest page.
+ */
+export function parseSeqCursor(text: string | undefined): { ok: true; before: number | null } | { ok: false } {
+  if (!text) return { ok: true, before: null };
+  return /^[1-9][0-9]{0,9}$/.test(text) ? { ok: true, before: Number(text) } : { ok: false };
+}
+
 export interface ConvoyQuery {
   filter: ConvoyFilter;
   cursor: string | null;
