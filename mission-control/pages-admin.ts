@@ -32,8 +32,10 @@ function spendCell(s: FleetSpend | undefined): SafeHtml {
   return html`${formatUsd(s.cost_usd)}${cap}${unpriced}`;
 }
 
-export function fleetContent(workspaces: FleetWorkspace[], spend: FleetSpend[] = []): SafeHtml {
-  const spendOf = new Map(spend.map((s) => [s.workspace_id, s]));
+/** A workspace of the fleet rollup with its spend today (UTC); undefined when it has spent nothing. */
+export type FleetRow = FleetWorkspace & { spend: FleetSpend | undefined };
+
+export function fleetContent(workspaces: FleetRow[]): SafeHtml {
   const total = (key: 'queued' | 'running' | 'stalled' | 'checkpointsLastMinute') =>
     workspaces.reduce((n, w) => n + w[key], 0);
   return html`<h1>Fleet</h1>
@@ -86,9 +88,9 @@ export function fleetContent(workspaces: FleetWorkspace[], spend: FleetSpend[] =
                     <td class="num">${w.stalled ? html`<span class="badge stalled">${w.stalled}</span>` : '0'}</td>
                     <td class="num">${w.completedLastDay}</td>
                     <td class="num">${w.failedLastDay}</td>
-                    <td class="num" data-tokens-today>${formatTokens(spendOf.get(w.workspaceId)?.tokens ?? 0)}</td>
-                    <td class="num" data-spend-today>${spendCell(spendOf.get(w.workspaceId))}</td>
-                    <td class="num" data-budget-stops>${spendOf.get(w.workspaceId)?.budget_exhausted ?? 0}</td>
+                    <td class="num" data-tokens-today>${formatTokens(w.spend?.tokens ?? 0)}</td>
+                    <td class="num" data-spend-today>${spendCell(w.spend)}</td>
+                    <td class="num" data-budget-stops>${w.spend?.budget_exhausted ?? 0}</td>
                     <td>
                       ${w.workers.length ? w.workers.map((k) => html`<div><span class="mono">${k.workerId}</span> ${timeCell(k.lastHeartbeatAt ? new Date(k.lastHeartbeatAt) : null)}</div>`) : html`<span class="muted">none in 24 h</span>`}
                     </td>

@@ -1,5 +1,6 @@
 // Sign-in and out, and the admin fleet rollup (page, JSON, live feed of every workspace).
 import type { Hono } from 'hono';
+import type { Sql } from 'postgres';
 import type { Database } from '../store/connection.ts';
 import { fleetSpendToday } from '../store/fleet-metrics.ts';
 import { fleetSummary } from '../store/mission-control.ts';
@@ -8,7 +9,7 @@ import { clearSessionCookie, requirePrincipal, safeReturnPath, setSessionCookie 
 import type { McEnv } from './context.ts';
 import { changeFeed } from './feed.ts';
 import { sendPage } from './layout.ts';
-import { fleetContent, loginContent, messageContent } from './pages-admin.ts';
+import { fleetContent, loginContent, messageContent, type FleetRow } from './pages-admin.ts';
 import type { ChangeHub } from './sse-hub.ts';
 
 /** The guards of an admin-only view: JSON 403 for the API, a Forbidden page naming `what` for HTML. */
@@ -19,6 +20,13 @@ export function adminOnly(db: Database, what: string) {
     api: requirePrincipal(db.admin, { surface: 'api', need: 'admin' }),
     pages: requirePrincipal(db.admin, { surface: 'html', need: 'admin', forbiddenPage }),
   };
+}
+
+/** Each workspace of the fleet with its spend today (UTC), for the fleet page and GET /api/fleet alike. */
+async function fleetToday(admin: Sql): Promise<FleetRow[]> {
+  const [workspaces, spend] = await Promise.all([fleetSummary(admin), fleetSpendToday(admin)]);
+  const spendOf = new Map(spend.map((s) => [s.workspace_id, s]));
+  return workspaces.map((w) => ({ ...w, spend: spendOf.get(w.workspaceId) }));
 }
 
 export function mountAdminRoutes(app: Hono<McEnv>, db: Database, hub: ChangeHub): void {
@@ -45,11 +53,8 @@ export function mountAdminRoutes(app: Hono<McEnv>, db: Database, hub: ChangeHub)
   const { api, pages } = adminOnly(db, 'The fleet view');
 
   app.get('/api/fleet', api, async (c) => {
-    const [workspaces, spend] = await Promise.all([fleetSummary(db.admin), fleetSpendToday(db.admin)]);
-    const spendOf = new Map(spend.map((s) => [s.workspace_id, s]));
     return c.json({
-      workspaces: workspaces.map((w) => {
-        const s = spendOf.get(w.workspaceId);
+      workspaces: (await fleetToday(db.admin)).map(({ spend: s, ...w }) => {
         // Today (UTC): tokens, the priced cost and the records without a price, the cap, runs a budget stopped.
         const today = s && {
           tokens: s.tokens,
@@ -68,7 +73,7 @@ export function mountAdminRoutes(app: Hono<McEnv>, db: Database, hub: ChangeHub)
       title: 'Fleet',
       who: 'admin',
       live: { events: '/api/fleet/events' },
-      content: fleetContent(...(await Promise.all([fleetSummary(db.admin), fleetSpendToday(db.admin)]))),
+      content: fleetContent(await fleetToday(db.admin)),
     }),
   );
 }
