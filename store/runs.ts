@@ -201,7 +201,8 @@ export async function requeueRun(
   const [run] = await tx<RunRow[]>`
     update agent_runs
        set status = 'queued', lease_epoch = lease_epoch + 1, worker_id = null, lease_expires_at = null,
-           attempt = attempt + ${args.nextAttempt ? 1 : 0}, available_at = now(), queued_at = now(),
+           attempt = attempt + ${args.nextAttempt ? 1 : 0}, available_at = now(),
+           queued_at = case when status = 'queued' then queued_at else now() end,
            job = job || jsonb_build_object('agentRunId', id, 'resumeFromCheckpoint', true)
      where id = ${args.agentRunId} and lease_epoch = ${args.leaseEpoch} and status in ('running', 'queued')
     returning *`;
