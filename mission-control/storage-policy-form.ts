@@ -1,6 +1,6 @@
 // Settings → Storage: the workspace's retention policy and quota as a form, the same values
 // `npm run workspace -- retention set` and `quota set` write. An empty field clears its rule.
-import { SettingRefusedError } from '../operator/settings.ts';
+import { byteSize, wholeNumber } from '../operator/storage-input.ts';
 import type { StoragePolicy } from '../store/storage.ts';
 import { html, type SafeHtml } from './html.ts';
 import type { ActionView } from './pages-actions.ts';
@@ -12,32 +12,11 @@ export interface StoragePolicyInput {
   quotaBytes: number | null;
 }
 
-const UNITS: Record<string, number> = { '': 1, k: 2 ** 10, m: 2 ** 20, g: 2 ** 30, t: 2 ** 40 };
-
-function whole(text: unknown, name: string, min: number): number | null {
-  const value = typeof text === 'string' ? text.trim() : '';
-  if (!value) return null;
-  if (!/^\d{1,9}$/.test(value) || Number(value) < min) {
-    throw new SettingRefusedError(`${name}: a whole number from ${min}`);
-  }
-  return Number(value);
-}
-
-/** Bytes as typed: 500000, 500M, 20G or 1.5 TiB (binary units). */
-export function parseBytes(text: unknown): number | null {
-  const value = typeof text === 'string' ? text.trim() : '';
-  if (!value) return null;
-  const m = /^(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?$/i.exec(value);
-  const bytes = m ? Math.round(Number(m[1]) * UNITS[m[2]!.toLowerCase()]!) : NaN;
-  if (!Number.isSafeInteger(bytes)) throw new SettingRefusedError('quota: bytes, e.g. 500M or 20G');
-  return bytes;
-}
-
 export function storagePolicyInput(form: Record<string, unknown>): StoragePolicyInput {
   return {
-    keepLast: whole(form.keepLast, 'keep the last', 1),
-    keepDays: whole(form.keepDays, 'finished days ago', 0),
-    quotaBytes: parseBytes(form.quota),
+    keepLast: wholeNumber(form.keepLast, 'keep the last', 1),
+    keepDays: wholeNumber(form.keepDays, 'finished days ago', 0),
+    quotaBytes: byteSize(form.quota, 'quota'),
   };
 }
 

@@ -37,6 +37,7 @@ import {
 } from './workspace-grants.ts';
 import { COST_COMMANDS, COST_FLAGS, planCostCommand } from './workspace-cost.ts';
 import { setQuota, setRetention } from '../store/storage.ts';
+import { byteSize, wholeNumber } from '../operator/storage-input.ts';
 import { command, exitOnStartupError } from './cli.ts';
 import { DATABASE_ENV } from './cli-env.ts';
 
@@ -96,7 +97,11 @@ const { values, positionals, fail } = command({
     shared: { type: 'boolean', help: 'repo add: other workspaces may register the repository too' },
     'keep-last': { type: 'string', value: 'K', help: 'retention set: a finished run keeps its last K checkpoints' },
     'keep-days': { type: 'string', value: 'D', help: 'retention set: ...once it finished D days ago (default 0)' },
-    bytes: { type: 'string', value: 'N', help: 'quota set: bytes the workspace may hold before new runs are refused' },
+    bytes: {
+      type: 'string',
+      value: 'N',
+      help: 'quota set: bytes the workspace may hold before new runs are refused (500000, 500M, 20G, 1.5TiB)',
+    },
   },
   positionals: {
     min: 1,
@@ -175,13 +180,6 @@ const refuse = (message: string): never => {
   process.exit(2);
 };
 const need = (value: string | undefined, flag: string): string => value ?? fail(`${key} needs --${flag}`);
-/** A whole number flag (absent: null); anything else is a usage error. */
-const count = (value: string | undefined, flag: string, min: number): number | null => {
-  if (value === undefined) return null;
-  return /^[0-9]{1,15}$/.test(value) && Number(value) >= min
-    ? Number(value)
-    : fail(`--${flag} must be a whole number >= ${min}`);
-};
 /** The answer of an rm: done, or nothing of that name (exit 2). */
 const removed = (done: boolean, what: string): number =>
   done ? (out(`${what} removed`), 0) : refuse(`no ${what} in workspace ${ws}`);
@@ -345,8 +343,8 @@ async function planCommand(): Promise<Planned | Granted> {
     case 'repo list':
       return owner(async (sql) => ((await repoList(sql, workspaceId)).forEach((l) => out(l)), 0));
     case 'retention set': {
-      const keepLast = count(values['keep-last'], 'keep-last', 1);
-      const keepDays = count(values['keep-days'], 'keep-days', 0);
+      const keepLast = wholeNumber(values['keep-last'], '--keep-last', 1);
+      const keepDays = wholeNumber(values['keep-days'], '--keep-days', 0);
       if (keepLast === null && keepDays === null) fail('retention set needs --keep-last K and/or --keep-days D');
       return app(async (tx) => {
         await setRetention(tx, keepLast, keepDays);
@@ -359,7 +357,7 @@ async function planCommand(): Promise<Planned | Granted> {
       });
     }
     case 'quota set': {
-      const bytes = count(need(values.bytes, 'bytes'), 'bytes', 0)!;
+      const bytes = byteSize(values.bytes, '--bytes') ?? fail(`${key} needs --bytes`);
       return app(async (tx) => (await setQuota(tx, bytes), out(`quota of ${ws}: ${bytes} bytes`), 0));
     }
     case 'price set':
