@@ -147,7 +147,7 @@ test('the summary of earlier rounds is the same text for the same rounds, and ca
   assert.equal(summarizeHistoryForPrompt(history.slice(0, 3)).split('\n').length, 3);
 });
 
-test('the summary of earlier rounds is made again only when the rounds it covers change; the same prompt', () => {
+test('the summary of earlier rounds is made only when the window moves, from the history as it is then', () => {
   const head = { roleId: 'coder', harness: builtinHarnesses({ WORKER_ALLOWED_COMMANDS: undefined }).code! };
   const call = (round: number) =>
     recordToolCall({
@@ -156,7 +156,10 @@ test('the summary of earlier rounds is made again only when the rounds it covers
       input: { path: `src/f${round}.ts`, content: `${round}\n` },
       output: { path: `src/f${round}.ts`, bytes: 2, sha256: 'a'.repeat(64) },
     });
-  /** Plays `rounds` rounds; each prompt is compared with the one built afresh. Returns the summariser's calls. */
+  /**
+   * Plays `rounds` rounds; each prompt is compared with the one built from the history as it was when the
+   * window last moved. Returns the summariser's calls and the window's moves.
+   */
   const play = (opts: { rounds: number; resumedAt: number; historyLimit: number }) => {
     let calls = 0;
     const counted = (h: ToolCallRecord[]) => {
@@ -165,12 +168,16 @@ test('the summary of earlier rounds is made again only when the rounds it covers
     };
     const window = new ContextWindow(head, 'the brief', KEEP, opts.resumedAt, counted);
     let history = Array.from({ length: opts.resumedAt }, (_, i) => call(i + 1));
+    let moved = { through: -1, history };
+    let moves = 0;
     for (let i = 0; i <= opts.rounds; i++) {
       const step = opts.resumedAt + i;
       const kept = i < 2 * KEEP ? i : KEEP + ((i - 2 * KEEP) % KEEP);
       const at = { resumedAt: opts.resumedAt, through: step - kept };
+      if (at.through !== moved.through) [moved, moves] = [{ through: at.through, history }, moves + 1];
       const prompt = window.prompt(history, step);
-      assert.deepEqual(prompt.system, cachedSystem(buildSystemPrompt(head, history, at)), `round ${step + 1}`);
+      const expected = cachedSystem(buildSystemPrompt(head, moved.history, at));
+      assert.deepEqual(prompt.system, expected, `round ${step + 1}`);
       assert.equal(prompt.messages.length, 1 + 2 * kept, `round ${step + 1}: the brief and ${kept} rounds`);
       history.push(call(step + 1));
       history = boundHistory(history, opts.historyLimit); // as each checkpoint does
@@ -179,12 +186,14 @@ test('the summary of earlier rounds is made again only when the rounds it covers
         { role: 'user', content: `result ${step + 1}` },
       ]);
     }
-    return calls;
+    return { calls, moves };
   };
-  // The history keeps every round: the summary changes when the window moves (KEEP rounds at a time).
+  // The window moves KEEP rounds at a time, and only then is the summary made.
   const rounds = 5 * KEEP;
-  assert.equal(play({ rounds, resumedAt: 0, historyLimit: 1_000 }), (rounds - 2 * KEEP) / KEEP + 1);
-  // Resumed, and a history window shorter than the rounds summarised: its oldest round leaving changes it too.
-  const calls = play({ rounds, resumedAt: 7, historyLimit: KEEP + 2 });
-  assert.ok(calls > (rounds - 2 * KEEP) / KEEP + 1 && calls <= rounds + 1, `${calls} summaries`);
+  const whole = play({ rounds, resumedAt: 0, historyLimit: 1_000 });
+  assert.deepEqual(whole, { calls: (rounds - 2 * KEEP) / KEEP + 1, moves: (rounds - 2 * KEEP) / KEEP + 2 });
+  // Resumed, with a history window shorter than the rounds summarised: it loses a round at every
+  // round, and the head still changes only when the window moves.
+  const bounded = play({ rounds, resumedAt: 7, historyLimit: KEEP + 2 });
+  assert.deepEqual(bounded, { calls: (rounds - 2 * KEEP) / KEEP + 2, moves: (rounds - 2 * KEEP) / KEEP + 2 });
 });

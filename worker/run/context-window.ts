@@ -3,8 +3,9 @@
 // the tools' answers, as the SDK made them; fewer than twice that). Every round before is summarised in the system
 // prompt, by the same summary a resumed attempt starts from (checkpoints/history.ts): one line per
 // call of the checkpoint's bounded history window, itself capped in characters. So neither what is
-// sent nor what is built for it grows with the round count. The system prompt is built again only
-// when what it summarises changes: when the window moves, or the history window loses its oldest round.
+// sent nor what is built for it grows with the round count. The system prompt is built only when the
+// window moves, from the history as it is then: the head a provider caches changes once every
+// WORKER_CONTEXT_ROUNDS rounds, even after the history window starts losing its oldest rounds.
 import type { ModelMessage } from 'ai';
 import { summarizeHistoryForPrompt, type ToolCallRecord } from '../checkpoints/history.ts';
 import { cachedSystem, cachedUser, withNewestCached } from '../models/prompt-cache.ts';
@@ -52,8 +53,8 @@ export class ContextWindow {
   /** Each entry: one round's messages (the assistant's tool calls, then the tool results). */
   private readonly rounds: ModelMessage[][] = [];
   private readonly cachedBrief: ModelMessage;
-  /** The last system prompt, and what it was built from. */
-  private system?: { through: number; oldest: ToolCallRecord | undefined; text: string };
+  /** The last system prompt, and the last round it summarises. */
+  private system?: { through: number; text: string };
 
   constructor(
     private readonly head: PromptHead,
@@ -80,12 +81,11 @@ export class ContextWindow {
   /** What the next model call is sent, given the run's step and its bounded history. */
   prompt(history: readonly ToolCallRecord[], step: number) {
     const through = step - this.rounds.length;
-    // The history only gains rounds after `through` and loses whole rounds from its start (it is
-    // bounded at each checkpoint), so the rounds summarised are named by `through` and its oldest call.
-    const oldest = history[0];
-    if (this.system?.through !== through || this.system.oldest !== oldest) {
+    // Rebuilt when the window moves only: rebuilding when the bounded history drops its oldest round
+    // would change the head (and miss the provider's cache) at every round of a long run.
+    if (this.system?.through !== through) {
       const at = { resumedAt: this.resumedAt, through };
-      this.system = { through, oldest, text: buildSystemPrompt(this.head, history, at, this.summarize) };
+      this.system = { through, text: buildSystemPrompt(this.head, history, at, this.summarize) };
     }
     return {
       system: cachedSystem(this.system.text),
