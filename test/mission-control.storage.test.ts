@@ -198,6 +198,20 @@ test('GET /api/storage and the Storage page show the bytes a known run holds, la
     ],
   );
   await page.close();
+
+  // A figure kept from the last load is measured again once a tip moves or the objects are repacked.
+  git('checkout', '-q', 'echodo/mid');
+  writeFileSync(path.join(repo, 'more.bin'), randomBytes(3_000));
+  git('add', 'more.bin');
+  git('-c', 'user.name=t', '-c', 'user.email=t@t', 'commit', '-q', '-m', 'more');
+  git('checkout', '-q', 'main');
+  const loose = directGitBytes(['echodo/mid']);
+  assert.ok(loose! > gitOf(MID)!);
+  assert.equal((await storage()).runs.find((r) => r.agentRunId === MID)!.gitBytes, loose, 'the new tip is measured');
+  git('repack', '-q', '-a', '-d');
+  const packed = directGitBytes(['echodo/mid']);
+  assert.notEqual(packed, loose, 'packed, the same objects take other bytes');
+  assert.equal((await storage()).runs.find((r) => r.agentRunId === MID)!.gitBytes, packed, 'the repack is seen');
 });
 
 test('retention set (CLI) is applied by the storage sweep: the run keeps its first and last K checkpoints, still verifies, bytes fall', async () => {

@@ -5,7 +5,13 @@
 // retention removes. Only branches that exist are counted: a set none of whose branches exists, or
 // whose repository git cannot read, is null (unknown), never 0. Every git process reads the
 // repository's object store and refs, through runGit; none reads a worktree.
+//
+// A figure depends only on the branches' tips, their bases and how the objects are stored (loose,
+// or in which packs): the process keeps the figures it measured under that key, so a Storage page
+// loaded again with nothing changed costs a few git processes per repository, not one per run.
 import { existsSync } from 'node:fs';
+import { readdir } from 'node:fs/promises';
+import path from 'node:path';
 import { runGit } from './run-git.ts';
 
 const TIMEOUT_MS = 10_000;
@@ -13,6 +19,9 @@ const TIMEOUT_MS = 10_000;
 const AT_ONCE = 4;
 const OID = /^[0-9a-f]{40,64}$/;
 const REF = /^[A-Za-z0-9._\/-]+$/;
+/** Figures kept (the oldest dropped first): a few pages' worth for a handful of repositories. */
+const KEPT = 5_000;
+const measured = new Map<string, number>();
 
 export interface GitLocation {
   repoPath: string;
@@ -46,24 +55,51 @@ function limiter(n: number): Limit {
   };
 }
 
-/** The repository's branches (full ref names), one for-each-ref; null when git cannot read it. */
-async function liveBranches(repoPath: string): Promise<Set<string> | null> {
+interface RepoState {
+  /** Each branch's tip: full ref name to commit. */
+  tips: Map<string, string>;
+  /** How the objects are stored: loose (count-objects) and the packs by name (a pack's name is its checksum). */
+  storage: string;
+}
+
+/** The repository's branch tips and object storage, three git processes; null when git cannot read it. */
+async function repoState(repoPath: string): Promise<RepoState | null> {
   if (!repoPath || !existsSync(repoPath)) return null;
+  const git = (args: string[]) => runGit(repoPath, args, { timeoutMs: TIMEOUT_MS });
   try {
-    const refs = await runGit(repoPath, ['for-each-ref', '--format=%(refname)', 'refs/heads/'], {
-      timeoutMs: TIMEOUT_MS,
-    });
-    return new Set(refs.stdout.split('\n').filter(Boolean));
+    const [refs, loose, objects] = await Promise.all([
+      git(['for-each-ref', '--format=%(objectname) %(refname)', 'refs/heads/']),
+      git(['count-objects', '-v']),
+      git(['rev-parse', '--path-format=absolute', '--git-path', 'objects']),
+    ]);
+    const tips = new Map<string, string>();
+    for (const line of refs.stdout.split('\n').filter(Boolean)) {
+      const [oid, ref] = line.split(' ');
+      tips.set(ref!, oid!);
+    }
+    const packs = await readdir(path.resolve(repoPath, objects.stdout.trim(), 'pack')).catch(() => []);
+    return { tips, storage: `${loose.stdout}${packs.sort().join('\n')}` };
   } catch {
     return null;
   }
 }
 
-/** rev-list's input: each branch, less the commits they started from (a base git no longer has is skipped). */
-function revsOf(locs: GitLocation[]): string {
-  const heads = locs.map((l) => `refs/heads/${l.branch}`);
+/** rev-list's input: each branch's tip, less the commits they started from (a base git no longer has is skipped). */
+function revsOf(locs: GitLocation[], tips: Map<string, string>): string {
+  const heads = locs.map((l) => tips.get(`refs/heads/${l.branch}`)!);
   const bases = locs.filter((l) => l.baseOid && OID.test(l.baseOid)).map((l) => `^${l.baseOid}`);
   return [...new Set([...heads, ...bases])].sort().join('\n');
+}
+
+/** The estimate, from those kept when the tips, bases and storage are the same, else measured and kept. */
+async function keptReachableBytes(repoPath: string, state: RepoState, revs: string): Promise<number> {
+  const key = `${repoPath}\0${revs}\0${state.storage}`;
+  const kept = measured.get(key);
+  if (kept !== undefined) return kept;
+  const bytes = await reachableBytes(repoPath, revs);
+  measured.set(key, bytes);
+  if (measured.size > KEPT) measured.delete(measured.keys().next().value!);
+  return bytes;
 }
 
 /** The estimate, for branches of one repository that exist. */
@@ -97,43 +133,46 @@ async function notesBytes(repoPath: string, revs: string, notesRef: string): Pro
   return sizes.stdout.split('\n').reduce((n, line) => n + (Number(line) || 0), 0);
 }
 
-/** Per repository, the locations whose branch it still has; a repository git cannot read is left out. */
-async function liveByRepo(locations: GitLocation[], limit: Limit): Promise<Map<string, GitLocation[]>> {
+/** Per repository, its state and the locations whose branch it still has; one git cannot read is left out. */
+async function liveByRepo(
+  locations: GitLocation[],
+  limit: Limit,
+): Promise<Map<string, { state: RepoState; live: GitLocation[] }>> {
   const repos = [...new Set(locations.map((l) => l.repoPath))];
-  const live = await Promise.all(repos.map((repo) => limit(() => liveBranches(repo))));
-  const byRepo = new Map<string, GitLocation[]>();
+  const states = await Promise.all(repos.map((repo) => limit(() => repoState(repo))));
+  const byRepo = new Map<string, { state: RepoState; live: GitLocation[] }>();
   repos.forEach((repo, i) => {
-    const heads = live[i];
-    if (!heads) return;
-    const here = locations.filter(
+    const state = states[i];
+    if (!state) return;
+    const live = locations.filter(
       (l) =>
         l.repoPath === repo &&
         !!l.branch &&
         REF.test(l.branch) &&
         !l.branch.startsWith('-') &&
-        heads.has(`refs/heads/${l.branch}`),
+        state.tips.has(`refs/heads/${l.branch}`),
     );
-    if (here.length) byRepo.set(repo, here);
+    if (live.length) byRepo.set(repo, { state, live });
   });
   return byRepo;
 }
 
 /**
  * The estimate for each set of branches (a run's one, a convoy's several): null when none of its
- * branches exists or git fails on every repository it has some in. One for-each-ref per
- * repository, then one rev-list per distinct set (a convoy of one run reuses that run's), all of
- * them at most AT_ONCE at a time.
+ * branches exists or git fails on every repository it has some in. Per repository its state (three
+ * git processes), then one rev-list per distinct set not measured before with the same tips, bases
+ * and storage (a convoy of one run reuses that run's), at most AT_ONCE at a time.
  */
 export async function gitBytesOf(sets: GitLocation[][]): Promise<(number | null)[]> {
   const limit = limiter(AT_ONCE);
   const byRepo = await liveByRepo(sets.flat(), limit);
   const asked = new Map<string, Promise<number | null>>();
-  const measure = (repoPath: string, revs: string) => {
+  const measure = (repoPath: string, state: RepoState, revs: string) => {
     const key = `${repoPath}\0${revs}`;
     if (!asked.has(key))
       asked.set(
         key,
-        limit(() => reachableBytes(repoPath, revs)).catch(() => null),
+        limit(() => keptReachableBytes(repoPath, state, revs)).catch(() => null),
       );
     return asked.get(key)!;
   };
@@ -141,9 +180,9 @@ export async function gitBytesOf(sets: GitLocation[][]): Promise<(number | null)
     sets.map(async (set) => {
       const mine = new Set(set);
       const parts = await Promise.all(
-        [...byRepo].map(([repoPath, live]) => {
+        [...byRepo].map(([repoPath, { state, live }]) => {
           const here = live.filter((l) => mine.has(l));
-          return here.length ? measure(repoPath, revsOf(here)) : undefined;
+          return here.length ? measure(repoPath, state, revsOf(here, state.tips)) : undefined;
         }),
       );
       const known = parts.filter((n): n is number => typeof n === 'number');
@@ -160,10 +199,10 @@ export async function gitBytesOf(sets: GitLocation[][]): Promise<(number | null)
 export async function workspaceGitBytes(locations: GitLocation[], notesRef: string): Promise<GitBytes> {
   const limit = limiter(AT_ONCE);
   const sizes = await Promise.all(
-    [...(await liveByRepo(locations, limit))].map(async ([repoPath, live]) => {
-      const revs = revsOf(live);
+    [...(await liveByRepo(locations, limit))].map(async ([repoPath, { state, live }]) => {
+      const revs = revsOf(live, state.tips);
       const [branches, notes] = await Promise.all([
-        limit(() => reachableBytes(repoPath, revs)).catch(() => 0),
+        limit(() => keptReachableBytes(repoPath, state, revs)).catch(() => 0),
         limit(() => notesBytes(repoPath, revs, notesRef)).catch(() => 0),
       ]);
       return { branches, notes };
