@@ -128,14 +128,19 @@ export async function lastCheckpointSpend(
   return { usd: row?.usd ?? 0, tokens: row?.tokens ?? 0 };
 }
 
-/** The workspace's spend on one UTC day (default today): what its daily cap is measured against. */
+/**
+ * The workspace's spend on one UTC day (default today): what its daily cap is measured against. The day's
+ * bounds are read first and passed in as values: under row-level security only a comparison with a plain value
+ * reaches the (workspace_id, occurred_at) index; bounds computed inside the query are applied after reading
+ * every checkpoint of the workspace.
+ */
 export async function workspaceDayCost(tx: WorkspaceTx, day?: string): Promise<CostTotal> {
-  const [row] = await tx`${costed(
-    tx,
-    tx`c.occurred_at >= coalesce(${day ?? null}::date, (now() at time zone 'utc')::date)
-      at time zone 'utc' and c.occurred_at < (coalesce(${day ?? null}::date, (now() at time zone 'utc')::date) + 1)
-      at time zone 'utc'`,
-  )} select ${totals(tx)} from costed`;
+  const [bounds] = await tx`
+    select coalesce(${day ?? null}::date, (now() at time zone 'utc')::date) at time zone 'utc' as day_start,
+           (coalesce(${day ?? null}::date, (now() at time zone 'utc')::date) + 1) at time zone 'utc' as day_end`;
+  const { day_start: start, day_end: end } = bounds as { day_start: Date; day_end: Date };
+  const [row] = await tx`${costed(tx, tx`c.occurred_at >= ${start} and c.occurred_at < ${end}`)}
+    select ${totals(tx)} from costed`;
   return toTotal(row);
 }
 
