@@ -50,6 +50,18 @@ export async function retryTransient<T>(fn: (attempt: number) => Promise<T>, opt
 }
 
 /**
+ * A statement this connection prepared was made stale by a migration of a newer release (a rolling
+ * upgrade adds a column to a table it reads): Postgres refuses it once and the driver forgets it.
+ * Inside a transaction the refusal can reach the caller as a sibling statement's "transaction is
+ * aborted" (the driver re-sends the stale one before it gives up), so that counts too: the
+ * transaction rolled back whole, and running it again either succeeds or fails as it did.
+ */
+export function isStaleStatement(err: unknown): boolean {
+  const e = err as { code?: unknown; routine?: unknown };
+  return (e.code === '0A000' && e.routine === 'RevalidateCachedQuery') || e.code === '25P02';
+}
+
+/**
  * Postgres away (refused, dropped, shutting down or starting up), as opposed to a conflict that a
  * retry resolves: looked for along the error's causes, since callers may wrap it.
  */
