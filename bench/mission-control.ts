@@ -3,9 +3,12 @@
 // worker_checkpoints grows (10^4 to 10^6 rows): the convoy detail, the convoy list's and the runs
 // list's first page and a filtered page, the run page (the only page of a 20-checkpoint run, the
 // first and the last of a 2,000-checkpoint run), GET /api/runs/:id/checkpoints' last page of that
-// run, and the Storage page of a workspace of 10^3 runs. What is read stays the same size; the
-// rest of the table is other convoys of the same workspace, bulk-loaded with generate_series,
-// then VACUUM ANALYZE.
+// run, and the Storage page of a workspace of 10^3 runs, each run a branch of a real repository
+// (the page measures the git bytes of the runs and convoys it shows), as loaded again and just
+// after a git write. What is read stays the same size; the rest of the table is other convoys of
+// the same workspace, bulk-loaded with generate_series, then VACUUM ANALYZE.
+import { mkdir } from 'node:fs/promises';
+import path from 'node:path';
 import type { Sql } from 'postgres';
 import { CONVOY_DETAIL_SQL } from '../store/mission-control.ts';
 import { createWorkspace } from '../store/runs.ts';
@@ -14,6 +17,7 @@ import { createWorkspaceToken } from '../store/tokens.ts';
 import { withWorkspace } from '../store/workspace.ts';
 import { createMissionControl } from '../mission-control/server.ts';
 import { createLogger } from '../worker/log.ts';
+import { runGit } from '../worker/git/run-git.ts';
 import { checkpointHash, type FileTouched } from '../core/checkpoint-hash.ts';
 import type { RowPayload } from './checkpoint-cost.ts';
 import type { BenchEnv } from './env.ts';
@@ -132,6 +136,27 @@ async function seedStorageWorkspace(env: BenchEnv): Promise<void> {
   });
 }
 
+/** One repository with a branch per Storage run (a commit of one file of its own off a shared base). */
+async function seedStorageRepo(env: BenchEnv): Promise<string> {
+  const repo = path.join(env.workDir, 'storage-repo');
+  await mkdir(repo, { recursive: true });
+  await runGit(repo, ['init', '-q', '-b', 'main']);
+  const data = (text: string) => `data ${Buffer.byteLength(text)}\n${text}\n`;
+  const who = 'committer bench <bench@localhost> 1700000000 +0000\n';
+  let stream = `commit refs/heads/main\nmark :1\n${who}${data('base')}M 644 inline README\n${data('base\n')}`;
+  for (let r = 1; r <= STORAGE_RUNS; r++) {
+    const file = `export const f${r} = ${JSON.stringify('x'.repeat(100 + r))};\n`;
+    stream += `commit refs/heads/echodo/st-${r}\n${who}${data(`run ${r}`)}from :1\n`;
+    stream += `M 644 inline src/f${r}.ts\n${data(file)}`;
+  }
+  await runGit(repo, ['fast-import', '--quiet'], { input: stream });
+  const base = (await runGit(repo, ['rev-parse', 'main'])).stdout.trim();
+  await env.su`update agent_runs set branch = 'echodo/st-' || substr(id, 8), base_oid = ${base},
+                 job = job || jsonb_build_object('repoPath', ${repo}::text)
+               where workspace_id = ${STORAGE_WORKSPACE}`;
+  return repo;
+}
+
 /**
  * Background convoys/runs/checkpoints from run index `fromRun` (inclusive) to `toRun` (exclusive): history
  * written before today (UTC), as a table grows over days. Today's checkpoints are the bench's own runs, so
@@ -194,7 +219,7 @@ function routeGetter(env: BenchEnv): Get {
 const count = (body: string, marker: string) => body.split(marker).length - 1;
 
 /** Each read as the panel makes it: a GET of its page (or of the checkpoints API) with a workspace token. */
-async function reads(env: BenchEnv, runs: { short: string; long: string }) {
+async function reads(env: BenchEnv, runs: { short: string; long: string }, storageRepo: string) {
   const get = routeGetter(env);
   const token = await createWorkspaceToken(env.db.app, env.workspaceId);
   const storageToken = await createWorkspaceToken(env.db.app, STORAGE_WORKSPACE);
@@ -205,6 +230,12 @@ async function reads(env: BenchEnv, runs: { short: string; long: string }) {
     const body = await get(`/runs/${enc(runId)}${before === null ? '' : `?before=${before}`}`, token);
     if (!body.includes('data-testid="chain-verdict">verifies<') || !count(body, '<li class="checkpoint"'))
       throw new Error(`run page of ${runId} wrong`);
+  };
+  /** The Storage page: its Postgres reads, and the git bytes of the 50 runs and 50 convoys (500 branches) it shows. */
+  const storagePage = async () => {
+    const body = await get('/storage', storageToken);
+    if (count(body, '<tr data-run-id=') !== PAGE || /data-field="gitBytes"\s+data-bytes=""/.test(body))
+      throw new Error('storage page came back wrong');
   };
   const filtered = `?status=${FILTER.status}&model=${enc(FILTER.model!)}`;
   const all: Record<McRead, () => Promise<void>> = {
@@ -236,10 +267,11 @@ async function reads(env: BenchEnv, runs: { short: string; long: string }) {
       if (!page.checkpoints.length || !page.checkpoints.every((c) => c.verified))
         throw new Error(`checkpoints page of ${runs.long} wrong`);
     },
-    // Its Postgres reads, and git bytes per run shown (none here: the bench's runs have no repository).
-    storagePage: async () => {
-      const body = await get('/storage', storageToken);
-      if (count(body, '<tr data-run-id=') !== PAGE) throw new Error('storage page came back wrong');
+    storagePage,
+    // Just after a git write (one loose object, as a checkpoint adds): every git figure is measured again.
+    storagePageChanged: async () => {
+      await runGit(storageRepo, ['hash-object', '-w', '--stdin'], { input: `${performance.now()} ${Math.random()}` });
+      await storagePage();
     },
   };
   return all;
@@ -262,7 +294,7 @@ export async function measureMissionControl(
   await seedRun(env, payload, TIMELINE_CONVOY, short, TIMELINE_RUNS.short);
   await seedRun(env, payload, TIMELINE_CONVOY, long, TIMELINE_RUNS.long);
   await seedStorageWorkspace(env);
-  const measured = await reads(env, { short, long });
+  const measured = await reads(env, { short, long }, await seedStorageRepo(env));
   const [{ n: existing }] = (await env.su<
     { n: number }[]
   >`select count(*)::int as n from worker_checkpoints`) as unknown as [{ n: number }];

@@ -103,7 +103,8 @@ export const MC_READS = {
   timelineLongFirst: 'run page: 2,000-checkpoint run, first page',
   timelineLongLast: 'run page: 2,000-checkpoint run, last page',
   checkpointsLongLast: 'GET /api/runs/:id/checkpoints: 2,000-checkpoint run, last page',
-  storagePage: 'Storage page: workspace of 10^3 runs',
+  storagePage: 'Storage page: workspace of 10^3 runs, git bytes of the 50 runs and 50 convoys shown',
+  storagePageChanged: 'Storage page just after a git write (every git figure measured again)',
 } as const;
 export type McRead = keyof typeof MC_READS;
 
