@@ -16,6 +16,7 @@ import { dispatchJob } from '../operator/dispatch.ts';
 import { git } from '../worker/git/run-git.ts';
 import { checkRunIntegrity } from '../operator/integrity.ts';
 import { createQueue } from '../worker/queue/index.ts';
+import { describeSandbox, sandboxFor, sandboxOptionsFromConfig } from '../worker/sandbox/index.ts';
 import { demoTranscript, DEMO_FILES } from './demo-brief.ts';
 import { command, exitOnStartupError } from './cli.ts';
 
@@ -62,7 +63,9 @@ say(`sample repo      ${repo}`);
 const db = await openDatabase(config);
 say(`postgres         ${config.DATABASE_URL ? 'DATABASE_URL' : `embedded, under ${config.ECHODO_HOME}`}`);
 const queue = createQueue({ config, db, workerId: 'demo' });
-say(`queue            ${queue.backend}\n`);
+say(`queue            ${queue.backend}`);
+// The workers probe the same way; without bubblewrap the story still runs, its run_command rounds refused.
+say(`sandbox          ${describeSandbox(await sandboxFor(sandboxOptionsFromConfig(config)))}\n`);
 const workspaceId = 'demo';
 await withWorkspace(db.app, workspaceId, (tx) => createWorkspace(tx, 'Demo workspace'));
 const { agentRunId } = await dispatchJob(db, queue, {

@@ -23,6 +23,7 @@ test('npm run demo kills the worker mid-brief, resumes it and prints the summary
   const exit = await demo.exited;
   const out = demo.output();
   assert.equal(exit.code, 0, out.slice(-3000));
+  assert.match(out, /sandbox {10}bwrap sandbox: no network/, 'the run_command sandbox is named before the story');
   assert.match(out, /SIGKILL worker-1/, 'the worker is killed mid-brief');
   assert.match(out, /stall detector {2}re-dispatched/, 'the stall detector re-dispatches');
   assert.match(out, /worker-2 {2}resuming from checkpoint \d+/, 'a new worker resumes from a checkpoint');
