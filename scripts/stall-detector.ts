@@ -21,7 +21,11 @@ const { values } = command({
     'and prunes finished runs on a schedule when WORKER_CHECKPOINT_RETENTION_DAYS is set. Stops on SIGTERM/SIGINT.',
   usage: ['', '-- --once'],
   flags: { once: { type: 'boolean', help: 'run one sweep, print its result as JSON and exit' } },
-  exitCodes: { 0: 'stopped cleanly (or --once done)', 1: 'could not start (e.g. the database)', 2: 'bad arguments' },
+  exitCodes: {
+    0: 'stopped cleanly (or --once done)',
+    1: 'could not start (e.g. the database)',
+    2: 'bad arguments, or an invalid environment variable (named)',
+  },
   env: [
     ...DATABASE_ENV,
     'REDIS_URL',

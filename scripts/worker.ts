@@ -28,7 +28,7 @@ command({
   exitCodes: {
     0: 'stopped cleanly on SIGTERM/SIGINT (or the dry run)',
     1: 'could not start',
-    2: 'bad arguments',
+    2: 'bad arguments, or an invalid environment variable (named)',
     3: 'a lease lost while the process was paused: a fresh process is wanted (the supervisor starts one)',
   },
   env: [
@@ -40,6 +40,7 @@ command({
     'WORKER_REPO_ROOT',
     'WORKER_WORKTREE_BASE',
     'WORKER_NOTES_REF',
+    'WORKER_REPLAY_DIR',
     'WORKER_BLPOP_TIMEOUT_S',
     'WORKER_MAX_TOOL_STEPS',
     'WORKER_CHECKPOINT_EVERY_N_STEPS',

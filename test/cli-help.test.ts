@@ -218,6 +218,8 @@ describe('every command explains itself and does nothing else', () => {
         for (const section of ['exit codes', 'environment']) {
           assert.ok(spec.text.includes(section), `--help has "${section}"\n${spec.text}`);
         }
+        const environment = spec.text.slice(spec.text.indexOf('\nenvironment:'));
+        assert.doesNotMatch(environment, /^ +[A-Z][A-Z0-9_]* *$/m, 'every variable listed says what it is for');
         assert.equal(help.stderr.trim(), '', 'nothing on stderr (nothing was attempted)');
       });
 
@@ -254,7 +256,7 @@ describe("a user's mistake is named, with exit 2", () => {
     await rm(box.home, { recursive: true, force: true });
     await rm(box.worktrees, { recursive: true, force: true });
   });
-  const cases: { name: string; file: string; args: string[]; says: RegExp }[] = [
+  const cases: { name: string; file: string; args: string[]; says: RegExp; env?: NodeJS.ProcessEnv }[] = [
     { name: 'bench --only=bogus', file: 'scripts/bench.ts', args: ['--only=bogus'], says: /unknown benchmark "bogus"/ },
     { name: 'db with no command', file: 'scripts/db.ts', args: [], says: /usage: npm run db/ },
     { name: 'db bogus', file: 'scripts/db.ts', args: ['bogus'], says: /unknown command: bogus/ },
@@ -262,6 +264,13 @@ describe("a user's mistake is named, with exit 2", () => {
     { name: 'cancel without --run', file: 'scripts/cancel.ts', args: ['--workspace', 'w'], says: /--run/ },
     { name: 'worker with an argument', file: 'scripts/worker.ts', args: ['now'], says: /unexpected argument/ },
     { name: 'a flag without its value', file: 'scripts/dispatch.ts', args: ['--job'], says: /--job/ },
+    {
+      name: 'a bad variable',
+      file: 'scripts/worker.ts',
+      args: [],
+      env: { WORKER_LEASE_MS: 'abc' },
+      says: /WORKER_LEASE_MS/,
+    },
   ];
   test('plain --help prints the text of the declarations (one command stands for all: one code path)', async () => {
     const entry = { script: 'db', file: 'scripts/db.ts', args: [] };
@@ -276,7 +285,7 @@ describe("a user's mistake is named, with exit 2", () => {
 
   test('each refused before anything starts', async () => {
     await inPool(cases, POOL, async (c) => {
-      const r = await run({ script: c.name, file: c.file, args: [] }, c.args, box.env);
+      const r = await run({ script: c.name, file: c.file, args: [] }, c.args, { ...box.env, ...c.env });
       assert.equal(r.code, 2, `${c.name}: ${show(r)}`);
       assert.match(r.stderr, c.says, `${c.name}: ${show(r)}`);
       assert.doesNotMatch(r.stderr, /^\s+at .+:\d+:\d+\)?$/m, `${c.name}: no stack trace\n${show(r)}`);
