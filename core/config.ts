@@ -1,13 +1,37 @@
 // Every environment variable of the contract, parsed once with zod at start-up.
 // A bad value stops the process with a message naming the variable.
 import os from 'node:os';
-import { realpathSync } from 'node:fs';
+import { realpathSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
 import { redactString } from './redact.ts';
 
 export const PROJECT_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+
+/** Where root's daemons keep their state when root's own home is closed to other users. */
+export const ROOT_FALLBACK_HOME = '/var/lib/echodo';
+
+/** True when every folder from `dir` up lets other users through (the embedded server's user among them). */
+function othersMayEnter(dir: string): boolean {
+  for (let current = path.resolve(dir); ; current = path.dirname(current)) {
+    try {
+      if ((statSync(current).mode & 0o001) === 0) return false;
+    } catch {
+      return false;
+    }
+    if (path.dirname(current) === current) return true;
+  }
+}
+
+/**
+ * ~/.echodo, except for root whose home other users cannot enter: run as root, the embedded
+ * PostgreSQL runs as `postgres` and could not reach a database there, so nothing would start.
+ */
+export function defaultHome(uid = process.getuid?.()): string {
+  const home = os.homedir();
+  return uid === 0 && !othersMayEnter(home) ? ROOT_FALLBACK_HOME : path.join(home, '.echodo');
+}
 
 const bool = z
   .enum(['1', '0', 'true', 'false', 'yes', 'no', ''])
@@ -24,7 +48,10 @@ export const DEFAULT_REMOTE_TIMEOUT_MS = 60_000;
 const schema = z.object({
   DATABASE_URL: z.string().url().optional(),
   // Outside every tree an agent works in (the repo root is one): the home holds the database password.
-  ECHODO_HOME: z.string().min(1).default(path.join(os.homedir(), '.echodo')),
+  ECHODO_HOME: z
+    .string()
+    .min(1)
+    .default(() => defaultHome()),
   REDIS_URL: z.string().url().optional(),
   WORKER_QUEUE_KEY: z.string().min(1).default('echodo:orchestrator:jobs'),
   WORKER_DRY_RUN: bool.default(false),

@@ -3,7 +3,9 @@
 export const ENV_HELP: Record<string, string> = {
   DATABASE_URL: 'Postgres, the source of truth (unset: an embedded PostgreSQL under ECHODO_HOME)',
   DATABASE_APP_URL: 'the non-superuser login the processes use (unset: derived from DATABASE_URL)',
-  ECHODO_HOME: 'embedded database, demo files, pidfiles (default: ~/.echodo; never inside a tree agents work in)',
+  ECHODO_HOME:
+    'embedded database, demo files, pidfiles (default: ~/.echodo, for root with a closed home /var/lib/echodo; ' +
+    'never inside a tree agents work in)',
   WORKER_REPLAY_DIR: 'the only folder replay:<path> transcripts are read from (unset: no replay model)',
   REDIS_URL: 'the Redis job queue (unset: the queue is Postgres itself)',
   WORKER_QUEUE_KEY: 'the Redis list jobs arrive on (default echodo:orchestrator:jobs)',
