@@ -7,6 +7,9 @@ import { pruneFinishedRuns } from '../operator/prune.ts';
 import { command, exitOnStartupError } from './cli.ts';
 import { DATABASE_ENV } from './cli-env.ts';
 
+/** The age of "old" when nothing names one: a month of finished runs keeps every checkpoint. */
+const DEFAULT_PRUNE_DAYS = 30;
+
 const { values, fail } = command({
   name: 'prune',
   summary:
@@ -18,7 +21,7 @@ const { values, fail } = command({
     'older-than': {
       type: 'string',
       value: '<N>d',
-      help: 'finished runs older than N days, e.g. 30d (default: WORKER_CHECKPOINT_RETENTION_DAYS)',
+      help: `finished runs older than N days, e.g. 7d (default: WORKER_CHECKPOINT_RETENTION_DAYS, else ${DEFAULT_PRUNE_DAYS}d)`,
     },
     'dry-run': { type: 'boolean', help: 'report what would be pruned; change nothing' },
     'delete-branches': { type: 'boolean', help: "delete the pruned runs' branches too" },
@@ -26,7 +29,7 @@ const { values, fail } = command({
   exitCodes: { 0: 'done (pending remote runs included): a JSON report on stdout', 1: 'an error', 2: 'bad arguments' },
   env: [
     ...DATABASE_ENV,
-    ['WORKER_CHECKPOINT_RETENTION_DAYS', 'the age without --older-than'],
+    ['WORKER_CHECKPOINT_RETENTION_DAYS', `the age without --older-than (unset: ${DEFAULT_PRUNE_DAYS} days)`],
     'WORKER_REPO_ROOT',
     'WORKER_NOTES_REF',
     'WORKER_CHECKPOINT_REMOTE',
@@ -37,14 +40,12 @@ if (values['older-than'] !== undefined && !match) fail('--older-than takes a num
 exitOnStartupError('prune');
 
 const config = loadConfigOrExit();
-const olderThanDays = match ? Number(match[1]) : config.WORKER_CHECKPOINT_RETENTION_DAYS;
-if (olderThanDays === undefined)
-  fail('how old a finished run must be: --older-than <N>d, or WORKER_CHECKPOINT_RETENTION_DAYS in the environment');
+const olderThanDays = match ? Number(match[1]) : (config.WORKER_CHECKPOINT_RETENTION_DAYS ?? DEFAULT_PRUNE_DAYS);
 registerConfigSecrets(config); // before anything is logged or stored
 const db = await openDatabase(config);
 await registerStartupSecrets(config, db);
 const report = await pruneFinishedRuns(db, {
-  olderThanDays: olderThanDays!,
+  olderThanDays,
   dryRun: values['dry-run'] ?? false,
   deleteBranches: values['delete-branches'] ?? false,
   remote: config.WORKER_CHECKPOINT_REMOTE,

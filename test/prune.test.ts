@@ -130,15 +130,18 @@ test('--dry-run changes nothing and reports what it would do', async () => {
     assert.ok(existsSync(run.worktree_path), `${run.worktree_path} still there`);
 });
 
-test('without --older-than: WORKER_CHECKPOINT_RETENTION_DAYS is the age; with neither, exit 2 naming both', async () => {
+test('without --older-than: WORKER_CHECKPOINT_RETENTION_DAYS is the age, else 30 days', async () => {
   const fromEnv = spawnPrune(['--dry-run'], { ...s.env, WORKER_CHECKPOINT_RETENTION_DAYS: '30' });
   assert.equal((await fromEnv.exited).code, 0, fromEnv.output());
   assert.deepEqual(JSON.parse(fromEnv.stdout.join('\n')), dryReport, 'the same report as --older-than 30d');
   const env = { ...s.env };
   delete env.WORKER_CHECKPOINT_RETENTION_DAYS;
-  const neither = spawnPrune([], env);
-  assert.equal((await neither.exited).code, 2, neither.output());
-  assert.match(neither.output(), /--older-than <N>d, or WORKER_CHECKPOINT_RETENTION_DAYS/);
+  const neither = spawnPrune(['--dry-run'], env);
+  assert.equal((await neither.exited).code, 0, neither.output());
+  assert.deepEqual(JSON.parse(neither.stdout.join('\n')), dryReport, 'the same report as --older-than 30d');
+  const longer = spawnPrune(['--dry-run'], { ...env, WORKER_CHECKPOINT_RETENTION_DAYS: '100000' });
+  assert.equal((await longer.exited).code, 0, longer.output());
+  assert.notDeepEqual(JSON.parse(longer.stdout.join('\n')), dryReport, 'the variable is read when set');
   assert.deepEqual(await snapshot(), before_, 'nothing changed');
 });
 
