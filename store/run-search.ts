@@ -80,6 +80,7 @@ select r.id as agent_run_id, r.convoy_id, r.brief_id, r.status, r.attempt, r.wor
        and ($3::text is null or r.convoy_id = $3)
        and ($4::text is null or r.job->>'brief' ilike $4 or r.brief_id ilike $4 or r.id ilike $4
             or r.branch ilike $4 or r.worker_id ilike $4 or r.host_id ilike $4)
+       and ($16::text[] is null or r.id = any($16::text[]))
        and ($5::timestamptz is null or r.created_at >= $5)
        and ($6::timestamptz is null or r.created_at < $6)
        and ($7::text is null or (r.created_at, r.id) < ($7::text::timestamptz, $8::text))
@@ -97,6 +98,21 @@ select r.id as agent_run_id, r.convoy_id, r.brief_id, r.status, r.attempt, r.wor
     where c.workspace_id = r.workspace_id and c.agent_run_id = r.id) cp
  order by r.created_at desc, r.id desc`;
 
+/**
+ * A search term held by at most this many runs is looked up by the trigram index and the page read by
+ * those runs' ids; a commoner one is found by walking the newest runs, where matches come soon.
+ */
+const FEW_MATCHES = 1000;
+
+/** The ids of every run the pattern matches, when they are few; null when they are many. */
+async function fewMatches(tx: WorkspaceTx, pattern: string): Promise<string[] | null> {
+  const rows = await tx.unsafe<{ id: string }[]>('select echodo_runs_matching($1, $2) as id', [
+    pattern,
+    FEW_MATCHES + 1,
+  ]);
+  return rows.length > FEW_MATCHES ? null : rows.map((row) => row.id);
+}
+
 /** One page of the workspace's runs matching `filter`, newest first, after `cursor`. */
 export async function searchRuns(
   tx: WorkspaceTx,
@@ -109,11 +125,13 @@ export async function searchRuns(
   // A plan for these very values: a cached generic plan cannot drop the predicates switched off
   // by nulls, and would sort every run of the workspace instead of walking agent_runs_newest.
   await tx.unsafe('set local plan_cache_mode = force_custom_plan');
+  const pattern = filter.q ? `%${likeEscape(filter.q)}%` : null;
+  const ids = pattern === null ? null : await fewMatches(tx, pattern);
   const rows = await tx.unsafe(SEARCH_RUNS_SQL, [
     tx.workspaceId,
     filter.status ?? null,
     filter.convoy ?? null,
-    filter.q ? `%${likeEscape(filter.q)}%` : null,
+    ids === null ? pattern : null,
     filter.createdFrom?.toISOString() ?? null,
     filter.createdTo?.toISOString() ?? null,
     after?.createdKey ?? null,
@@ -125,6 +143,7 @@ export async function searchRuns(
     filter.branch ?? null,
     filter.finishedFrom?.toISOString() ?? null,
     filter.finishedTo?.toISOString() ?? null,
+    ids,
   ]);
   const more = rows.length > size;
   const page = rows.slice(0, size);
