@@ -36,6 +36,8 @@ const STORAGE_WORKSPACE = 'bench-storage';
 const STORAGE_RUNS = 1_000;
 /** Every other background run has this model: the filtered page reads two rows per match. */
 const FILTER: RunFilter = { status: 'completed', model: 'bench:filtered' };
+/** Matches one run of the target convoy (its id and brief id) and nothing in the background. */
+const RARE_SEARCH = 'mc-target-run-7';
 
 export interface MissionControlLevel {
   rows: number;
@@ -249,6 +251,11 @@ async function reads(env: BenchEnv, runs: { short: string; long: string }, stora
     runsFiltered: async () => {
       const body = await get(`/runs${filtered}`, token);
       if (!count(body, '<tr data-run-id=') || body.includes('bench:other')) throw new Error('filter came back wrong');
+    },
+    // A search matching one run: a keyset walk would look at every run of the workspace for the rest of the page.
+    runsSearchRare: async () => {
+      const body = await get(`/runs?q=${enc(RARE_SEARCH)}`, token);
+      if (count(body, '<tr data-run-id=') !== 1) throw new Error('rare search came back wrong');
     },
     convoysFirst: async () => {
       if (!count(await get('/', token), '<tr data-convoy-id=')) throw new Error('convoy page came back empty');

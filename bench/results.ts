@@ -97,6 +97,7 @@ export const MC_READS = {
   convoyDetail: 'convoy detail (10 runs × 50 checkpoints)',
   runsFirst: 'runs list: first page (50)',
   runsFiltered: 'runs list: filtered page (model + status)',
+  runsSearchRare: 'runs list: text search matching one run',
   convoysFirst: 'convoy list: first page (50)',
   convoysFiltered: 'convoy list: filtered page (a status no run has)',
   timelineShort: 'run page: 20-checkpoint run',
