@@ -122,7 +122,8 @@ test('integrity-check reports every tamper and resume repairs what it can', { ti
       assert.equal(await s.branchTree(ids[i]!), baselineTree, `${tamper.name}: repaired to the same final tree`);
       assert.equal(resumed?.metadata.recloned, false);
       assert.ok(resumed?.metadata.repairs.length > 0, `${tamper.name}: a repair is recorded`);
-      assert.equal((await integrityCheck(s.workspaceId, ids[i]!)).code, 0);
+      const after = await integrityCheck(s.workspaceId, ids[i]!);
+      assert.equal(after.code, 0, `${tamper.name}: intact after the resume\n${after.out}`);
     } else {
       assert.equal(run.status, 'failed');
       assert.match(run.failure_reason, /hash/);
