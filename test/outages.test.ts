@@ -455,14 +455,18 @@ describe('the notes ref locked by another git process', () => {
     'locked until the run ends: the run completes, the worktree is intact, the missing note is reported',
     { timeout: 90_000 },
     async () => {
+      // Locked before the run starts: locked after its first checkpoints, the outcome hung on whether the
+      // run's last notes were written before the lock, a race the machine's speed decided.
+      await writeFile(lock, '');
       const { agentRunId } = await s.dispatch();
       const w = track(s.spawnWorker());
-      // Locked with 7 of the 10 rounds to go: with 3 to go, a loaded CI machine once let the run write its last
-      // notes before the lock was in place.
-      await waitFor(async () => (await seqs(agentRunId)) >= 3, { timeoutMs: 30_000, what: 'three checkpoints' });
-      await writeFile(lock, '');
       const run = await s.waitForStatus(agentRunId, 'completed', 60_000);
       assertCleanCheckpoints(await s.checkpoints(agentRunId), 10, 'notes locked to the end');
+      assert.deepEqual(
+        (await notesOf(agentRunId)).filter((n) => n.note).map((n) => n.seq),
+        [],
+        'no note was written while the ref was locked',
+      );
       const report = await checkRunIntegrity(s.t.db, s.config, s.workspaceId, agentRunId);
       const kinds = report?.findings.map((f) => f.kind) ?? [];
       assert.ok(
