@@ -129,16 +129,14 @@ export async function lastCheckpointSpend(
 }
 
 /**
- * The workspace's spend on one UTC day (default today): what its daily cap is measured against. The day's
- * bounds are read first and passed in as values: under row-level security only a comparison with a plain value
+ * The workspace's spend on one UTC day (`YYYY-MM-DD`, default today): what its daily cap is measured against.
+ * The day's bounds are passed in as values: under row-level security only a comparison with a plain value
  * reaches the (workspace_id, occurred_at) index; bounds computed inside the query are applied after reading
  * every checkpoint of the workspace.
  */
 export async function workspaceDayCost(tx: WorkspaceTx, day?: string): Promise<CostTotal> {
-  const [bounds] = await tx`
-    select coalesce(${day ?? null}::date, (now() at time zone 'utc')::date) at time zone 'utc' as day_start,
-           (coalesce(${day ?? null}::date, (now() at time zone 'utc')::date) + 1) at time zone 'utc' as day_end`;
-  const { day_start: start, day_end: end } = bounds as { day_start: Date; day_end: Date };
+  const start = day ? new Date(`${day}T00:00:00Z`) : new Date(new Date().setUTCHours(0, 0, 0, 0));
+  const end = new Date(start.getTime() + 86_400_000);
   const [row] = await tx`${costed(tx, tx`c.occurred_at >= ${start} and c.occurred_at < ${end}`)}
     select ${totals(tx)} from costed`;
   return toTotal(row);
